@@ -1,0 +1,222 @@
+"""The ``kafka-timers`` command: one entry point, one subcommand per process or action.
+
+Errors the user can fix are one line on stderr and exit status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import Any, NoReturn
+
+from app.errors import KafkaTimersError
+from app.settings import Settings
+
+__all__ = ["main"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _settings(args: argparse.Namespace) -> Settings:
+    settings = Settings.from_env()
+    return settings.with_overrides(
+        bootstrap_servers=getattr(args, "bootstrap", None),
+        worker_id=getattr(args, "id", None) if args.command in ("worker", "oscillator") else None,
+        data_dir=getattr(args, "data_dir", None),
+        web_port=getattr(args, "web_port", None),
+        metrics_port=getattr(args, "metrics_port", None),
+    )
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+
+    def handler(_signum: int, _frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)
+    return stop
+
+
+def cmd_broker(args: argparse.Namespace) -> int:
+    from app.dev_broker import DevBroker
+
+    broker = DevBroker(args.port, quiet=not args.verbose).start()
+    print(f"dev broker listening; export KAFKA_BOOTSTRAP_SERVERS={broker.bootstrap}", flush=True)
+    stop = _stop_on_signals()
+    try:
+        while not stop.wait(0.5):
+            if broker.process is None or broker.process.poll() is not None:
+                raise KafkaTimersError("dev broker exited unexpectedly")
+    finally:
+        broker.stop()
+    return 0
+
+
+def cmd_topics(args: argparse.Namespace) -> int:
+    from app.topics import ensure_topics, service_topics
+
+    settings = _settings(args)
+    ensure_topics(settings, timeout=args.timeout)
+    print(json.dumps({"partitions": settings.partitions, "topics": list(service_topics(settings))}))
+    return 0
+
+
+def cmd_oscillator(args: argparse.Namespace) -> int:
+    from app.kafka_config import confluent_producer
+    from app.metrics import OscillatorMetrics, serve_metrics
+    from app.topics import ensure_topics
+    from oscillator.ticker import Oscillator
+
+    settings = _settings(args)
+    ensure_topics(settings, [settings.topics.ticks], timeout=args.timeout)
+    metrics = OscillatorMetrics()
+    serve_metrics(settings.metrics_port, metrics.registry)
+    stop = _stop_on_signals()
+    Oscillator(confluent_producer(settings), settings.topics.ticks,
+               oscillator_id=settings.worker_id, metrics=metrics).run(stop)
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    import faust
+
+    from app.faust_app import build_worker
+    from app.metrics import serve_metrics
+    from app.topics import ensure_topics
+
+    settings = _settings(args)
+    ensure_topics(settings, timeout=args.timeout)
+    worker_app = build_worker(settings)
+    serve_metrics(settings.metrics_port, worker_app.metrics.registry)
+    worker = faust.Worker(worker_app.app, loglevel=args.loglevel, quiet=True)
+    worker.execute_from_commandline()
+    return 0
+
+
+def cmd_schedule(args: argparse.Namespace) -> int:
+    from app.client import TimerClient
+    from app.due import parse_at, parse_duration
+
+    settings = _settings(args)
+    headers = []
+    for item in args.header or []:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise KafkaTimersError(f"--header needs name=value, got {item!r}")
+        headers.append((name, value.encode()))
+    at: Decimal | None = parse_at(args.at) if args.at is not None else None
+    delay = parse_duration(args.in_) if args.in_ is not None else None
+    from app.topics import wait_for_broker
+
+    wait_for_broker(settings, timeout=args.timeout)
+    client = TimerClient(settings)
+    timer = client.schedule(args.topic, args.value.encode(), args.key, at=at, delay=delay,
+                            timer_id=args.timer_id, token=args.token, headers=headers)
+    client.flush(args.timeout)
+    print(json.dumps({"id": timer.id, "token": timer.token, "due": timer.due}))
+    return 0
+
+
+def cmd_cancel(args: argparse.Namespace) -> int:
+    from app.client import TimerClient
+    from app.topics import wait_for_broker
+
+    settings = _settings(args)
+    wait_for_broker(settings, timeout=args.timeout)
+    client = TimerClient(settings)
+    client.cancel(args.timer_id, args.token)
+    client.flush(args.timeout)
+    print(json.dumps({"id": args.timer_id, "cancel": "sent"}))
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from app.demo import run_demo
+
+    return run_demo(timers=args.timers, duration=args.duration, partitions=args.partitions)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="kafka-timers", description="Durable one-second timers on Kafka.")
+    parser.add_argument("--bootstrap", help="broker address (default: $KAFKA_BOOTSTRAP_SERVERS)")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("broker", help="run the embedded dev broker (Tansu) in the foreground")
+    p.add_argument("--port", type=int, default=9092)
+    p.add_argument("--verbose", action="store_true", help="show the broker's own log")
+    p.set_defaults(func=cmd_broker)
+
+    p = sub.add_parser("topics", help="create the service topics (all with one partition count)")
+    p.add_argument("--timeout", type=float, default=15.0)
+    p.set_defaults(func=cmd_topics)
+
+    p = sub.add_parser("oscillator", help="send one tick per second to every partition")
+    p.add_argument("--id", help="name in logs and tick records (default: host-pid)")
+    p.add_argument("--metrics-port", type=int)
+    p.add_argument("--timeout", type=float, default=15.0)
+    p.set_defaults(func=cmd_oscillator)
+
+    p = sub.add_parser("worker", help="run a Faust worker that stores and fires timers")
+    p.add_argument("--id", help="worker id in logs, metrics and fired records")
+    p.add_argument("--data-dir", help="RocksDB directory, one per worker process")
+    p.add_argument("--web-port", type=int, help="Faust web / status page port (default 6066)")
+    p.add_argument("--metrics-port", type=int)
+    p.add_argument("--loglevel", default="info")
+    p.add_argument("--timeout", type=float, default=15.0)
+    p.set_defaults(func=cmd_worker)
+
+    p = sub.add_parser("schedule", help="schedule one timer and print its id, token and due second")
+    p.add_argument("--topic", required=True, help="callback topic")
+    p.add_argument("--key", help="callback key")
+    p.add_argument("--value", default="", help="callback value (text)")
+    when = p.add_mutually_exclusive_group(required=True)
+    when.add_argument("--at", help="epoch seconds or ISO 8601 (UTC if no zone)")
+    when.add_argument("--in", dest="in_", help="delay: 30s, 5m, 2h, 3d")
+    p.add_argument("--id", dest="timer_id", help="timer id (scheduling an id again replaces it)")
+    p.add_argument("--token", help="cancellation token (default: random)")
+    p.add_argument("--header", action="append", help="callback header name=value (repeatable)")
+    p.add_argument("--timeout", type=float, default=10.0)
+    p.set_defaults(func=cmd_schedule)
+
+    p = sub.add_parser("cancel", help="cancel a pending timer by id and token")
+    p.add_argument("--id", dest="timer_id", required=True)
+    p.add_argument("--token", required=True)
+    p.add_argument("--timeout", type=float, default=10.0)
+    p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("demo", help="dev broker + 2 oscillators + 2 workers; watch timers fire")
+    p.add_argument("--timers", type=int, default=36)
+    p.add_argument("--duration", type=float, default=None,
+                   help="stop after this many seconds once all fired (default: run until Ctrl-C)")
+    p.add_argument("--partitions", type=int, default=8)
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        result: int = args.func(args)
+        return result
+    except KafkaTimersError as exc:
+        print(f"kafka-timers: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""Due-time arithmetic: parsing ``--at``/``--in`` and rounding up to whole seconds.
+
+A timer has one-second resolution. A due time with a fraction is rounded *up*, so a
+timer never fires before the instant its creator asked for.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime, timezone
+from decimal import Decimal, InvalidOperation
+
+from app.errors import InvalidTimeSpec
+
+__all__ = ["due_second", "parse_at", "parse_duration"]
+
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
+
+
+def due_second(epoch: float | Decimal) -> int:
+    """Round an epoch time up to the whole second at which the timer may fire."""
+    return math.ceil(epoch)
+
+
+def parse_duration(text: str) -> float:
+    """Parse ``30s``, ``5m``, ``2h``, ``3d``, ``1w``, ``250ms`` or bare seconds."""
+    match = _DURATION.match(text)
+    if not match:
+        raise InvalidTimeSpec(f"cannot read duration {text!r}: use e.g. 30s, 5m, 2h, 3d")
+    amount, unit = match.groups()
+    return float(amount) * _UNITS[unit or "s"]
+
+
+def parse_at(text: str) -> Decimal:
+    """Parse an absolute due time: epoch seconds (``1767225600.5``) or ISO 8601.
+
+    An ISO time without a zone is taken as UTC, not local time, so the same command
+    means the same instant on every machine.
+    """
+    try:
+        return Decimal(text.strip())
+    except InvalidOperation:
+        pass
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise InvalidTimeSpec(
+            f"cannot read time {text!r}: use epoch seconds or ISO 8601 like 2026-12-24T09:00:00Z"
+        ) from exc
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    delta = moment - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    return Decimal(delta.days * 86400 + delta.seconds) + Decimal(delta.microseconds) / 1_000_000

@@ -1,0 +1,72 @@
+"""The one exception hierarchy of kafka-timers, and the reasons a request is refused."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+__all__ = [
+    "BrokerUnavailable",
+    "ConfigurationError",
+    "InvalidTimeSpec",
+    "KafkaTimersError",
+    "RejectReason",
+    "RejectedRequest",
+]
+
+
+class KafkaTimersError(Exception):
+    """Root of every error kafka-timers raises on purpose.
+
+    The CLI prints ``str(error)`` as one line and exits non-zero for any of these.
+    """
+
+    #: Whether trying the same thing again later may succeed.
+    retriable: bool = False
+
+
+class ConfigurationError(KafkaTimersError):
+    """A setting is missing or malformed: fix the environment or the flag and restart."""
+
+
+class InvalidTimeSpec(KafkaTimersError):
+    """A due time (``--at``/``--in``) could not be understood."""
+
+
+class BrokerUnavailable(KafkaTimersError):
+    """No Kafka broker answered at the configured address within the timeout."""
+
+    retriable = True
+
+
+class RejectReason(str, Enum):
+    """Why a record on the request topic was dead-lettered (the ``reason`` label)."""
+
+    #: The value is neither valid protobuf nor valid JSON.
+    MALFORMED = "malformed"
+    #: The value is JSON or protobuf, but not a timer request we know.
+    UNKNOWN_FORMAT = "unknown_format"
+    #: No callback topic, or an empty one.
+    MISSING_TOPIC = "missing_topic"
+    #: The callback topic is not a legal Kafka topic name.
+    INVALID_TOPIC = "invalid_topic"
+    #: The callback topic is internal, one of ours, or outside the allow-list.
+    TOPIC_NOT_ALLOWED = "topic_not_allowed"
+    #: No due time could be found (the key is not a second where one was required).
+    MISSING_DUE = "missing_due"
+    #: The due time is before 1970 or past the configured horizon.
+    DUE_OUT_OF_RANGE = "due_out_of_range"
+    #: The callback payload is larger than the configured limit.
+    PAYLOAD_TOO_LARGE = "payload_too_large"
+    #: A cancel named the right timer with the wrong token.
+    WRONG_TOKEN = "wrong_token"
+    #: The callback could not be delivered (the broker refused it).
+    DELIVERY_FAILED = "delivery_failed"
+
+
+class RejectedRequest(KafkaTimersError):
+    """A request that cannot become a timer; it goes to the dead-letter topic."""
+
+    def __init__(self, reason: RejectReason, detail: str) -> None:
+        super().__init__(f"{reason.value}: {detail}")
+        self.reason = reason
+        self.detail = detail

@@ -1,0 +1,72 @@
+"""Prometheus metrics of the worker and the oscillator, each on its own registry.
+
+A registry per process object (not prometheus-client's global one) keeps tests and
+several services in one interpreter from counting into each other.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+__all__ = ["LATENESS_BUCKETS", "OscillatorMetrics", "WorkerMetrics", "serve_metrics"]
+
+#: Fire-lateness buckets (seconds): fine below a second, where the targets are.
+LATENESS_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.5,
+                    0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 60.0, 300.0)
+
+
+class WorkerMetrics:
+    """Counters and gauges a worker exports."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.scheduled = Counter(
+            "kafka_timers_scheduled", "Timer requests accepted and stored.", registry=r
+        )
+        self.fired = Counter(
+            "kafka_timers_fired", "Callbacks delivered.", ["callback_topic"], registry=r
+        )
+        self.cancelled = Counter("kafka_timers_cancelled", "Timers cancelled.", registry=r)
+        self.rejected = Counter(
+            "kafka_timers_rejected", "Requests dead-lettered.", ["reason"], registry=r
+        )
+        self.pending = Gauge("kafka_timers_pending", "Timers waiting to fire.", registry=r)
+        self.lateness = Histogram(
+            "kafka_timers_fire_lateness_seconds",
+            "Fire time minus due second.",
+            buckets=LATENESS_BUCKETS,
+            registry=r,
+        )
+        self.last_tick = Gauge(
+            "kafka_timers_last_tick_seconds",
+            "Newest tick second processed, per partition.",
+            ["partition"],
+            registry=r,
+        )
+        self.clock_skew = Gauge(
+            "kafka_timers_clock_skew_seconds",
+            "Local clock minus broker record timestamp of the newest tick.",
+            registry=r,
+        )
+
+
+class OscillatorMetrics:
+    """Counters an oscillator exports."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.ticks = Counter("kafka_timers_oscillator_ticks", "Ticks sent.", registry=r)
+        self.tick_delay = Histogram(
+            "kafka_timers_oscillator_tick_delay_seconds",
+            "How long after its second boundary each tick was sent.",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0),
+            registry=r,
+        )
+
+
+def serve_metrics(port: int | None, registry: CollectorRegistry) -> None:
+    """Serve ``/metrics`` on ``port`` in a background thread (no-op when ``port`` is None)."""
+    if port is not None:
+        start_http_server(port, addr="0.0.0.0", registry=registry)

@@ -1,0 +1,167 @@
+"""Everything the worker writes to Kafka, through one confluent-kafka producer.
+
+Callbacks, audit records, dead letters and the timer table's changelog all go through
+here. librdkafka produces an order of magnitude faster than Faust's own producer, and
+one producer means one :meth:`flush` tells us that *everything* written so far is
+durable before the worker acknowledges the records that caused it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from app.errors import RejectReason
+from app.request_format import RawRecord
+from app.timer import Timer
+
+__all__ = ["DeliveryFailure", "OutputProducer"]
+
+log = logging.getLogger(__name__)
+
+HeaderList = list[tuple[str, bytes]]
+
+
+class DeliveryFailure(Exception):
+    """Some records were not acknowledged by the broker within the flush timeout."""
+
+
+class OutputProducer:
+    """Produces the worker's records and reports which callbacks could not be delivered."""
+
+    def __init__(self, conf: dict[str, Any], *, worker_id: str, fired_topic: str, dlq_topic: str,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._producer = Producer(conf)
+        self._worker_id = worker_id
+        self._fired_topic = fired_topic
+        self._dlq_topic = dlq_topic
+        self._clock = clock
+        #: Callbacks the broker refused since the last :meth:`take_failures`.
+        self._failed: list[tuple[Timer, str]] = []
+        #: Highest changelog offset acknowledged, per changelog partition.
+        self.changelog_acked: dict[int, int] = {}
+
+    # -- producing --------------------------------------------------------------
+
+    def _produce(self, topic: str, value: bytes | None, key: bytes | None = None,
+                 partition: int | None = None, headers: HeaderList | None = None,
+                 on_delivery: Callable[[KafkaError | None, Message], None] | None = None) -> None:
+        kwargs: dict[str, Any] = {"key": key, "value": value}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if headers:
+            kwargs["headers"] = headers
+        if on_delivery is not None:
+            kwargs["on_delivery"] = on_delivery
+        while True:
+            try:
+                self._producer.produce(topic, **kwargs)
+                return
+            except BufferError:
+                self._producer.poll(0.05)  # local queue full: let deliveries drain, then retry
+
+    def callback(self, timer: Timer, *, partition: int, fired_at_ms: int) -> None:
+        """Produce ``timer``'s callback and its audit record on the fired topic."""
+        headers: HeaderList = [
+            ("timer-id", timer.id.encode()),
+            ("timer-token", timer.token.encode()),
+            ("timer-due", b"%d" % timer.due),
+            ("timer-fired-at", b"%d" % fired_at_ms),
+            *timer.headers,
+        ]
+
+        def delivered(err: KafkaError | None, _msg: Message) -> None:
+            if err is not None:
+                self._failed.append((timer, str(err)))
+
+        self._produce(timer.topic, timer.value, timer.key, headers=headers, on_delivery=delivered)
+        audit = {
+            "event": "fired",
+            "id": timer.id,
+            "token": timer.token,
+            "due": timer.due,
+            "fired_at_ms": fired_at_ms,
+            "topic": timer.topic,
+            "partition": partition,
+            "worker": self._worker_id,
+        }
+        self._produce(self._fired_topic, json.dumps(audit).encode(), timer.id.encode())
+
+    def cancel_outcome(self, timer_id: str, token: str, outcome: str, partition: int) -> None:
+        """Report what a cancel did, so the audit can tell cancels from missing fires."""
+        record = {
+            "event": "cancel",
+            "id": timer_id,
+            "token": token,
+            "outcome": outcome,
+            "at_ms": int(self._clock() * 1000),
+            "partition": partition,
+            "worker": self._worker_id,
+        }
+        self._produce(self._fired_topic, json.dumps(record).encode(), timer_id.encode())
+
+    def dead_letter(self, record: RawRecord, reason: RejectReason, detail: str) -> None:
+        """Copy a rejected request, bytes unchanged, to the DLQ with why and where from."""
+        headers: HeaderList = [
+            *record.headers,
+            ("dlq-reason", reason.value.encode()),
+            ("dlq-detail", detail.encode()[:1000]),
+            ("dlq-source-topic", record.topic.encode()),
+            ("dlq-source-partition", b"%d" % record.partition),
+            ("dlq-source-offset", b"%d" % record.offset),
+        ]
+        self._produce(self._dlq_topic, record.value, record.key, headers=headers)
+
+    def dead_letter_timer(self, timer: Timer, reason: RejectReason, detail: str) -> None:
+        """Dead-letter a timer that was accepted but whose callback the broker refused."""
+        headers: HeaderList = [
+            *timer.headers,
+            ("timer-id", timer.id.encode()),
+            ("timer-due", b"%d" % timer.due),
+            ("dlq-callback-topic", timer.topic.encode()),
+            ("dlq-reason", reason.value.encode()),
+            ("dlq-detail", detail.encode()[:1000]),
+        ]
+        self._produce(self._dlq_topic, timer.value, timer.key, headers=headers)
+
+    def changelog(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
+        """Write one table change to the changelog partition that mirrors ``partition``."""
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            if err is None:
+                offset = msg.offset()
+                if offset is not None and offset > self.changelog_acked.get(partition, -1):
+                    self.changelog_acked[partition] = offset
+
+        self._produce(topic, value, key, partition=partition, on_delivery=delivered)
+
+    # -- waiting ----------------------------------------------------------------
+
+    def flush_blocking(self, timeout: float = 30.0) -> None:
+        """Wait until the broker acknowledged everything produced so far."""
+        remaining = self._producer.flush(timeout)
+        if remaining:
+            raise DeliveryFailure(f"{remaining} records not acknowledged within {timeout}s")
+
+    async def flush(self, timeout: float = 30.0) -> None:
+        """:meth:`flush_blocking` off the event loop."""
+        await asyncio.get_running_loop().run_in_executor(None, self.flush_blocking, timeout)
+
+    def poll(self) -> None:
+        """Serve delivery callbacks without waiting."""
+        self._producer.poll(0)
+
+    def take_failures_peek(self) -> list[tuple[Timer, str]]:
+        """Callbacks refused so far, without clearing them."""
+        return list(self._failed)
+
+    def take_failures(self) -> list[tuple[Timer, str]]:
+        """Callbacks refused by the broker since the last call, with the error."""
+        failed, self._failed = self._failed, []
+        return failed

@@ -1,0 +1,208 @@
+"""Turning a raw record on the request topic into a :class:`Timer` or a :class:`Cancel`.
+
+Three formats share the topic; they are told apart like this, in order:
+
+1. **etf1** — the record has a ``scheduler-epoch`` header (or is a tombstone: null value).
+   Key = schedule id, value = payload, target in ``scheduler-target-topic`` /
+   ``scheduler-target-key``. A tombstone cancels the schedule with that key.
+2. **JSON** — the value's first non-blank byte is ``{``. Protobuf can never start
+   with that byte for our schema (it would be field 15 as a deprecated group).
+3. **protobuf** — anything else: the ``Future`` message of :mod:`app.protowire`. A record
+   holding only fields 1-3 and keyed by its expiry second, exactly what the original
+   article's producers send, is a valid timer.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from app import protowire
+from app.due import due_second, parse_at, parse_duration
+from app.errors import InvalidTimeSpec, RejectedRequest, RejectReason
+from app.timer import Cancel, Header, Timer
+
+__all__ = ["RawRecord", "derived_id", "parse_request"]
+
+ETF1_EPOCH = "scheduler-epoch"
+ETF1_TARGET_TOPIC = "scheduler-target-topic"
+ETF1_TARGET_KEY = "scheduler-target-key"
+
+
+@dataclass(frozen=True)
+class RawRecord:
+    """A record as consumed from the request topic, before any interpretation."""
+
+    topic: str
+    partition: int
+    offset: int
+    #: Record timestamp in epoch milliseconds (CreateTime), the base for relative ``in``.
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+
+
+def derived_id(record: RawRecord) -> str:
+    """A stable id for a request that names none: the same record always gets the same id."""
+    return f"{record.topic}-{record.partition}-{record.offset}"
+
+
+def parse_request(record: RawRecord) -> Timer | Cancel:
+    """Interpret ``record``; raise :class:`RejectedRequest` with a reason if it is not valid."""
+    headers = dict(record.headers)
+    if record.value is None:
+        return _etf1_tombstone(record)
+    if ETF1_EPOCH in headers:
+        return _etf1_schedule(record, headers)
+    if record.value.lstrip()[:1] == b"{":
+        return _from_json(record)
+    return _from_protobuf(record)
+
+
+def _key_text(record: RawRecord) -> str:
+    if not record.key:
+        raise RejectedRequest(RejectReason.MALFORMED, "record has no key")
+    try:
+        return record.key.decode()
+    except UnicodeDecodeError as exc:
+        raise RejectedRequest(RejectReason.MALFORMED, "record key is not UTF-8") from exc
+
+
+def _due_from_key(record: RawRecord) -> int:
+    text = record.key.decode(errors="replace") if record.key else ""
+    try:
+        return due_second(Decimal(text))
+    except ArithmeticError as exc:
+        raise RejectedRequest(
+            RejectReason.MISSING_DUE,
+            f"no due time in the request and the key {text[:40]!r} is not an epoch second",
+        ) from exc
+
+
+def _etf1_tombstone(record: RawRecord) -> Cancel:
+    return Cancel(id=_key_text(record), token="", check_token=False)
+
+
+def _etf1_schedule(record: RawRecord, headers: dict[str, bytes]) -> Timer:
+    schedule_id = _key_text(record)
+    try:
+        due = due_second(Decimal(headers[ETF1_EPOCH].decode()))
+    except (ArithmeticError, UnicodeDecodeError) as exc:
+        raise RejectedRequest(RejectReason.MISSING_DUE, "scheduler-epoch is not a number") from exc
+    topic = _utf8(headers.get(ETF1_TARGET_TOPIC, b""), "scheduler-target-topic")
+    passthrough = tuple((k, v) for k, v in record.headers if not k.startswith("scheduler-"))
+    provenance = (
+        ("scheduler-timestamp", str(record.timestamp_ms // 1000).encode()),
+        ("scheduler-key", record.key or b""),
+        ("scheduler-topic", record.topic.encode()),
+    )
+    return Timer(
+        id=schedule_id,
+        due=due,
+        topic=topic,
+        key=headers.get(ETF1_TARGET_KEY),
+        value=record.value,
+        token="",
+        headers=provenance + passthrough,
+    )
+
+
+def _utf8(raw: bytes, name: str) -> str:
+    try:
+        return raw.decode()
+    except UnicodeDecodeError as exc:
+        raise RejectedRequest(RejectReason.INVALID_TOPIC, f"{name} is not UTF-8") from exc
+
+
+def _from_protobuf(record: RawRecord) -> Timer | Cancel:
+    assert record.value is not None
+    try:
+        future = protowire.decode(record.value)
+    except protowire.DecodeError as exc:
+        raise RejectedRequest(RejectReason.MALFORMED, f"not protobuf or JSON: {exc}") from exc
+    if future.action == protowire.ACTION_CANCEL:
+        if not future.id:
+            raise RejectedRequest(RejectReason.MALFORMED, "cancel without a timer id")
+        return Cancel(id=future.id, token=future.token or "")
+    if future.action != protowire.ACTION_SCHEDULE:
+        raise RejectedRequest(RejectReason.UNKNOWN_FORMAT, f"unknown action {future.action}")
+    due = future.due if future.due is not None else _due_from_key(record)
+    return Timer(
+        id=future.id or derived_id(record),
+        due=due,
+        topic=future.callback_topic or "",
+        key=None if future.callback_key is None else future.callback_key.encode(),
+        value=future.callback if future.callback is not None else b"",
+        token=future.token or "",
+        headers=tuple(future.headers),
+    )
+
+
+def _from_json(record: RawRecord) -> Timer | Cancel:
+    assert record.value is not None
+    try:
+        doc = json.loads(record.value)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RejectedRequest(RejectReason.MALFORMED, f"invalid JSON: {exc}") from exc
+    if not isinstance(doc, dict):
+        raise RejectedRequest(RejectReason.UNKNOWN_FORMAT, "JSON request must be an object")
+    try:
+        if "cancel" in doc:
+            return Cancel(id=_json_str(doc, "cancel"), token=_json_str(doc, "token", ""))
+        return Timer(
+            id=_json_str(doc, "id", "") or derived_id(record),
+            due=_json_due(doc, record),
+            topic=_json_str(doc, "topic", ""),
+            key=_json_bytes(doc, "key"),
+            value=_json_bytes(doc, "value") or b"",
+            token=_json_str(doc, "token", ""),
+            headers=_json_headers(doc),
+        )
+    except (TypeError, ValueError, binascii.Error) as exc:
+        raise RejectedRequest(RejectReason.UNKNOWN_FORMAT, f"bad JSON request: {exc}") from exc
+
+
+def _json_str(doc: dict[str, Any], name: str, default: str | None = None) -> str:
+    value = doc.get(name, default)
+    if not isinstance(value, str):
+        raise TypeError(f"{name!r} must be a string")
+    return value
+
+
+def _json_bytes(doc: dict[str, Any], name: str) -> bytes | None:
+    """``name`` as UTF-8 text, or ``name_b64`` as base64 for binary payloads."""
+    if f"{name}_b64" in doc:
+        return base64.b64decode(_json_str(doc, f"{name}_b64"), validate=True)
+    value = doc.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name!r} must be a string (use {name}_b64 for bytes)")
+    return value.encode()
+
+
+def _json_headers(doc: dict[str, Any]) -> tuple[Header, ...]:
+    headers = doc.get("headers") or {}
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise TypeError("'headers' must be an object of strings")
+    return tuple((str(k), v.encode()) for k, v in headers.items())
+
+
+def _json_due(doc: dict[str, Any], record: RawRecord) -> int:
+    try:
+        if "at" in doc:
+            at = doc["at"]
+            if isinstance(at, bool) or not isinstance(at, (int, float, str)):
+                raise TypeError("'at' must be epoch seconds or an ISO 8601 string")
+            return due_second(parse_at(str(at)))
+        if "in" in doc:
+            delay = parse_duration(str(doc["in"]))
+            return due_second(Decimal(record.timestamp_ms) / 1000 + Decimal(str(delay)))
+    except InvalidTimeSpec as exc:
+        raise RejectedRequest(RejectReason.MISSING_DUE, str(exc)) from exc
+    return _due_from_key(record)

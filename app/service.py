@@ -1,0 +1,205 @@
+"""The worker's behaviour, between Faust's agents and the pure timer wheel.
+
+Agents hand over decoded records; this class parses and checks them, drives one
+:class:`~app.wheel.PartitionWheel` per assigned partition, produces callbacks, and
+returns only when everything it wrote is acknowledged — so a record is never
+acknowledged to Kafka before its effects are durable (at-least-once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from rocksdict import Rdict
+
+from app.errors import RejectedRequest, RejectReason
+from app.metrics import WorkerMetrics
+from app.output import OutputProducer
+from app.partition_store import ChangeloggedKV, catch_up_changelog
+from app.policy import RequestPolicy
+from app.request_format import RawRecord, parse_request
+from app.timer import Cancel, Timer
+from app.wheel import CancelOutcome, PartitionWheel, Scheduled
+
+__all__ = ["TimerService"]
+
+log = logging.getLogger(__name__)
+
+
+class _Partition:
+    """A wheel and the store it writes through."""
+
+    def __init__(self, wheel: PartitionWheel, kv: ChangeloggedKV) -> None:
+        self.wheel = wheel
+        self.kv = kv
+
+
+class TimerService:
+    """Handles request batches and ticks for the partitions this worker holds."""
+
+    def __init__(
+        self,
+        *,
+        policy: RequestPolicy,
+        output: OutputProducer,
+        metrics: WorkerMetrics,
+        changelog_topic: str,
+        db_for_partition: Callable[[int], Rdict],
+        catchup_consumer_conf: dict[str, Any],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._policy = policy
+        self._output = output
+        self._metrics = metrics
+        self._changelog_topic = changelog_topic
+        self._db_for_partition = db_for_partition
+        self._catchup_conf = catchup_consumer_conf
+        self._clock = clock
+        self._partitions: dict[int, _Partition] = {}
+        self._locks: dict[int, asyncio.Lock] = {}
+        self._pending: dict[int, int] = {}
+
+    # -- partition lifecycle ------------------------------------------------------
+
+    def forget_partitions(self, partitions: Iterable[int]) -> None:
+        """Drop wheels of partitions revoked or reassigned: Faust reopens their stores."""
+        for p in partitions:
+            self._partitions.pop(p, None)
+            self._pending.pop(p, None)
+        self._metrics.pending.set(sum(self._pending.values()))
+
+    async def _partition(self, p: int) -> _Partition:
+        part = self._partitions.get(p)
+        if part is not None:
+            return part
+        lock = self._locks.setdefault(p, asyncio.Lock())
+        async with lock:
+            part = self._partitions.get(p)
+            if part is None:
+                db = self._db_for_partition(p)
+                loop = asyncio.get_running_loop()
+                await loop.run_in_executor(
+                    None, catch_up_changelog, db, self._catchup_conf, self._changelog_topic, p
+                )
+                kv = ChangeloggedKV(db, self._output, self._changelog_topic, p)
+                part = _Partition(PartitionWheel(kv), kv)
+                self._pending[p] = await loop.run_in_executor(None, part.wheel.count_pending)
+                self._metrics.pending.set(sum(self._pending.values()))
+                self._partitions[p] = part
+        return part
+
+    # -- requests -------------------------------------------------------------------
+
+    async def handle_requests(self, records: Sequence[RawRecord]) -> None:
+        """Apply a batch of request records; return once every effect is durable."""
+        fired_now: list[tuple[_Partition, Timer]] = []
+        now = self._clock()
+        for record in records:
+            part = await self._partition(record.partition)
+            try:
+                request = parse_request(record)
+                if isinstance(request, Cancel):
+                    self._cancel(part, record, request)
+                    continue
+                self._policy.check(request, now)
+            except RejectedRequest as rejected:
+                self._reject(record, rejected.reason, rejected.detail)
+                continue
+            accepted = part.wheel.schedule(request)
+            if accepted.outcome is Scheduled.STORED:
+                self._metrics.scheduled.inc()
+                if not accepted.replaced:
+                    self._adjust_pending(record.partition, +1)
+            elif accepted.outcome is Scheduled.FIRE_NOW:
+                self._metrics.scheduled.inc()
+                if accepted.replaced:
+                    self._adjust_pending(record.partition, -1)
+                self._output.callback(request, partition=record.partition, fired_at_ms=self._now_ms())
+                fired_now.append((part, request))
+        await self._output.flush()
+        if fired_now:
+            for part, timer in fired_now:
+                part.wheel.mark_fired(timer)
+            self._account_fired([t for _, t in fired_now])
+            await self._output.flush()
+        self._record_persisted()
+
+    def _cancel(self, part: _Partition, record: RawRecord, cancel: Cancel) -> None:
+        outcome = part.wheel.cancel(cancel)
+        self._output.cancel_outcome(cancel.id, cancel.token, outcome.value, record.partition)
+        if outcome is CancelOutcome.CANCELLED:
+            self._metrics.cancelled.inc()
+            self._adjust_pending(record.partition, -1)
+        elif outcome is CancelOutcome.WRONG_TOKEN:
+            self._reject(record, RejectReason.WRONG_TOKEN, f"token does not match timer {cancel.id!r}")
+
+    def _reject(self, record: RawRecord, reason: RejectReason, detail: str) -> None:
+        log.warning("rejected %s[%d]@%d: %s: %s", record.topic, record.partition, record.offset,
+                    reason.value, detail)
+        self._metrics.rejected.labels(reason=reason.value).inc()
+        self._output.dead_letter(record, reason, detail)
+
+    # -- ticks ----------------------------------------------------------------------
+
+    async def handle_tick(self, partition: int, second: int, broker_timestamp: float | None = None) -> int:
+        """Fire everything due up to ``second`` on ``partition``; return how many fired."""
+        now = self._clock()
+        if broker_timestamp:
+            self._metrics.clock_skew.set(now - broker_timestamp)
+        part = await self._partition(partition)
+        timers = part.wheel.begin_tick(second)
+        if timers is None:
+            return 0
+        if timers:
+            fired_at_ms = self._now_ms()
+            for timer in timers:
+                self._output.callback(timer, partition=partition, fired_at_ms=fired_at_ms)
+            try:
+                await self._output.flush()
+            except Exception:
+                part.wheel.abort_tick()
+                raise
+        part.wheel.finish_tick(second, timers)
+        if timers:
+            self._account_fired(timers)
+            self._adjust_pending(partition, -len(timers))
+            await self._output.flush()
+            self._record_persisted()
+        self._metrics.last_tick.labels(partition=str(partition)).set(second)
+        return len(timers)
+
+    # -- bookkeeping ----------------------------------------------------------------
+
+    def _account_fired(self, timers: Sequence[Timer]) -> None:
+        refused = {t.id for t, _ in self._output.take_failures_peek()}
+        now = self._clock()
+        for timer in timers:
+            if timer.id in refused:
+                continue
+            self._metrics.fired.labels(callback_topic=timer.topic).inc()
+            self._metrics.lateness.observe(max(0.0, now - timer.due))
+        for timer, error in self._output.take_failures():
+            log.error("callback of timer %s to %s refused by the broker: %s", timer.id, timer.topic, error)
+            self._metrics.rejected.labels(reason=RejectReason.DELIVERY_FAILED.value).inc()
+            self._output.dead_letter_timer(timer, RejectReason.DELIVERY_FAILED, error)
+
+    def _adjust_pending(self, partition: int, delta: int) -> None:
+        self._pending[partition] = self._pending.get(partition, 0) + delta
+        self._metrics.pending.set(sum(self._pending.values()))
+
+    def _record_persisted(self) -> None:
+        for p, offset in list(self._output.changelog_acked.items()):
+            part = self._partitions.get(p)
+            if part is not None:
+                part.kv.record_persisted(offset)
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
+
+    def pending_by_partition(self) -> dict[int, int]:
+        """Pending timers per held partition (for status)."""
+        return dict(self._pending)

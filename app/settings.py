@@ -1,0 +1,162 @@
+"""Settings: built once at each entry point from the environment, then passed down.
+
+No other module reads ``os.environ``. Every variable has the prefix ``KAFKA_TIMERS_``
+except the two names operators already know: ``KAFKA_BOOTSTRAP_SERVERS`` and
+``METRICS_PORT``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from app.errors import ConfigurationError
+
+__all__ = ["SecuritySettings", "Settings", "TopicNames"]
+
+PREFIX = "KAFKA_TIMERS_"
+TEN_YEARS = 10 * 365 * 86400 + 3 * 86400
+
+
+@dataclass(frozen=True)
+class TopicNames:
+    """The service's own topics; all created with the same partition count."""
+
+    #: Ticks from the oscillators, one per second per partition.
+    ticks: str = "oscillator"
+    #: Timer requests (schedule, reschedule, cancel) from users.
+    requests: str = "timer-request"
+    #: One JSON audit record per fire and per cancel outcome.
+    fired: str = "timer-fired"
+    #: Rejected requests, with the original bytes and a reason header.
+    dlq: str = "timer-request-dlq"
+
+    def all(self) -> tuple[str, ...]:
+        return (self.ticks, self.requests, self.fired, self.dlq)
+
+
+@dataclass(frozen=True)
+class SecuritySettings:
+    """TLS/SASL for real clusters, translated for both Kafka clients (see :mod:`app.kafka_config`)."""
+
+    #: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
+    protocol: str = "PLAINTEXT"
+    #: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (with a SASL protocol).
+    sasl_mechanism: str | None = None
+    sasl_username: str | None = None
+    sasl_password: str | None = None
+    #: CA bundle to verify the brokers (default: the system store).
+    ssl_cafile: str | None = None
+    #: Client certificate and key for mutual TLS.
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a kafka-timers process needs to know."""
+
+    #: Kafka bootstrap address, ``host:port[,host:port]``.
+    bootstrap_servers: str = "127.0.0.1:9092"
+    #: Partition count of every service topic (and the table changelog).
+    partitions: int = 8
+    #: Replication factor for the topics the service creates.
+    replication_factor: int = 1
+    topics: TopicNames = field(default_factory=TopicNames)
+    #: Faust app id: consumer group of the workers and prefix of their changelog topics.
+    app_id: str = "kafka-timers"
+    #: Name of this worker or oscillator in logs, metrics and fired records.
+    worker_id: str = field(default_factory=lambda: f"{socket.gethostname()}-{os.getpid()}")
+    #: Where this worker keeps its RocksDB files (one directory per worker process).
+    data_dir: str = ".kafka-timers/worker"
+    #: Port of the worker's Faust web server (status page).
+    web_port: int = 6066
+    #: Port of the Prometheus ``/metrics`` endpoint; ``None`` disables it.
+    metrics_port: int | None = None
+    #: Regexes a callback topic must match (default: anything not always refused).
+    callback_allow: tuple[str, ...] = (".*",)
+    #: Largest callback value accepted, bytes.
+    max_payload_bytes: int = 1024 * 1024
+    #: Furthest a due time may be in the future, seconds.
+    horizon_seconds: int = TEN_YEARS
+    #: Consumer-group session timeout, seconds.
+    session_timeout: float = 10.0
+    #: Consumer-group heartbeat interval, seconds.
+    heartbeat_interval: float = 1.0
+    #: Exactly-once firing through Kafka transactions (needs broker support).
+    exactly_once: bool = False
+    #: Clock skew against broker timestamps that is logged as a warning, seconds.
+    clock_skew_warn_seconds: float = 2.0
+    security: SecuritySettings = field(default_factory=SecuritySettings)
+
+    def with_overrides(self, **changes: Any) -> Settings:
+        """A copy with some fields changed (CLI flags win over the environment)."""
+        return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Read settings from ``env`` (default ``os.environ``); raise on malformed values."""
+        env = os.environ if env is None else env
+
+        def get(name: str) -> str | None:
+            value = env.get(PREFIX + name)
+            return value if value not in (None, "") else None
+
+        def number(name: str, kind: type[int] | type[float], default: Any) -> Any:
+            raw = get(name)
+            if raw is None:
+                return default
+            try:
+                return kind(raw)
+            except ValueError as exc:
+                raise ConfigurationError(f"{PREFIX}{name}={raw!r} is not a number") from exc
+
+        defaults = cls()
+        topics = TopicNames(
+            ticks=get("TICK_TOPIC") or TopicNames.ticks,
+            requests=get("REQUEST_TOPIC") or TopicNames.requests,
+            fired=get("FIRED_TOPIC") or TopicNames.fired,
+            dlq=get("DLQ_TOPIC") or TopicNames.dlq,
+        )
+        metrics_raw = env.get("METRICS_PORT") or get("METRICS_PORT")
+        try:
+            metrics_port = int(metrics_raw) if metrics_raw else None
+        except ValueError as exc:
+            raise ConfigurationError(f"METRICS_PORT={metrics_raw!r} is not a port") from exc
+        allow = get("CALLBACK_ALLOW")
+        security = SecuritySettings(
+            protocol=(get("SECURITY_PROTOCOL") or "PLAINTEXT").upper(),
+            sasl_mechanism=get("SASL_MECHANISM"),
+            sasl_username=get("SASL_USERNAME"),
+            sasl_password=get("SASL_PASSWORD"),
+            ssl_cafile=get("SSL_CAFILE"),
+            ssl_certfile=get("SSL_CERTFILE"),
+            ssl_keyfile=get("SSL_KEYFILE"),
+        )
+        settings = cls(
+            bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS") or defaults.bootstrap_servers,
+            partitions=number("PARTITIONS", int, defaults.partitions),
+            replication_factor=number("REPLICATION_FACTOR", int, defaults.replication_factor),
+            topics=topics,
+            app_id=get("APP_ID") or defaults.app_id,
+            worker_id=get("WORKER_ID") or defaults.worker_id,
+            data_dir=get("DATA_DIR") or defaults.data_dir,
+            web_port=number("WEB_PORT", int, defaults.web_port),
+            metrics_port=metrics_port,
+            callback_allow=tuple(p for p in allow.split(",") if p) if allow else (".*",),
+            max_payload_bytes=number("MAX_PAYLOAD_BYTES", int, defaults.max_payload_bytes),
+            horizon_seconds=number("HORIZON_SECONDS", int, defaults.horizon_seconds),
+            session_timeout=number("SESSION_TIMEOUT", float, defaults.session_timeout),
+            heartbeat_interval=number("HEARTBEAT_INTERVAL", float, defaults.heartbeat_interval),
+            exactly_once=(get("EXACTLY_ONCE") or "false").lower() in ("1", "true", "yes"),
+            clock_skew_warn_seconds=number(
+                "CLOCK_SKEW_WARN_SECONDS", float, defaults.clock_skew_warn_seconds
+            ),
+            security=security,
+        )
+        if settings.partitions < 1:
+            raise ConfigurationError(f"{PREFIX}PARTITIONS must be at least 1")
+        return settings

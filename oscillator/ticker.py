@@ -1,0 +1,90 @@
+"""The oscillator loop: at each second boundary, one tick to every tick-topic partition.
+
+Ticks go to every partition explicitly (not by key), so every worker that may hold
+timers for a second hears it, whatever partitioner produced the requests. Several
+oscillators can run at once: workers ignore a tick for a second they have already seen.
+A (re)started oscillator starts at the current second and never replays history: a
+worker fires everything due up to the tick it receives, so a gap is caught up there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from app.metrics import OscillatorMetrics
+from oscillator.clock import current_second, wait_for_second
+
+__all__ = ["Oscillator"]
+
+log = logging.getLogger(__name__)
+
+#: How often the partition count of the tick topic is looked up again.
+METADATA_REFRESH_SECONDS = 30.0
+
+
+class Oscillator:
+    """Sends tick ``S`` to every partition of ``topic`` as soon as second ``S`` begins."""
+
+    def __init__(self, producer_conf: dict[str, Any], topic: str, *, oscillator_id: str,
+                 metrics: OscillatorMetrics | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        conf = dict(producer_conf)
+        conf.update({"linger.ms": 0, "acks": "all"})
+        self._producer = Producer(conf)
+        self._topic = topic
+        self._id = oscillator_id
+        self._metrics = metrics or OscillatorMetrics()
+        self._clock = clock
+        self._partitions = 0
+        self._partitions_checked = 0.0
+
+    def _partition_count(self) -> int:
+        if not self._partitions or time.monotonic() - self._partitions_checked > METADATA_REFRESH_SECONDS:
+            meta = self._producer.list_topics(self._topic, timeout=10)
+            info = meta.topics.get(self._topic)
+            count = len(info.partitions) if info is not None and info.error is None else 0
+            if count:
+                self._partitions = count
+            self._partitions_checked = time.monotonic()
+        return self._partitions
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            log.error("tick to %s[%s] failed: %s", msg.topic(), msg.partition(), err)
+
+    def send_tick(self, second: int) -> int:
+        """Produce tick ``second`` to every partition; return how many partitions."""
+        partitions = self._partition_count()
+        sent_ms = int(self._clock() * 1000)
+        value = json.dumps({"second": second, "oscillator": self._id, "sent_ms": sent_ms}).encode()
+        key = str(second).encode()
+        for p in range(partitions):
+            self._producer.produce(self._topic, value, key, partition=p, on_delivery=self._on_delivery)
+        self._producer.poll(0)
+        self._metrics.ticks.inc()
+        self._metrics.tick_delay.observe(max(0.0, sent_ms / 1000 - second))
+        return partitions
+
+    def run(self, stop: threading.Event) -> None:
+        """Tick until ``stop`` is set; then deliver what is queued and return."""
+        second = current_second(self._clock)
+        log.info("oscillator %s ticking %s from second %d", self._id, self._topic, second)
+        try:
+            while not stop.is_set():
+                reached = wait_for_second(second, self._clock, stop.wait)
+                if reached is None:
+                    break
+                # Behind by more than a second (suspended, overloaded)? Tick the current
+                # second only: workers fire everything due up to it, gaps included.
+                second = max(second, current_second(self._clock))
+                self.send_tick(second)
+                second += 1
+        finally:
+            self._producer.flush(5)
