@@ -83,8 +83,12 @@ def cmd_oscillator(args: argparse.Namespace) -> int:
     metrics = OscillatorMetrics()
     serve_metrics(settings.metrics_port, metrics.registry)
     stop = _stop_on_signals()
-    Oscillator(confluent_producer(settings), settings.topics.ticks,
-               oscillator_id=settings.worker_id, metrics=metrics).run(stop)
+    Oscillator(
+        confluent_producer(settings),
+        settings.topics.ticks,
+        oscillator_id=settings.worker_id,
+        metrics=metrics,
+    ).run(stop)
     return 0
 
 
@@ -121,8 +125,16 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
     wait_for_broker(settings, timeout=args.timeout)
     client = TimerClient(settings)
-    timer = client.schedule(args.topic, args.value.encode(), args.key, at=at, delay=delay,
-                            timer_id=args.timer_id, token=args.token, headers=headers)
+    timer = client.schedule(
+        args.topic,
+        args.value.encode(),
+        args.key,
+        at=at,
+        delay=delay,
+        timer_id=args.timer_id,
+        token=args.token,
+        headers=headers,
+    )
     client.flush(args.timeout)
     print(json.dumps({"id": timer.id, "token": timer.token, "due": timer.due}))
     return 0
@@ -197,8 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="dev broker + 2 oscillators + 2 workers; watch timers fire")
     p.add_argument("--timers", type=int, default=36)
-    p.add_argument("--duration", type=float, default=None,
-                   help="stop after this many seconds once all fired (default: run until Ctrl-C)")
+    p.add_argument(
+        "--duration",
+        type=float,
+        default=None,
+        help="stop after this many seconds once all fired (default: run until Ctrl-C)",
+    )
     p.add_argument("--partitions", type=int, default=8)
     p.set_defaults(func=cmd_demo)
     return parser
@@ -207,7 +223,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         result: int = args.func(args)
         return result

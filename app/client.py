@@ -39,8 +39,13 @@ class TimerClient:
     second spread over all partitions, and a cancel or reschedule of an id lands on the
     partition that holds it (murmur2, like Java and Faust)."""
 
-    def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time,
-                 producer_conf: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Callable[[], float] = time.time,
+        producer_conf: Mapping[str, Any] | None = None,
+    ) -> None:
         self._topic = settings.topics.requests
         self._clock = clock
         self._producer = Producer(confluent_producer(settings, **dict(producer_conf or {})))
@@ -53,7 +58,9 @@ class TimerClient:
     def _send(self, key: str, value: bytes) -> None:
         while True:
             try:
-                self._producer.produce(self._topic, value, key.encode(), on_delivery=self._on_delivery)
+                self._producer.produce(
+                    self._topic, value, key.encode(), on_delivery=self._on_delivery
+                )
                 break
             except BufferError:
                 self._producer.poll(0.05)
@@ -71,7 +78,7 @@ class TimerClient:
         token: str | None = None,
         headers: Mapping[str, str | bytes] | Iterable[tuple[str, bytes]] | None = None,
     ) -> ScheduledTimer:
-        """Ask for ``value`` to be produced to ``topic`` (with ``key``) at ``at`` or after ``delay``.
+        """Ask for ``value`` to reach ``topic`` (with ``key``) at ``at`` or after ``delay``.
 
         A due time with a fraction of a second is rounded up: a timer never fires early.
         Scheduling again with the same ``timer_id`` replaces the pending version. Call
@@ -79,7 +86,11 @@ class TimerClient:
         """
         if (at is None) == (delay is None):
             raise KafkaTimersError("give exactly one of at= or delay=")
-        when = Decimal(str(at)) if at is not None else Decimal(str(self._clock())) + Decimal(str(delay))
+        when = (
+            Decimal(str(at))
+            if at is not None
+            else Decimal(str(self._clock())) + Decimal(str(delay))
+        )
         due = due_second(when)
         timer_id = timer_id or uuid.uuid4().hex
         token = token or secrets.token_hex(8)
@@ -115,7 +126,11 @@ class TimerClient:
     def __enter__(self) -> TimerClient:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if exc_type is None:
             self.flush()

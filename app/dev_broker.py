@@ -46,9 +46,18 @@ class DevBroker:
         url = f"tcp://127.0.0.1:{self.port}"
         out = subprocess.DEVNULL if self._quiet else None
         self.process = subprocess.Popen(
-            [broker_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-             "--storage-engine", "memory://tansu/"],
-            stdout=out, stderr=out,
+            [
+                broker_binary(),
+                "broker",
+                "--listener-url",
+                url,
+                "--advertised-listener-url",
+                url,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=out,
+            stderr=out,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

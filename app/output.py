@@ -35,8 +35,15 @@ class DeliveryFailure(Exception):
 class OutputProducer:
     """Produces the worker's records and reports which callbacks could not be delivered."""
 
-    def __init__(self, conf: dict[str, Any], *, worker_id: str, fired_topic: str, dlq_topic: str,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        conf: dict[str, Any],
+        *,
+        worker_id: str,
+        fired_topic: str,
+        dlq_topic: str,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._producer = Producer(conf)
         self._worker_id = worker_id
         self._fired_topic = fired_topic
@@ -49,9 +56,15 @@ class OutputProducer:
 
     # -- producing --------------------------------------------------------------
 
-    def _produce(self, topic: str, value: bytes | None, key: bytes | None = None,
-                 partition: int | None = None, headers: HeaderList | None = None,
-                 on_delivery: Callable[[KafkaError | None, Message], None] | None = None) -> None:
+    def _produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: HeaderList | None = None,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+    ) -> None:
         kwargs: dict[str, Any] = {"key": key, "value": value}
         if partition is not None:
             kwargs["partition"] = partition

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-from rocksdict import ReadOptions, Rdict, WriteBatch
+from rocksdict import Rdict, ReadOptions, WriteBatch
 
 from app.output import OutputProducer
 
@@ -37,7 +37,9 @@ OFFSET_KEY = b"__faust\x00offset__"
 class ChangeloggedKV:
     """The :class:`app.wheel.OrderedKV` of one partition: RocksDB, mirrored to the changelog."""
 
-    def __init__(self, db: Rdict, output: OutputProducer, changelog_topic: str, partition: int) -> None:
+    def __init__(
+        self, db: Rdict, output: OutputProducer, changelog_topic: str, partition: int
+    ) -> None:
         self._db = db
         self._output = output
         self._topic = changelog_topic
@@ -75,8 +77,9 @@ def persisted_offset(db: Rdict) -> int | None:
     return int(raw) if raw is not None else None
 
 
-def catch_up_changelog(db: Rdict, consumer_conf: dict[str, Any], topic: str, partition: int,
-                       timeout: float = 60.0) -> int:
+def catch_up_changelog(
+    db: Rdict, consumer_conf: dict[str, Any], topic: str, partition: int, timeout: float = 60.0
+) -> int:
     """Apply every changelog record after the persisted offset, up to the true end.
 
     Returns how many records were applied. Reads to EOF (the fetch high watermark), so
@@ -84,12 +87,20 @@ def catch_up_changelog(db: Rdict, consumer_conf: dict[str, Any], topic: str, par
     """
     start = persisted_offset(db)
     conf = dict(consumer_conf)
-    conf.update({"group.id": f"kafka-timers-catchup-{uuid.uuid4().hex}", "enable.partition.eof": True,
-                 "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    conf.update(
+        {
+            "group.id": f"kafka-timers-catchup-{uuid.uuid4().hex}",
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
     consumer = Consumer(conf)
     applied = last = 0
     try:
-        consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING if start is None else start + 1)])
+        consumer.assign(
+            [TopicPartition(topic, partition, OFFSET_BEGINNING if start is None else start + 1)]
+        )
         batch = WriteBatch(raw_mode=True)
         last_offset: int | None = None
         deadline = time.monotonic() + timeout
@@ -113,7 +124,9 @@ def catch_up_changelog(db: Rdict, consumer_conf: dict[str, Any], topic: str, par
             last_offset = msg.offset()
             applied += 1
         else:
-            raise RuntimeError(f"changelog catch-up of {topic}[{partition}] timed out after {timeout}s")
+            raise RuntimeError(
+                f"changelog catch-up of {topic}[{partition}] timed out after {timeout}s"
+            )
         if last_offset is not None:
             batch.put(OFFSET_KEY, str(last_offset).encode())
             db.write(batch)
@@ -121,6 +134,11 @@ def catch_up_changelog(db: Rdict, consumer_conf: dict[str, Any], topic: str, par
     finally:
         consumer.close()
     if applied:
-        log.info("changelog catch-up %s[%d]: applied %d records missed by recovery (to offset %d)",
-                 topic, partition, applied, last)
+        log.info(
+            "changelog catch-up %s[%d]: applied %d records missed by recovery (to offset %d)",
+            topic,
+            partition,
+            applied,
+            last,
+        )
     return applied

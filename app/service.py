@@ -118,7 +118,9 @@ class TimerService:
                 self._metrics.scheduled.inc()
                 if accepted.replaced:
                     self._adjust_pending(record.partition, -1)
-                self._output.callback(request, partition=record.partition, fired_at_ms=self._now_ms())
+                self._output.callback(
+                    request, partition=record.partition, fired_at_ms=self._now_ms()
+                )
                 fired_now.append((part, request))
         await self._output.flush()
         if fired_now:
@@ -135,17 +137,27 @@ class TimerService:
             self._metrics.cancelled.inc()
             self._adjust_pending(record.partition, -1)
         elif outcome is CancelOutcome.WRONG_TOKEN:
-            self._reject(record, RejectReason.WRONG_TOKEN, f"token does not match timer {cancel.id!r}")
+            self._reject(
+                record, RejectReason.WRONG_TOKEN, f"token does not match timer {cancel.id!r}"
+            )
 
     def _reject(self, record: RawRecord, reason: RejectReason, detail: str) -> None:
-        log.warning("rejected %s[%d]@%d: %s: %s", record.topic, record.partition, record.offset,
-                    reason.value, detail)
+        log.warning(
+            "rejected %s[%d]@%d: %s: %s",
+            record.topic,
+            record.partition,
+            record.offset,
+            reason.value,
+            detail,
+        )
         self._metrics.rejected.labels(reason=reason.value).inc()
         self._output.dead_letter(record, reason, detail)
 
     # -- ticks ----------------------------------------------------------------------
 
-    async def handle_tick(self, partition: int, second: int, broker_timestamp: float | None = None) -> int:
+    async def handle_tick(
+        self, partition: int, second: int, broker_timestamp: float | None = None
+    ) -> int:
         """Fire everything due up to ``second`` on ``partition``; return how many fired."""
         now = self._clock()
         if broker_timestamp:
@@ -183,7 +195,9 @@ class TimerService:
             self._metrics.fired.labels(callback_topic=timer.topic).inc()
             self._metrics.lateness.observe(max(0.0, now - timer.due))
         for timer, error in self._output.take_failures():
-            log.error("callback of timer %s to %s refused by the broker: %s", timer.id, timer.topic, error)
+            log.error(
+                "callback of timer %s to %s refused by the broker: %s", timer.id, timer.topic, error
+            )
             self._metrics.rejected.labels(reason=RejectReason.DELIVERY_FAILED.value).inc()
             self._output.dead_letter_timer(timer, RejectReason.DELIVERY_FAILED, error)
 

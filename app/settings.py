@@ -40,7 +40,7 @@ class TopicNames:
 
 @dataclass(frozen=True)
 class SecuritySettings:
-    """TLS/SASL for real clusters, translated for both Kafka clients (see :mod:`app.kafka_config`)."""
+    """TLS/SASL for real clusters, for both Kafka clients (see :mod:`app.kafka_config`)."""
 
     #: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
     protocol: str = "PLAINTEXT"
@@ -95,6 +95,42 @@ class Settings:
     def with_overrides(self, **changes: Any) -> Settings:
         """A copy with some fields changed (CLI flags win over the environment)."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def to_env(self) -> dict[str, str]:
+        """The environment from which :meth:`from_env` rebuilds these settings (for children)."""
+        env = {
+            "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
+            PREFIX + "PARTITIONS": str(self.partitions),
+            PREFIX + "REPLICATION_FACTOR": str(self.replication_factor),
+            PREFIX + "TICK_TOPIC": self.topics.ticks,
+            PREFIX + "REQUEST_TOPIC": self.topics.requests,
+            PREFIX + "FIRED_TOPIC": self.topics.fired,
+            PREFIX + "DLQ_TOPIC": self.topics.dlq,
+            PREFIX + "APP_ID": self.app_id,
+            PREFIX + "WORKER_ID": self.worker_id,
+            PREFIX + "DATA_DIR": self.data_dir,
+            PREFIX + "WEB_PORT": str(self.web_port),
+            PREFIX + "CALLBACK_ALLOW": ",".join(self.callback_allow),
+            PREFIX + "MAX_PAYLOAD_BYTES": str(self.max_payload_bytes),
+            PREFIX + "HORIZON_SECONDS": str(self.horizon_seconds),
+            PREFIX + "SESSION_TIMEOUT": str(self.session_timeout),
+            PREFIX + "HEARTBEAT_INTERVAL": str(self.heartbeat_interval),
+            PREFIX + "EXACTLY_ONCE": "true" if self.exactly_once else "false",
+            PREFIX + "CLOCK_SKEW_WARN_SECONDS": str(self.clock_skew_warn_seconds),
+            PREFIX + "SECURITY_PROTOCOL": self.security.protocol,
+        }
+        if self.metrics_port is not None:
+            env["METRICS_PORT"] = str(self.metrics_port)
+        optional = {
+            "SASL_MECHANISM": self.security.sasl_mechanism,
+            "SASL_USERNAME": self.security.sasl_username,
+            "SASL_PASSWORD": self.security.sasl_password,
+            "SSL_CAFILE": self.security.ssl_cafile,
+            "SSL_CERTFILE": self.security.ssl_certfile,
+            "SSL_KEYFILE": self.security.ssl_keyfile,
+        }
+        env.update({PREFIX + k: v for k, v in optional.items() if v is not None})
+        return env
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -66,6 +66,11 @@ def unpack_timer(data: bytes) -> Timer:
         name = (take() or b"").decode()
         headers.append((name, take() or b""))
     return Timer(
-        id=timer_id, due=due, topic=topic, key=key, value=value, token=token,
+        id=timer_id,
+        due=due,
+        topic=topic,
+        key=key,
+        value=value,
+        token=token,
         headers=tuple(headers),
     )

@@ -10,13 +10,19 @@ import time
 from collections.abc import Iterable
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from app.errors import BrokerUnavailable, ConfigurationError
 from app.kafka_config import confluent_common
 from app.settings import Settings
 
-__all__ = ["changelog_topic", "ensure_topics", "partition_count", "service_topics", "wait_for_broker"]
+__all__ = [
+    "changelog_topic",
+    "ensure_topics",
+    "partition_count",
+    "service_topics",
+    "wait_for_broker",
+]
 
 TABLE_NAME = "timers"
 

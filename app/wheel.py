@@ -167,7 +167,9 @@ class PartitionWheel:
         if cancel.check_token and cancel.token != index.token:
             return CancelOutcome.WRONG_TOKEN
         self._kv.delete(timer_key(index.due, cancel.id))
-        self._kv.put(_index_key(cancel.id), _IndexEntry(_CANCELLED, index.due, index.token).encode())
+        self._kv.put(
+            _index_key(cancel.id), _IndexEntry(_CANCELLED, index.due, index.token).encode()
+        )
         return CancelOutcome.CANCELLED
 
     def mark_fired(self, timer: Timer) -> None:
@@ -188,7 +190,10 @@ class PartitionWheel:
             return None
         start = 0 if self.fired_through is None else self.fired_through + 1
         self.ticked_through = second
-        timers = [unpack_timer(v) for _, v in self._kv.scan(_bucket_floor(start), _bucket_floor(second + 1))]
+        timers = [
+            unpack_timer(v)
+            for _, v in self._kv.scan(_bucket_floor(start), _bucket_floor(second + 1))
+        ]
         self._in_flight = {t.id for t in timers}
         return timers
 
@@ -197,14 +202,21 @@ class PartitionWheel:
         for timer in fired:
             self._kv.delete(timer_key(timer.due, timer.id))
             index = self._index(timer.id)
-            if index is not None and index.state == _PENDING and index.due == timer.due and index.token == timer.token:
-                self._kv.put(_index_key(timer.id), _IndexEntry(_FIRED, timer.due, timer.token).encode())
+            if (
+                index is not None
+                and index.state == _PENDING
+                and index.due == timer.due
+                and index.token == timer.token
+            ):
+                self._kv.put(
+                    _index_key(timer.id), _IndexEntry(_FIRED, timer.due, timer.token).encode()
+                )
         self._kv.put(_WATERMARK, b"%d" % second)
         self.fired_through = second
         self._in_flight = set()
 
     def abort_tick(self) -> None:
-        """Delivery failed: keep everything pending; the next tick tries again from ``fired_through``."""
+        """Delivery failed: keep it all pending; the next tick retries from ``fired_through``."""
         self._in_flight = set()
 
     def count_pending(self) -> int:

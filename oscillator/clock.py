@@ -8,8 +8,9 @@ from collections.abc import Callable
 __all__ = ["wait_for_second"]
 
 
-def wait_for_second(second: int, clock: Callable[[], float],
-                    wait: Callable[[float], bool]) -> float | None:
+def wait_for_second(
+    second: int, clock: Callable[[], float], wait: Callable[[float], bool]
+) -> float | None:
     """Block until ``clock()`` reaches ``second``; return the time it did, or None if stopped.
 
     ``wait(timeout)`` sleeps and returns True when asked to stop (``threading.Event.wait``).

@@ -32,9 +32,15 @@ METADATA_REFRESH_SECONDS = 30.0
 class Oscillator:
     """Sends tick ``S`` to every partition of ``topic`` as soon as second ``S`` begins."""
 
-    def __init__(self, producer_conf: dict[str, Any], topic: str, *, oscillator_id: str,
-                 metrics: OscillatorMetrics | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        producer_conf: dict[str, Any],
+        topic: str,
+        *,
+        oscillator_id: str,
+        metrics: OscillatorMetrics | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         conf = dict(producer_conf)
         conf.update({"linger.ms": 0, "acks": "all"})
         self._producer = Producer(conf)
@@ -46,7 +52,10 @@ class Oscillator:
         self._partitions_checked = 0.0
 
     def _partition_count(self) -> int:
-        if not self._partitions or time.monotonic() - self._partitions_checked > METADATA_REFRESH_SECONDS:
+        if (
+            not self._partitions
+            or time.monotonic() - self._partitions_checked > METADATA_REFRESH_SECONDS
+        ):
             meta = self._producer.list_topics(self._topic, timeout=10)
             info = meta.topics.get(self._topic)
             count = len(info.partitions) if info is not None and info.error is None else 0
@@ -66,7 +75,9 @@ class Oscillator:
         value = json.dumps({"second": second, "oscillator": self._id, "sent_ms": sent_ms}).encode()
         key = str(second).encode()
         for p in range(partitions):
-            self._producer.produce(self._topic, value, key, partition=p, on_delivery=self._on_delivery)
+            self._producer.produce(
+                self._topic, value, key, partition=p, on_delivery=self._on_delivery
+            )
         self._producer.poll(0)
         self._metrics.ticks.inc()
         self._metrics.tick_delay.observe(max(0.0, sent_ms / 1000 - second))

@@ -1,0 +1,48 @@
+# One virtualenv, .venv, made on first use. `make run` is the demo; `make test` the suite.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: all run install test unit integration lint format typecheck check bench clean
+
+all: check
+
+$(STAMP): pyproject.toml
+	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,audit]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/kafka-timers demo
+
+test: install
+	$(BIN)/pytest
+
+unit: install
+	$(BIN)/pytest tests/unit
+
+integration: install
+	$(BIN)/pytest tests/integration
+
+lint: install
+	$(BIN)/ruff check app oscillator spark_audit tests bench
+	$(BIN)/ruff format --check app oscillator spark_audit tests bench
+
+format: install
+	$(BIN)/ruff format app oscillator spark_audit tests bench
+	$(BIN)/ruff check --fix app oscillator spark_audit tests bench
+
+typecheck: install
+	$(BIN)/mypy
+
+check: lint typecheck test
+
+bench: install
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) .kafka-timers .pytest_cache .mypy_cache .ruff_cache *.egg-info

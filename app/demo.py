@@ -1,0 +1,156 @@
+"""The demo behind ``make run``: a whole dev stack on this machine, and timers firing.
+
+Starts the embedded dev broker, two oscillators and two workers as separate processes,
+schedules a few dozen timers a few seconds out, and prints each callback as it arrives
+with its lateness. Ctrl-C stops everything (workers leave their group gracefully).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import statistics
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from app.client import TimerClient
+from app.dev_broker import DevBroker
+from app.devstack import ServiceProcess, start_oscillator, start_worker
+from app.records import Record, TopicReader
+from app.settings import Settings
+from app.topics import ensure_topics
+
+__all__ = ["run_demo"]
+
+DEMO_TOPIC = "demo-callbacks"
+BASE_DIR = Path(".kafka-timers/demo")
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _describe(record: Record) -> str:
+    due = int(record.header("timer-due") or b"0")
+    late_ms = record.timestamp_ms - due * 1000
+    clock = time.strftime("%H:%M:%S", time.localtime(due))
+    key = (record.key or b"").decode(errors="replace")
+    return (
+        f"  fired {key:<10} due {clock}  late {late_ms / 1000:+.3f}s  partition {record.partition}"
+    )
+
+
+def _wait_until_ready(settings: Settings, client: TimerClient, stop: threading.Event) -> None:
+    """Schedule probe timers due now and wait until they fire: both workers are serving."""
+    probes = [client.schedule(DEMO_TOPIC + "-probe", b"", at=time.time()).id for _ in range(32)]
+    client.flush()
+    with TopicReader(settings, DEMO_TOPIC + "-probe") as reader:
+        deadline = time.monotonic() + 90
+        while not stop.is_set() and time.monotonic() < deadline:
+            reader.poll(0.5)
+            if {r.header("timer-id") for r in reader.records} >= {p.encode() for p in probes}:
+                return
+    if not stop.is_set():
+        raise RuntimeError(
+            "the workers did not start firing within 90 s: see .kafka-timers/demo/*.log"
+        )
+
+
+def run_demo(*, timers: int = 36, duration: float | None = None, partitions: int = 8) -> int:
+    """Run the demo; return 0 when every timer fired on time, 1 otherwise."""
+    stop = threading.Event()
+
+    def on_signal(_signum: int, _frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    shutil.rmtree(BASE_DIR, ignore_errors=True)
+    BASE_DIR.mkdir(parents=True)
+    services: list[ServiceProcess] = []
+    with DevBroker() as broker:
+        settings = replace(
+            Settings(),
+            bootstrap_servers=broker.bootstrap,
+            partitions=partitions,
+            session_timeout=6.0,
+            app_id="kafka-timers-demo",
+        )
+        _say(f"dev broker on {broker.bootstrap}; logs in {BASE_DIR}/")
+        ensure_topics(settings)
+        ensure_topics(settings, [DEMO_TOPIC, DEMO_TOPIC + "-probe"])
+        try:
+            for n in (1, 2):
+                services.append(start_oscillator(settings, f"oscillator-{n}", BASE_DIR))
+                services.append(start_worker(settings, f"worker-{n}", BASE_DIR))
+            _say("started 2 oscillators and 2 workers; waiting for them to join...")
+            client = TimerClient(settings)
+            _wait_until_ready(settings, client, stop)
+            if stop.is_set():
+                return 130
+            return _show_timers(settings, client, timers, duration, stop)
+        finally:
+            _say("stopping workers and oscillators...")
+            for service in services:
+                service.stop()
+            _say("stopped.")
+
+
+def _show_timers(
+    settings: Settings,
+    client: TimerClient,
+    count: int,
+    duration: float | None,
+    stop: threading.Event,
+) -> int:
+    now = time.time()
+    due: dict[str, int] = {}
+    with TopicReader(settings, DEMO_TOPIC, from_end=True) as reader:
+        reader.poll(0.5)  # take the assignment before the first callback can arrive
+        for i in range(count):
+            at = now + 3 + (i % 12) * 0.75 + 0.123  # spread over ~9 s, with fractions
+            timer = client.schedule(DEMO_TOPIC, f"payload-{i}".encode(), f"demo-{i}", at=at)
+            due[timer.id] = timer.due
+        client.flush()
+        _say(f"scheduled {count} timers due in 3-12 s (fractions round up); callbacks:")
+        seen: dict[str, int] = {}
+        lateness: list[float] = []
+        deadline = time.monotonic() + 60
+        while len(seen) < count and not stop.is_set() and time.monotonic() < deadline:
+            for record in reader.poll(0.2):
+                timer_id = (record.header("timer-id") or b"").decode()
+                seen[timer_id] = seen.get(timer_id, 0) + 1
+                lateness.append(record.timestamp_ms / 1000 - due.get(timer_id, 0))
+                _say(_describe(record))
+        fired = sum(1 for t in due if t in seen)
+        early = sum(1 for x in lateness if x < 0)
+        dupes = sum(n - 1 for n in seen.values())
+        summary: dict[str, Any] = {
+            "scheduled": count,
+            "fired": fired,
+            "early": early,
+            "duplicates": dupes,
+        }
+        if lateness:
+            ordered = sorted(lateness)
+            summary["lateness_p50_s"] = round(statistics.median(ordered), 3)
+            summary["lateness_max_s"] = round(ordered[-1], 3)
+        _say("summary: " + json.dumps(summary))
+        ok = fired == count and early == 0
+        if duration is None and not stop.is_set():
+            _say(
+                "stack keeps running; try in another shell:\n"
+                f"  KAFKA_BOOTSTRAP_SERVERS={settings.bootstrap_servers} .venv/bin/kafka-timers "
+                f"schedule --topic {DEMO_TOPIC} --key hello --value world --in 5s\n"
+                "Ctrl-C stops everything."
+            )
+            while not stop.is_set():
+                for record in reader.poll(0.5):
+                    _say(_describe(record))
+        elif duration:
+            stop.wait(duration)
+        return 0 if ok else 1

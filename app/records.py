@@ -1,0 +1,126 @@
+"""Reading topics without a consumer group: assign every partition and read to the end.
+
+Used by the demo, the tests, the benchmarks and ``status``. No group means no join
+delay and nothing left behind on the broker; reading to EOF (the fetch high watermark)
+is right even on brokers whose ListOffsets end is wrong.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    Consumer,
+    KafkaError,
+    Message,
+    TopicPartition,
+)
+
+from app.kafka_config import confluent_consumer
+from app.settings import Settings
+
+__all__ = ["Record", "TopicReader"]
+
+
+@dataclass(frozen=True)
+class Record:
+    """One consumed record."""
+
+    topic: str
+    partition: int
+    offset: int
+    #: Record timestamp, epoch milliseconds.
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+
+    def header(self, name: str) -> bytes | None:
+        """The first header called ``name``."""
+        return next((v for k, v in self.headers if k == name), None)
+
+
+def _to_record(msg: Message) -> Record:
+    raw_headers: Any = msg.headers() or ()
+    headers = tuple((k, v.encode() if isinstance(v, str) else (v or b"")) for k, v in raw_headers)
+    return Record(
+        topic=msg.topic() or "",
+        partition=msg.partition() or 0,
+        offset=msg.offset() or 0,
+        timestamp_ms=msg.timestamp()[1],
+        key=msg.key() if not isinstance(msg.key(), str) else str(msg.key()).encode(),
+        value=msg.value() if not isinstance(msg.value(), str) else str(msg.value()).encode(),
+        headers=headers,
+    )
+
+
+class TopicReader:
+    """Reads every partition of one topic, from the beginning (or the end)."""
+
+    def __init__(self, settings: Settings, topic: str, *, from_end: bool = False) -> None:
+        self._consumer = Consumer(
+            confluent_consumer(settings, group_id=f"kafka-timers-reader-{uuid.uuid4().hex}")
+        )
+        meta = self._consumer.list_topics(topic, timeout=10)
+        info = meta.topics.get(topic)
+        partitions = sorted(info.partitions) if info is not None and info.error is None else []
+        start = OFFSET_END if from_end else OFFSET_BEGINNING
+        self._consumer.assign([TopicPartition(topic, p, start) for p in partitions])
+        self._partitions = set(partitions)
+        self.records: list[Record] = []
+
+    def poll(self, timeout: float = 0.2, max_records: int = 10000) -> list[Record]:
+        """Whatever arrives within ``timeout`` (appended to :attr:`records` too)."""
+        fresh: list[Record] = []
+        for msg in self._consumer.consume(max_records, timeout):
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise RuntimeError(f"reading {msg.topic()}: {err}")
+            fresh.append(_to_record(msg))
+        self.records.extend(fresh)
+        return fresh
+
+    def read_to_end(self, timeout: float = 30.0) -> list[Record]:
+        """Everything up to the current end of every partition."""
+        eof: set[int] = set()
+        deadline = time.monotonic() + timeout
+        while eof != self._partitions and time.monotonic() < deadline:
+            for msg in self._consumer.consume(10000, 0.5):
+                err = msg.error()
+                if err is not None and err.code() == KafkaError._PARTITION_EOF:
+                    eof.add(msg.partition() or 0)
+                elif err is None:
+                    record = _to_record(msg)
+                    self.records.append(record)
+                    eof.discard(record.partition)
+        if eof != self._partitions:
+            raise TimeoutError(f"did not reach the end of every partition within {timeout}s")
+        return self.records
+
+    def wait_for(self, predicate: Callable[[list[Record]], bool], timeout: float) -> list[Record]:
+        """Poll until ``predicate(all records so far)`` holds; raise ``TimeoutError`` if never."""
+        deadline = time.monotonic() + timeout
+        while not predicate(self.records):
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"condition not met within {timeout}s ({len(self.records)} records)"
+                )
+            self.poll(0.2)
+        return self.records
+
+    def close(self) -> None:
+        self._consumer.close()
+
+    def __enter__(self) -> TopicReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

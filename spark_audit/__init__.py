@@ -1,0 +1,1 @@
+"""The PySpark audit: reconcile requested timers with fired ones (see its issue)."""

@@ -1,0 +1,49 @@
+"""Fixtures: one broker per session, fresh topics and app id per test."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from app.settings import Settings, TopicNames
+from app.topics import ensure_topics
+from tests.support.broker import BrokerInfo, resolve_broker
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[BrokerInfo]:
+    with resolve_broker() as info:
+        yield info
+
+
+def fresh_settings(bootstrap: str, partitions: int = 8) -> Settings:
+    """Settings with topics and app id no other test uses."""
+    tag = uuid.uuid4().hex[:8]
+    return replace(
+        Settings(),
+        bootstrap_servers=bootstrap,
+        partitions=partitions,
+        topics=TopicNames(
+            ticks=f"ticks-{tag}", requests=f"requests-{tag}", fired=f"fired-{tag}", dlq=f"dlq-{tag}"
+        ),
+        app_id=f"kt-{tag}",
+        session_timeout=6.0,
+        heartbeat_interval=1.0,
+    )
+
+
+@pytest.fixture
+def settings(broker: BrokerInfo) -> Settings:
+    """Fresh topics (created explicitly) and a fresh app id on the session broker."""
+    s = fresh_settings(broker.bootstrap)
+    ensure_topics(s)
+    return s
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    return tmp_path

@@ -1,0 +1,68 @@
+"""Real oscillator and worker processes for one test, stopped (and their logs shown) after."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from app.devstack import ServiceProcess, start_oscillator, start_worker
+from app.kafka_config import confluent_producer
+from app.records import Record, TopicReader
+from app.settings import Settings
+from app.topics import ensure_topics
+
+
+class Stack:
+    """Starts services on demand; :meth:`close` stops whatever is still running."""
+
+    def __init__(self, settings: Settings, base_dir: Path) -> None:
+        self.settings = settings
+        self.base_dir = base_dir
+        self.services: list[ServiceProcess] = []
+
+    def worker(self, name: str = "worker-1") -> ServiceProcess:
+        service = start_worker(self.settings, name, self.base_dir)
+        self.services.append(service)
+        return service
+
+    def oscillator(self, name: str = "oscillator-1") -> ServiceProcess:
+        service = start_oscillator(self.settings, name, self.base_dir)
+        self.services.append(service)
+        return service
+
+    def callback_topic(self, name: str) -> str:
+        ensure_topics(self.settings, [name])
+        return name
+
+    def reader(self, topic: str) -> TopicReader:
+        return TopicReader(self.settings, topic)
+
+    def producer(self) -> Producer:
+        return Producer(confluent_producer(self.settings))
+
+    def logs(self) -> str:
+        return "\n".join(f"===== {s.name} =====\n{s.log_text()[-4000:]}" for s in self.services)
+
+    def close(self) -> None:
+        for service in self.services:
+            service.stop()
+
+
+@contextmanager
+def running_stack(settings: Settings, base_dir: Path) -> Iterator[Stack]:
+    stack = Stack(settings, base_dir)
+    try:
+        yield stack
+    except BaseException:
+        print(stack.logs())
+        raise
+    finally:
+        stack.close()
+
+
+def fired_ids(records: list[Record]) -> list[str]:
+    """The ``timer-id`` header of each callback, duplicates kept."""
+    return [(r.header("timer-id") or b"").decode() for r in records]

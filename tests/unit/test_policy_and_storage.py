@@ -1,0 +1,81 @@
+import pytest
+
+from app.errors import RejectedRequest, RejectReason
+from app.policy import RequestPolicy
+from app.stored import pack_timer, unpack_timer
+from app.timer import Timer
+
+NOW = 1_767_225_600
+
+
+def policy(allow: tuple[str, ...] = (".*",)) -> RequestPolicy:
+    return RequestPolicy.build(
+        allow_patterns=allow,
+        own_topics=("oscillator", "timer-request", "timer-fired", "timer-request-dlq"),
+        app_id="kafka-timers",
+        max_payload_bytes=100,
+        horizon_seconds=3600,
+    )
+
+
+def timer(topic: str = "payments", due: int = NOW + 10, value: bytes = b"v") -> Timer:
+    return Timer(id="a", due=due, topic=topic, key=None, value=value)
+
+
+@pytest.mark.parametrize(
+    ("topic", "reason"),
+    [
+        ("", RejectReason.MISSING_TOPIC),
+        ("bad topic!", RejectReason.INVALID_TOPIC),
+        ("..", RejectReason.INVALID_TOPIC),
+        ("x" * 250, RejectReason.INVALID_TOPIC),
+        ("__consumer_offsets", RejectReason.TOPIC_NOT_ALLOWED),
+        ("__transaction_state", RejectReason.TOPIC_NOT_ALLOWED),
+        ("timer-request", RejectReason.TOPIC_NOT_ALLOWED),
+        ("oscillator", RejectReason.TOPIC_NOT_ALLOWED),
+        ("timer-fired", RejectReason.TOPIC_NOT_ALLOWED),
+        ("timer-request-dlq", RejectReason.TOPIC_NOT_ALLOWED),
+        ("kafka-timers-timers-changelog", RejectReason.TOPIC_NOT_ALLOWED),
+        ("kafka-timers-__assignor-__leader", RejectReason.TOPIC_NOT_ALLOWED),
+    ],
+)
+def test_refused_topics(topic: str, reason: RejectReason) -> None:
+    with pytest.raises(RejectedRequest) as info:
+        policy().check(timer(topic=topic), NOW)
+    assert info.value.reason is reason
+
+
+def test_allow_list_cannot_reopen_internal_topics() -> None:
+    strict = policy(allow=("payments.*", "__.*", "timer-.*"))
+    strict.check(timer(topic="payments-retry"), NOW)
+    for topic in ("orders", "__consumer_offsets", "timer-request"):
+        with pytest.raises(RejectedRequest):
+            strict.check(timer(topic=topic), NOW)
+
+
+def test_due_range_and_payload_size() -> None:
+    p = policy()
+    p.check(timer(due=NOW + 3600), NOW)
+    p.check(timer(due=0), NOW)  # 1970 itself is fine (late: fires at once)
+    for bad in (timer(due=-1), timer(due=NOW + 3601)):
+        with pytest.raises(RejectedRequest) as info:
+            p.check(bad, NOW)
+        assert info.value.reason is RejectReason.DUE_OUT_OF_RANGE
+    with pytest.raises(RejectedRequest) as info:
+        p.check(timer(value=b"x" * 101), NOW)
+    assert info.value.reason is RejectReason.PAYLOAD_TOO_LARGE
+
+
+def test_storage_round_trip_keeps_binary_and_absent_fields() -> None:
+    original = Timer(
+        id="ü-1",
+        due=NOW,
+        topic="t",
+        key=b"\xff\x00",
+        value=None,
+        token="tok",
+        headers=(("h", b"\x00"), ("scheduler-key", b"")),
+    )
+    assert unpack_timer(pack_timer(original)) == original
+    keyless = Timer(id="x", due=1, topic="t", key=None, value=b"")
+    assert unpack_timer(pack_timer(keyless)) == keyless

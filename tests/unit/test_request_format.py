@@ -1,0 +1,144 @@
+import json
+
+import pytest
+
+from app import protowire
+from app.errors import RejectedRequest, RejectReason
+from app.request_format import RawRecord, parse_request
+from app.timer import Cancel, Timer
+
+
+def record(
+    value: bytes | None, key: bytes | None = b"k", headers: tuple = (), ts: int = 1_000_000
+) -> RawRecord:
+    return RawRecord("timer-request", 3, 42, ts, key, value, headers)
+
+
+def test_article_format_takes_due_from_key_and_derives_a_stable_id() -> None:
+    value = protowire.encode(
+        protowire.Future(callback_topic="cb", callback_key="ck", callback=b"x")
+    )
+    timer = parse_request(record(value, key=b"1767225600"))
+    assert isinstance(timer, Timer)
+    assert (timer.due, timer.topic, timer.key, timer.value) == (1767225600, "cb", b"ck", b"x")
+    assert timer.id == "timer-request-3-42"
+
+
+def test_article_format_with_a_non_second_key_is_rejected() -> None:
+    value = protowire.encode(protowire.Future(callback_topic="cb", callback=b"x"))
+    with pytest.raises(RejectedRequest) as info:
+        parse_request(record(value, key=b"order-7"))
+    assert info.value.reason is RejectReason.MISSING_DUE
+
+
+def test_native_protobuf_carries_id_token_due_and_headers() -> None:
+    value = protowire.encode(
+        protowire.Future(
+            callback_topic="cb",
+            callback=b"x",
+            id="t1",
+            token="s",
+            due=1767225601,
+            headers=[("h", b"1")],
+        )
+    )
+    timer = parse_request(record(value, key=b"t1"))
+    assert timer == Timer(
+        id="t1", due=1767225601, topic="cb", key=None, value=b"x", token="s", headers=(("h", b"1"),)
+    )
+
+
+def test_protobuf_cancel() -> None:
+    value = protowire.encode(protowire.Future(id="t1", token="s", action=protowire.ACTION_CANCEL))
+    assert parse_request(record(value)) == Cancel("t1", "s")
+
+
+def test_json_with_fractional_at_rounds_up() -> None:
+    doc = {
+        "topic": "cb",
+        "key": "k",
+        "value": "hello",
+        "at": 1767225600.2,
+        "id": "j1",
+        "token": "t",
+        "headers": {"h": "v"},
+    }
+    timer = parse_request(record(b"  " + json.dumps(doc).encode()))
+    assert timer == Timer(
+        id="j1",
+        due=1767225601,
+        topic="cb",
+        key=b"k",
+        value=b"hello",
+        token="t",
+        headers=(("h", b"v"),),
+    )
+
+
+def test_json_relative_in_counts_from_the_record_timestamp() -> None:
+    timer = parse_request(record(json.dumps({"topic": "cb", "in": "30s"}).encode(), ts=1_000_500))
+    assert isinstance(timer, Timer)
+    assert timer.due == 1031  # 1000.5 + 30 = 1030.5, rounded up
+
+
+def test_json_iso_and_base64() -> None:
+    doc = {"topic": "cb", "value_b64": "AAE=", "at": "2026-01-01T00:00:00Z"}
+    timer = parse_request(record(json.dumps(doc).encode()))
+    assert isinstance(timer, Timer) and timer.value == b"\x00\x01" and timer.due == 1767225600
+
+
+def test_json_cancel() -> None:
+    assert parse_request(record(b'{"cancel": "j1", "token": "t"}')) == Cancel("j1", "t")
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b"{not json", RejectReason.MALFORMED),
+        (b"[1, 2]", RejectReason.MALFORMED),  # '[' is not '{': read as protobuf, and it is not
+        (b'{"topic": 5, "at": 1}', RejectReason.UNKNOWN_FORMAT),
+        (b'{"topic": "x", "at": "next tuesday"}', RejectReason.MISSING_DUE),
+        (b'{"topic": "x", "at": true}', RejectReason.UNKNOWN_FORMAT),
+        (b"\xff\xff\xff", RejectReason.MALFORMED),
+    ],
+)
+def test_malformed_values_have_a_reason(value: bytes, reason: RejectReason) -> None:
+    with pytest.raises(RejectedRequest) as info:
+        parse_request(record(value, key=b"x"))
+    assert info.value.reason is reason
+
+
+def test_etf1_schedule() -> None:
+    headers = (
+        ("scheduler-epoch", b"1893456000"),
+        ("scheduler-target-topic", b"online-videos"),
+        ("scheduler-target-key", b"vid1"),
+        ("customer-header", b"dummy"),
+    )
+    timer = parse_request(record(b"video 1", key=b"vid1-online", headers=headers, ts=1607918336000))
+    assert isinstance(timer, Timer)
+    assert (timer.id, timer.due, timer.topic, timer.key, timer.value) == (
+        "vid1-online",
+        1893456000,
+        "online-videos",
+        b"vid1",
+        b"video 1",
+    )
+    assert dict(timer.headers) == {
+        "scheduler-timestamp": b"1607918336",
+        "scheduler-key": b"vid1-online",
+        "scheduler-topic": b"timer-request",
+        "customer-header": b"dummy",
+    }
+
+
+def test_etf1_tombstone_cancels_by_key_without_token() -> None:
+    assert parse_request(record(None, key=b"vid1-online")) == Cancel(
+        "vid1-online", "", check_token=False
+    )
+
+
+def test_etf1_bad_epoch() -> None:
+    with pytest.raises(RejectedRequest) as info:
+        parse_request(record(b"x", headers=(("scheduler-epoch", b"soon"),)))
+    assert info.value.reason is RejectReason.MISSING_DUE
