@@ -159,6 +159,18 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return run_demo(timers=args.timers, duration=args.duration, partitions=args.partitions)
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from app.status import status_main
+
+    return status_main(_settings(args), args)
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from spark_audit.main import main as audit_main
+
+    return audit_main(args.audit_args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kafka-timers", description="Durable one-second timers on Kafka.")
     parser.add_argument("--bootstrap", help="broker address (default: $KAFKA_BOOTSTRAP_SERVERS)")
@@ -206,6 +218,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token", required=True)
     p.add_argument("--timeout", type=float, default=10.0)
     p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser("status", help="pending, fires, lateness and ticks of running workers")
+    p.add_argument("--url", action="append", help="worker web URL (repeatable)")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("audit", help="PySpark audit of requested vs fired timers")
+    p.add_argument("audit_args", nargs=argparse.REMAINDER, help="see kafka-timers audit --help")
+    p.set_defaults(func=cmd_audit)
 
     p = sub.add_parser("demo", help="dev broker + 2 oscillators + 2 workers; watch timers fire")
     p.add_argument("--timers", type=int, default=36)

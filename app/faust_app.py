@@ -24,6 +24,7 @@ from app.policy import RequestPolicy
 from app.request_format import RawRecord
 from app.service import TimerService
 from app.settings import Settings
+from app.status import register_status_views
 from app.topics import TABLE_NAME, changelog_topic
 
 __all__ = ["WorkerApp", "build_worker"]
@@ -181,4 +182,5 @@ def build_worker(settings: Settings) -> WorkerApp:
         service.forget_partitions({tp.partition for tp in assigned})
         _shorten_fetch_wait(app)
 
+    register_status_views(app, service, metrics, settings)
     return WorkerApp(app, service, metrics)

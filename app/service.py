@@ -214,6 +214,10 @@ class TimerService:
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
+    def wheels(self) -> dict[int, PartitionWheel]:
+        """The wheels of the partitions loaded so far, by partition (read-only use)."""
+        return {p: part.wheel for p, part in self._partitions.items()}
+
     def pending_by_partition(self) -> dict[int, int]:
         """Pending timers per held partition (for status)."""
         return dict(self._pending)

@@ -219,6 +219,22 @@ class PartitionWheel:
         """Delivery failed: keep it all pending; the next tick retries from ``fired_through``."""
         self._in_flight = set()
 
+    def iter_pending(self, from_second: int = 0) -> Iterator[Timer]:
+        """Pending timers in due order from ``from_second`` on (read-only, for status)."""
+        for _, value in self._kv.scan(_bucket_floor(from_second), b"U"):
+            yield unpack_timer(value)
+
+    def lookup(self, timer_id: str) -> tuple[str, int, str] | None:
+        """``(state, due, token)`` of the newest version of ``timer_id``, or None.
+
+        state is ``pending``, ``fired`` or ``cancelled``.
+        """
+        index = self._index(timer_id)
+        if index is None:
+            return None
+        state = {_PENDING: "pending", _FIRED: "fired", _CANCELLED: "cancelled"}[index.state]
+        return state, index.due, index.token
+
     def count_pending(self) -> int:
         """Number of stored timers; O(pending), so only for start-up and status."""
         return sum(1 for _ in self._kv.scan(b"T", b"U"))
