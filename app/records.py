@@ -73,6 +73,8 @@ class TopicReader:
         start = OFFSET_END if from_end else OFFSET_BEGINNING
         self._consumer.assign([TopicPartition(topic, p, start) for p in partitions])
         self._partitions = set(partitions)
+        #: Partitions whose end was reached and that have had no record since.
+        self._at_end: set[int] = set()
         self.records: list[Record] = []
 
     def poll(self, timeout: float = 0.2, max_records: int = 10000) -> list[Record]:
@@ -82,26 +84,21 @@ class TopicReader:
             err = msg.error()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
+                    self._at_end.add(msg.partition() or 0)
                     continue
                 raise RuntimeError(f"reading {msg.topic()}: {err}")
-            fresh.append(_to_record(msg))
+            record = _to_record(msg)
+            self._at_end.discard(record.partition)
+            fresh.append(record)
         self.records.extend(fresh)
         return fresh
 
     def read_to_end(self, timeout: float = 30.0) -> list[Record]:
-        """Everything up to the current end of every partition."""
-        eof: set[int] = set()
+        """Everything up to the end of every partition (as of when each end was reached)."""
         deadline = time.monotonic() + timeout
-        while eof != self._partitions and time.monotonic() < deadline:
-            for msg in self._consumer.consume(10000, 0.5):
-                err = msg.error()
-                if err is not None and err.code() == KafkaError._PARTITION_EOF:
-                    eof.add(msg.partition() or 0)
-                elif err is None:
-                    record = _to_record(msg)
-                    self.records.append(record)
-                    eof.discard(record.partition)
-        if eof != self._partitions:
+        while self._at_end != self._partitions and time.monotonic() < deadline:
+            self.poll(0.5)
+        if self._at_end != self._partitions:
             raise TimeoutError(f"did not reach the end of every partition within {timeout}s")
         return self.records
 

@@ -37,13 +37,16 @@ def service_topics(settings: Settings) -> tuple[str, ...]:
     return (*settings.topics.all(), changelog_topic(settings))
 
 
-def _admin(settings: Settings) -> AdminClient:
-    return AdminClient(confluent_common(settings))
+def _admin(settings: Settings, *, quiet: bool = False) -> AdminClient:
+    conf = confluent_common(settings)
+    if quiet:
+        conf["log_level"] = 0  # the probe's connection failures become one error, not a log flood
+    return AdminClient(conf)
 
 
 def wait_for_broker(settings: Settings, timeout: float = 15.0) -> None:
     """Return once a broker answers a metadata request; raise :class:`BrokerUnavailable`."""
-    admin = _admin(settings)
+    admin = _admin(settings, quiet=True)
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -53,7 +56,7 @@ def wait_for_broker(settings: Settings, timeout: float = 15.0) -> None:
             if time.monotonic() >= deadline:
                 raise BrokerUnavailable(
                     f"no Kafka broker answered at {settings.bootstrap_servers} within "
-                    f"{timeout:.0f}s ({exc.args[0] if exc.args else exc})"
+                    f"{timeout:g}s: is it running, and is KAFKA_BOOTSTRAP_SERVERS right?"
                 ) from exc
 
 

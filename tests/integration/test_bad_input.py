@@ -1,0 +1,100 @@
+"""Bad input never stops the worker: junk goes to the DLQ with a reason, the rest fires."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+from app import protowire
+from app.records import TopicReader
+from app.topics import changelog_topic
+from tests.support.stack import Stack, fired_ids
+
+
+def garbled(rng: random.Random, valid: bytes) -> bytes:
+    kind = rng.randrange(6)
+    if kind == 0:
+        return rng.randbytes(rng.randrange(1, 64))
+    if kind == 1:
+        return valid[: rng.randrange(1, max(2, len(valid) - 1))]  # truncated protobuf
+    if kind == 2:
+        return b"{" + rng.randbytes(rng.randrange(0, 30))  # broken JSON
+    if kind == 3:
+        return json.dumps({"topic": rng.choice(["", "bad topic", 7]), "at": 1}).encode()
+    if kind == 4:
+        flipped = bytearray(valid)
+        flipped[rng.randrange(len(flipped))] ^= 0xFF
+        return bytes(flipped)
+    return json.dumps({"topic": "fuzz-callbacks", "at": "not a time"}).encode()
+
+
+def test_fuzzed_requests_are_dead_lettered_and_valid_ones_fire(stack: Stack) -> None:
+    topic = stack.callback_topic("fuzz-callbacks")
+    stack.oscillator()
+    stack.worker()
+    rng = random.Random(20261123)
+    producer = stack.producer()
+    requests = stack.settings.topics.requests
+    due = int(time.time()) + 5
+    valid_ids: set[str] = set()
+    sent_invalid = 0
+    for i in range(3000):
+        timer_id = f"ok-{i}"
+        valid = protowire.encode(
+            protowire.Future(callback_topic=topic, callback=b"v", id=timer_id, due=due + i % 3)
+        )
+        if i % 3 == 0:
+            producer.produce(requests, valid, timer_id.encode())
+            valid_ids.add(timer_id)
+        else:
+            producer.produce(requests, garbled(rng, valid), f"junk-{i}".encode())
+            sent_invalid += 1
+        producer.poll(0)
+    producer.flush(30)
+    with stack.reader(topic) as reader:
+        reader.wait_for(lambda rs: set(fired_ids(rs)) >= valid_ids, 90)
+    with TopicReader(stack.settings, stack.settings.topics.dlq) as dlq:
+        dead = dlq.read_to_end()
+    fired_junk = set(fired_ids(reader.records)) - valid_ids
+    # a garbled record may still be a well-formed timer (a flipped byte in the payload):
+    # it then fires; everything else must be in the DLQ, each with a reason.
+    assert len(dead) + len(fired_junk) == sent_invalid
+    assert all(r.header("dlq-reason") for r in dead)
+    assert all(r.header("dlq-source-offset") is not None for r in dead)
+    assert stack.services[1].alive, "the worker kept running"
+
+
+def test_requests_aimed_at_internal_topics_are_refused(stack: Stack) -> None:
+    settings = stack.settings
+    allowed = stack.callback_topic("allowed-callbacks")
+    stack.oscillator()
+    stack.worker()
+    forbidden = [
+        "__consumer_offsets",
+        settings.topics.requests,
+        settings.topics.ticks,
+        settings.topics.fired,
+        settings.topics.dlq,
+        changelog_topic(settings),
+    ]
+    ends_before = {}
+    for name in forbidden[1:]:
+        with TopicReader(settings, name) as reader:
+            ends_before[name] = len(reader.read_to_end())
+    producer = stack.producer()
+    now = int(time.time())
+    for n, name in enumerate([*forbidden, allowed]):
+        value = protowire.encode(
+            protowire.Future(callback_topic=name, callback=b"attack", id=f"a{n}", due=now)
+        )
+        producer.produce(settings.topics.requests, value, f"a{n}".encode())
+    producer.flush(10)
+    with stack.reader(allowed) as reader:
+        reader.wait_for(lambda rs: len(rs) == 1, 60)
+    with TopicReader(settings, settings.topics.dlq) as dlq:
+        dead = dlq.wait_for(lambda rs: len(rs) >= len(forbidden), 30)
+    assert {(r.header("dlq-reason") or b"").decode() for r in dead} == {"topic_not_allowed"}
+    for name in (settings.topics.ticks, settings.topics.fired, changelog_topic(settings)):
+        with TopicReader(settings, name) as reader:
+            assert not any(r.value == b"attack" for r in reader.read_to_end()), name

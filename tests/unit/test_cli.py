@@ -1,0 +1,72 @@
+"""CLI errors are one readable line and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "app", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["schedule", "--topic", "t", "--in", "soon"], "cannot read duration 'soon'"),
+        (["schedule", "--topic", "t", "--at", "next tuesday"], "cannot read time"),
+        (["schedule", "--in", "5s"], "required: --topic"),
+        (["schedule", "--topic", "t", "--at", "1", "--in", "5s"], "not allowed with"),
+        (["schedule", "--topic", "t", "--in", "5s", "--header", "novalue"], "name=value"),
+        (
+            [
+                "--bootstrap",
+                "127.0.0.1:1",
+                "schedule",
+                "--topic",
+                "t",
+                "--in",
+                "5s",
+                "--timeout",
+                "1",
+            ],
+            "no Kafka broker answered at 127.0.0.1:1",
+        ),
+        (
+            ["--bootstrap", "127.0.0.1:1", "cancel", "--id", "x", "--token", "y", "--timeout", "1"],
+            "no Kafka broker answered",
+        ),
+        (["frobnicate"], "invalid choice"),
+    ],
+)
+def test_errors_are_one_line(args: list[str], expected: str) -> None:
+    result = run_cli(*args)
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert expected in lines[0]
+    assert "Traceback" not in result.stderr
+
+
+def test_bad_setting_in_the_environment_is_one_line() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "schedule", "--topic", "t", "--in", "5s"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={"KAFKA_TIMERS_PARTITIONS": "eight", "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        == "kafka-timers: error: KAFKA_TIMERS_PARTITIONS='eight' is not a number"
+    )
