@@ -10,6 +10,7 @@ changelog, consumer-group membership and graceful shutdown; the behaviour lives 
 
 from __future__ import annotations
 
+import json
 import logging
 from decimal import Decimal
 from pathlib import Path
@@ -52,6 +53,14 @@ def _tick_second(event: Any) -> int | None:
         return int(Decimal(key.decode())) if key else None
     except (ArithmeticError, UnicodeDecodeError, ValueError):
         return None
+
+
+def _tick_source(event: Any) -> str:
+    """The oscillator that sent a tick (our ticks say so in their JSON value)."""
+    try:
+        return str(json.loads(event.value)["oscillator"])
+    except (ValueError, KeyError, TypeError):
+        return "unknown"
 
 
 def _raw_record(event: Any) -> RawRecord:
@@ -151,6 +160,7 @@ def build_worker(settings: Settings) -> WorkerApp:
         changelog_topic=changelog_topic(settings),
         db_for_partition=db_for_partition,
         catchup_consumer_conf=confluent_consumer(settings, group_id="unused"),
+        clock_skew_warn_seconds=settings.clock_skew_warn_seconds,
     )
 
     @app.agent(requests, name="requests")
@@ -170,7 +180,9 @@ def build_worker(settings: Settings) -> WorkerApp:
                     event.message.offset,
                 )
                 continue
-            await service.handle_tick(event.message.partition, second, event.message.timestamp)
+            await service.handle_tick(
+                event.message.partition, second, event.message.timestamp, _tick_source(event)
+            )
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def on_revoked(app: faust.App, revoked: set[Any], **_: Any) -> None:

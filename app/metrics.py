@@ -67,7 +67,8 @@ class WorkerMetrics:
         )
         self.clock_skew = Gauge(
             "kafka_timers_clock_skew_seconds",
-            "Local clock minus broker record timestamp of the newest tick.",
+            "Local clock minus the record timestamp of the newest tick, per tick source.",
+            ["source"],
             registry=r,
         )
 

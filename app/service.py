@@ -16,6 +16,7 @@ from typing import Any
 
 from rocksdict import Rdict
 
+from app.clock_check import ClockSkewMonitor
 from app.errors import RejectedRequest, RejectReason
 from app.metrics import WorkerMetrics
 from app.output import OutputProducer
@@ -51,6 +52,7 @@ class TimerService:
         db_for_partition: Callable[[int], Rdict],
         catchup_consumer_conf: dict[str, Any],
         clock: Callable[[], float] = time.time,
+        clock_skew_warn_seconds: float = 2.0,
     ) -> None:
         self._policy = policy
         self._output = output
@@ -62,6 +64,7 @@ class TimerService:
         self._partitions: dict[int, _Partition] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._pending: dict[int, int] = {}
+        self._skew = ClockSkewMonitor(metrics.clock_skew, clock_skew_warn_seconds, clock)
 
     # -- partition lifecycle ------------------------------------------------------
 
@@ -156,12 +159,18 @@ class TimerService:
     # -- ticks ----------------------------------------------------------------------
 
     async def handle_tick(
-        self, partition: int, second: int, broker_timestamp: float | None = None
+        self,
+        partition: int,
+        second: int,
+        record_timestamp: float | None = None,
+        source: str = "unknown",
     ) -> int:
-        """Fire everything due up to ``second`` on ``partition``; return how many fired."""
-        now = self._clock()
-        if broker_timestamp:
-            self._metrics.clock_skew.set(now - broker_timestamp)
+        """Fire everything due up to ``second`` on ``partition``; return how many fired.
+
+        ``record_timestamp`` and ``source`` (the oscillator) feed the clock-skew check.
+        """
+        if record_timestamp:
+            self._skew.observe(source, record_timestamp)
         part = await self._partition(partition)
         timers = part.wheel.begin_tick(second)
         if timers is None:
