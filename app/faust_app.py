@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import faust
+from aiokafka.consumer.fetcher import READ_COMMITTED
 
 from app.kafka_config import confluent_consumer, confluent_producer, faust_credentials
 from app.metrics import WorkerMetrics
-from app.output import OutputProducer
+from app.output import DeliveryFailure, OutputProducer
 from app.policy import RequestPolicy
 from app.request_format import RawRecord
 from app.service import TimerService
@@ -79,21 +81,41 @@ def _raw_record(event: Any) -> RawRecord:
     )
 
 
+#: Exit status when writes could not be made durable (EX_SOFTWARE): restart the worker.
+EXIT_UNDURABLE = 70
+
 #: Longest a fetch may wait at the broker for new records, in milliseconds. Faust fixes
 #: aiokafka's at 1,500 ms; a tick that lands while a fetch waits can then sit at the
 #: broker until the wait ends (measured here: up to ~330 ms of added lateness).
 FETCH_MAX_WAIT_MS = 50
 
 
-def _shorten_fetch_wait(app: faust.App) -> None:
-    """Lower the fetch wait of Faust's aiokafka consumer (Faust exposes no setting for it)."""
+def _tune_consumer(app: faust.App, *, read_committed: bool) -> None:
+    """Adjust Faust's aiokafka fetcher, for which Faust exposes no setting.
+
+    Shortens the fetch wait (see :data:`FETCH_MAX_WAIT_MS`) and, in exactly-once mode,
+    reads only committed records, so table recovery never applies the changes of an
+    aborted transaction (Faust would only do that with its own exactly-once mode, which
+    needs aiokafka's transactional producer).
+    """
     fetcher = getattr(
         getattr(getattr(app.consumer, "_thread", None), "_consumer", None), "_fetcher", None
     )
-    if fetcher is not None and hasattr(fetcher, "_fetch_max_wait_ms"):
-        fetcher._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
-    else:
+    if fetcher is None or not hasattr(fetcher, "_fetch_max_wait_ms"):
+        if read_committed:
+            raise RuntimeError("cannot switch Faust's consumer to read_committed")
         log.warning("could not shorten the consumer fetch wait: ticks may arrive late")
+        return
+    fetcher._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
+    if read_committed:
+        fetcher._isolation_level = READ_COMMITTED
+
+
+def _exit_undurable(error: Exception) -> NoReturn:
+    """Stop at once, committing nothing: a restart re-reads whatever was not durable."""
+    log.critical("cannot make writes durable, exiting so nothing is acknowledged: %s", error)
+    logging.shutdown()
+    os._exit(EXIT_UNDURABLE)
 
 
 def build_worker(settings: Settings) -> WorkerApp:
@@ -114,6 +136,7 @@ def build_worker(settings: Settings) -> WorkerApp:
         broker_heartbeat_interval=settings.heartbeat_interval,
         consumer_auto_offset_reset="earliest",
         table_standby_replicas=0,
+        recovery_consistency_check=False,
         autodiscover=False,
         loghandlers=[],
     )
@@ -147,6 +170,9 @@ def build_worker(settings: Settings) -> WorkerApp:
         worker_id=settings.worker_id,
         fired_topic=settings.topics.fired,
         dlq_topic=settings.topics.dlq,
+        transactional_id=(
+            f"{settings.app_id}-{settings.worker_id}" if settings.exactly_once else None
+        ),
     )
 
     def db_for_partition(partition: int) -> Any:
@@ -166,7 +192,10 @@ def build_worker(settings: Settings) -> WorkerApp:
     @app.agent(requests, name="requests")
     async def handle_requests(stream: Any) -> None:
         async for events in stream.take_events(REQUEST_BATCH, within=REQUEST_BATCH_WITHIN):
-            await service.handle_requests([_raw_record(e) for e in events])
+            try:
+                await service.handle_requests([_raw_record(e) for e in events])
+            except DeliveryFailure as exc:
+                _exit_undurable(exc)
 
     @app.agent(ticks, name="ticks")
     async def handle_ticks(stream: Any) -> None:
@@ -180,9 +209,12 @@ def build_worker(settings: Settings) -> WorkerApp:
                     event.message.offset,
                 )
                 continue
-            await service.handle_tick(
-                event.message.partition, second, event.message.timestamp, _tick_source(event)
-            )
+            try:
+                await service.handle_tick(
+                    event.message.partition, second, event.message.timestamp, _tick_source(event)
+                )
+            except DeliveryFailure as exc:
+                _exit_undurable(exc)
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def on_revoked(app: faust.App, revoked: set[Any], **_: Any) -> None:
@@ -192,7 +224,7 @@ def build_worker(settings: Settings) -> WorkerApp:
     async def on_assigned(app: faust.App, assigned: set[Any], **_: Any) -> None:
         # Recovery may rewrite the stores of newly assigned partitions: reload lazily.
         service.forget_partitions({tp.partition for tp in assigned})
-        _shorten_fetch_wait(app)
+        _tune_consumer(app, read_committed=settings.exactly_once)
 
     register_status_views(app, service, metrics, settings)
     return WorkerApp(app, service, metrics)

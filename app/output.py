@@ -15,13 +15,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from app.errors import RejectReason
 from app.request_format import RawRecord
 from app.timer import Timer
 
-__all__ = ["DeliveryFailure", "OutputProducer"]
+__all__ = ["DeliveryFailure", "OutputProducer", "TransactionAborted"]
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,15 @@ HeaderList = list[tuple[str, bytes]]
 
 
 class DeliveryFailure(Exception):
-    """Some records were not acknowledged by the broker within the flush timeout."""
+    """Records the worker needs durable were not acknowledged: stop before acking anything.
+
+    Raised when a flush times out or the broker refused a changelog record. The worker
+    then exits without committing offsets, so a restart re-reads what was not durable.
+    """
+
+
+class TransactionAborted(Exception):
+    """The unit's transaction was aborted: none of its records are visible; retry later."""
 
 
 class OutputProducer:
@@ -42,9 +50,19 @@ class OutputProducer:
         worker_id: str,
         fired_topic: str,
         dlq_topic: str,
+        transactional_id: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
+        conf = dict(conf)
+        if transactional_id is not None:
+            conf.update({"transactional.id": transactional_id, "enable.idempotence": True})
+            conf.pop("max.in.flight.requests.per.connection", None)
         self._producer = Producer(conf)
+        #: Whether every unit of work is one Kafka transaction (exactly-once mode).
+        self.transactional = transactional_id is not None
+        if self.transactional:
+            # Fences an earlier incarnation with the same id and aborts its open transaction.
+            self._producer.init_transactions(60)
         self._worker_id = worker_id
         self._fired_topic = fired_topic
         self._dlq_topic = dlq_topic
@@ -53,6 +71,8 @@ class OutputProducer:
         self._failed: list[tuple[Timer, str]] = []
         #: Highest changelog offset acknowledged, per changelog partition.
         self.changelog_acked: dict[int, int] = {}
+        #: Changelog records the broker refused: the table would diverge from its changelog.
+        self._changelog_errors: list[str] = []
 
     # -- producing --------------------------------------------------------------
 
@@ -147,7 +167,9 @@ class OutputProducer:
         """Write one table change to the changelog partition that mirrors ``partition``."""
 
         def delivered(err: KafkaError | None, msg: Message) -> None:
-            if err is None:
+            if err is not None:
+                self._changelog_errors.append(str(err))
+            else:
                 offset = msg.offset()
                 if offset is not None and offset > self.changelog_acked.get(partition, -1):
                     self.changelog_acked[partition] = offset
@@ -156,15 +178,48 @@ class OutputProducer:
 
     # -- waiting ----------------------------------------------------------------
 
-    def flush_blocking(self, timeout: float = 30.0) -> None:
+    def flush_blocking(self, timeout: float = 60.0) -> None:
         """Wait until the broker acknowledged everything produced so far."""
         remaining = self._producer.flush(timeout)
         if remaining:
             raise DeliveryFailure(f"{remaining} records not acknowledged within {timeout}s")
+        if self._changelog_errors:
+            raise DeliveryFailure(
+                f"the broker refused a changelog record: {self._changelog_errors[0]}"
+            )
 
-    async def flush(self, timeout: float = 30.0) -> None:
+    async def flush(self, timeout: float = 60.0) -> None:
         """:meth:`flush_blocking` off the event loop."""
         await asyncio.get_running_loop().run_in_executor(None, self.flush_blocking, timeout)
+
+    def begin(self) -> None:
+        """Start a unit of work: a transaction in exactly-once mode, nothing otherwise."""
+        if self.transactional:
+            self._producer.begin_transaction()
+
+    def _commit_blocking(self, timeout: float) -> None:
+        try:
+            self._producer.commit_transaction(timeout)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.txn_requires_abort():
+                self._producer.abort_transaction(timeout)
+                self._failed.clear()
+                raise TransactionAborted(str(error)) from exc
+            raise DeliveryFailure(f"transaction commit failed: {error}") from exc
+
+    async def commit(self, timeout: float = 60.0) -> None:
+        """End a unit of work: commit its transaction, or flush (at-least-once mode).
+
+        Raises :class:`TransactionAborted` when the transaction had to be aborted (its
+        records are invisible to read_committed consumers), :class:`DeliveryFailure`
+        when durability cannot be established at all.
+        """
+        loop = asyncio.get_running_loop()
+        if self.transactional:
+            await loop.run_in_executor(None, self._commit_blocking, timeout)
+        else:
+            await loop.run_in_executor(None, self.flush_blocking, timeout)
 
     def poll(self) -> None:
         """Serve delivery callbacks without waiting."""

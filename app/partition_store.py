@@ -44,18 +44,54 @@ class ChangeloggedKV:
         self._output = output
         self._topic = changelog_topic
         self._partition = partition
+        #: Local writes held back until the unit's transaction commits (exactly-once mode).
+        self._deferred: dict[bytes, bytes | None] | None = None
 
     def get(self, key: bytes) -> bytes | None:
+        if self._deferred is not None and key in self._deferred:
+            return self._deferred[key]
         value: bytes | None = self._db.get(key)
         return value
 
     def put(self, key: bytes, value: bytes) -> None:
-        self._db.put(key, value)
+        self._write_local(key, value)
         self._output.changelog(self._topic, self._partition, key, value)
 
     def delete(self, key: bytes) -> None:
-        self._db.delete(key)
+        self._write_local(key, None)
         self._output.changelog(self._topic, self._partition, key, None)
+
+    def _write_local(self, key: bytes, value: bytes | None) -> None:
+        if self._deferred is not None:
+            self._deferred[key] = value
+        elif value is None:
+            self._db.delete(key)
+        else:
+            self._db.put(key, value)
+
+    def defer_local_writes(self) -> None:
+        """Hold local writes back (reads see them) until :meth:`apply_deferred`.
+
+        In exactly-once mode a tick's deletes must reach RocksDB only once its
+        transaction committed: a crash before that must leave the timers in place.
+        """
+        self._deferred = {}
+
+    def apply_deferred(self) -> None:
+        """Write the held-back changes to RocksDB in one batch."""
+        deferred, self._deferred = self._deferred or {}, None
+        if deferred:
+            batch = WriteBatch(raw_mode=True)
+            for key, value in deferred.items():
+                if value is None:
+                    batch.delete(key)
+                else:
+                    batch.put(key, value)
+            self._db.write(batch)
+
+    def discard_deferred(self) -> None:
+        """Drop the held-back changes (their transaction was aborted)."""
+        self._deferred = None
 
     def scan(self, low: bytes, high: bytes) -> Iterator[tuple[bytes, bytes]]:
         options = ReadOptions()

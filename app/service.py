@@ -9,6 +9,7 @@ acknowledged to Kafka before its effects are durable (at-least-once).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -19,7 +20,7 @@ from rocksdict import Rdict
 from app.clock_check import ClockSkewMonitor
 from app.errors import RejectedRequest, RejectReason
 from app.metrics import WorkerMetrics
-from app.output import OutputProducer
+from app.output import DeliveryFailure, OutputProducer, TransactionAborted
 from app.partition_store import ChangeloggedKV, catch_up_changelog
 from app.policy import RequestPolicy
 from app.request_format import RawRecord, parse_request
@@ -65,6 +66,10 @@ class TimerService:
         self._locks: dict[int, asyncio.Lock] = {}
         self._pending: dict[int, int] = {}
         self._skew = ClockSkewMonitor(metrics.clock_skew, clock_skew_warn_seconds, clock)
+        #: Exactly-once mode runs one transaction at a time on the one producer.
+        self._unit_lock: contextlib.AbstractAsyncContextManager[Any] = (
+            asyncio.Lock() if output.transactional else contextlib.nullcontext()
+        )
 
     # -- partition lifecycle ------------------------------------------------------
 
@@ -98,9 +103,20 @@ class TimerService:
     # -- requests -------------------------------------------------------------------
 
     async def handle_requests(self, records: Sequence[RawRecord]) -> None:
-        """Apply a batch of request records; return once every effect is durable."""
+        """Apply a batch of request records; return once every effect is durable.
+
+        Raises :class:`DeliveryFailure` if that cannot be established: the caller must
+        then stop without acknowledging the batch.
+        """
+        async with self._unit_lock:
+            await self._handle_requests(records)
+
+    async def _handle_requests(self, records: Sequence[RawRecord]) -> None:
         fired_now: list[tuple[_Partition, Timer]] = []
         now = self._clock()
+        for record in records:
+            await self._partition(record.partition)  # load (and catch up) before the unit
+        self._output.begin()
         for record in records:
             part = await self._partition(record.partition)
             try:
@@ -125,12 +141,17 @@ class TimerService:
                     request, partition=record.partition, fired_at_ms=self._now_ms()
                 )
                 fired_now.append((part, request))
-        await self._output.flush()
-        if fired_now:
-            for part, timer in fired_now:
+        if self._output.transactional:
+            for part, timer in fired_now:  # atomically with the callbacks
                 part.wheel.mark_fired(timer)
-            self._account_fired([t for _, t in fired_now])
-            await self._output.flush()
+        try:
+            await self._output.commit()
+        except TransactionAborted as exc:
+            raise DeliveryFailure(f"request batch not committed: {exc}") from exc
+        if not self._output.transactional:
+            for part, timer in fired_now:  # only once delivered; durable with the next unit
+                part.wheel.mark_fired(timer)
+        self._account_fired([t for _, t in fired_now])
         self._record_persisted()
 
     def _cancel(self, part: _Partition, record: RawRecord, cancel: Cancel) -> None:
@@ -171,27 +192,63 @@ class TimerService:
         """
         if record_timestamp:
             self._skew.observe(source, record_timestamp)
-        part = await self._partition(partition)
-        timers = part.wheel.begin_tick(second)
-        if timers is None:
-            return 0
+        async with self._unit_lock:
+            part = await self._partition(partition)
+            timers = part.wheel.begin_tick(second)
+            if timers is None:
+                return 0
+            if self._output.transactional:
+                if not await self._fire_in_transaction(partition, part, second, timers):
+                    return 0
+            else:
+                await self._fire_at_least_once(partition, part, second, timers)
+        if timers:
+            self._account_fired(timers)
+            self._adjust_pending(partition, -len(timers))
+            self._record_persisted()
+        self._metrics.last_tick.labels(partition=str(partition)).set(second)
+        return len(timers)
+
+    async def _fire_at_least_once(
+        self, partition: int, part: _Partition, second: int, timers: list[Timer]
+    ) -> None:
+        """Deliver callbacks, then forget the timers: a crash in between fires them again."""
         if timers:
             fired_at_ms = self._now_ms()
             for timer in timers:
                 self._output.callback(timer, partition=partition, fired_at_ms=fired_at_ms)
             try:
                 await self._output.flush()
-            except Exception:
+            except DeliveryFailure:
                 part.wheel.abort_tick()
                 raise
+        # The forgetting rides with the next flush; lost in a crash, it means a duplicate.
         part.wheel.finish_tick(second, timers)
-        if timers:
-            self._account_fired(timers)
-            self._adjust_pending(partition, -len(timers))
-            await self._output.flush()
-            self._record_persisted()
-        self._metrics.last_tick.labels(partition=str(partition)).set(second)
-        return len(timers)
+
+    async def _fire_in_transaction(
+        self, partition: int, part: _Partition, second: int, timers: list[Timer]
+    ) -> bool:
+        """Callbacks, audit records and the forgetting in one transaction; False if aborted."""
+        self._output.begin()
+        part.kv.defer_local_writes()
+        fired_at_ms = self._now_ms()
+        for timer in timers:
+            self._output.callback(timer, partition=partition, fired_at_ms=fired_at_ms)
+        part.wheel.finish_tick(second, timers)
+        try:
+            await self._output.commit()
+        except TransactionAborted as exc:
+            log.error(
+                "tick %d on partition %d aborted, retried on the next tick: %s",
+                second,
+                partition,
+                exc,
+            )
+            part.kv.discard_deferred()
+            self.forget_partitions([partition])  # reload the wheel from RocksDB as it was
+            return False
+        part.kv.apply_deferred()
+        return True
 
     # -- bookkeeping ----------------------------------------------------------------
 

@@ -37,6 +37,9 @@ __all__ = [
 ]
 
 _WATERMARK = b"W"
+#: An idle tick persists ``fired_through`` only this often (seconds): it bounds how far
+#: back a restarted scan starts, without a changelog write per partition per second.
+WATERMARK_PERSIST_INTERVAL = 60
 _PENDING, _FIRED, _CANCELLED = b"P", b"F", b"C"
 
 
@@ -127,6 +130,7 @@ class PartitionWheel:
         raw = kv.get(_WATERMARK)
         #: Every timer due at or before this second has fired and been forgotten.
         self.fired_through: int | None = int(raw) if raw is not None else None
+        self._persisted_through = self.fired_through
         #: Ticks seen up to this second: a request due at or before it fires at once.
         #: Ahead of ``fired_through`` while a tick's timers are being delivered.
         self.ticked_through: int | None = self.fired_through
@@ -211,7 +215,10 @@ class PartitionWheel:
                 self._kv.put(
                     _index_key(timer.id), _IndexEntry(_FIRED, timer.due, timer.token).encode()
                 )
-        self._kv.put(_WATERMARK, b"%d" % second)
+        persisted = self._persisted_through
+        if fired or persisted is None or second - persisted >= WATERMARK_PERSIST_INTERVAL:
+            self._kv.put(_WATERMARK, b"%d" % second)
+            self._persisted_through = second
         self.fired_through = second
         self._in_flight = set()
 
