@@ -55,7 +55,15 @@ class OutputProducer:
     ) -> None:
         conf = dict(conf)
         if transactional_id is not None:
-            conf.update({"transactional.id": transactional_id, "enable.idempotence": True})
+            # A dead worker's open transaction blocks read_committed readers of its
+            # partitions (the next owner's recovery among them) until this timeout.
+            conf.update(
+                {
+                    "transactional.id": transactional_id,
+                    "enable.idempotence": True,
+                    "transaction.timeout.ms": 15000,
+                }
+            )
             conf.pop("max.in.flight.requests.per.connection", None)
         self._producer = Producer(conf)
         #: Whether every unit of work is one Kafka transaction (exactly-once mode).
