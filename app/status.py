@@ -1,27 +1,251 @@
 """The worker's status page and JSON endpoints, and ``kafka-timers status``.
 
-(Placeholder until the observability work lands: registers nothing yet.)
+Served by the worker's own Faust web server (``KAFKA_TIMERS_WEB_PORT``):
+
+``GET /status``
+    the live page: pending timers by due time, fires per second, lateness
+    percentiles, last tick per partition, rejects by reason (charts drawn in the
+    browser from ``/status/data``; no outside resources).
+``GET /status/data``
+    everything the page shows, as JSON (also what ``kafka-timers status`` reads).
+``GET /timers/next?n=N``
+    the next ``N`` pending timers on this worker, in due order (``N`` <= 1000).
+``GET /timers/{id}``
+    one timer's state (``pending``, ``fired``, ``cancelled``), due second and
+    partition; 404 if no partition this worker holds knows it.
+
+Handlers run on the worker's event loop, between ticks, so each is bounded: the
+by-due histogram reads at most :data:`PENDING_SCAN_LIMIT` timers and is cached for a
+second; lookups are point reads. Tokens are never shown: a token authorises a cancel,
+and the page has no authentication of its own.
 """
 
 from __future__ import annotations
 
-import argparse
+import base64
+import time
+from collections.abc import Callable
+from itertools import islice
 from typing import Any
 
-from app.errors import KafkaTimersError
 from app.metrics import WorkerMetrics
 from app.service import TimerService
 from app.settings import Settings
+from app.status_cli import status_main
+from app.status_model import (
+    PartitionScan,
+    SampleHistory,
+    lateness_summary,
+    merge_sorted_dues,
+    pending_by_due,
+    read_sample,
+)
+from app.status_page import STATUS_PAGE_HTML
+from app.timer import Timer
 
-__all__ = ["register_status_views", "status_main"]
+__all__ = [
+    "NEXT_MAX",
+    "PENDING_SCAN_LIMIT",
+    "StatusCollector",
+    "register_status_views",
+    "status_main",
+]
+
+#: Most pending timers one refresh of the by-due histogram reads, over all partitions
+#: (about 6 µs each: ~30 ms of the event loop at most, once a second at most).
+PENDING_SCAN_LIMIT = 5000
+#: Fewest read per partition, so one busy partition cannot hide the others.
+PARTITION_SCAN_FLOOR = 200
+#: Largest ``n`` accepted by ``/timers/next``.
+NEXT_MAX = 1000
+#: How long a computed snapshot is served again (several open pages cost one scan).
+SNAPSHOT_TTL = 1.0
+#: Counters are sampled this often, for the fires-per-second history.
+SAMPLE_INTERVAL = 1.0
+#: Timers sharing one due second that a lookup reads to find a pending timer's details.
+LOOKUP_SCAN_LIMIT = 10000
+
+
+def _text_or_b64(data: bytes | None, name: str) -> dict[str, Any]:
+    if data is None:
+        return {name: None}
+    try:
+        return {name: data.decode()}
+    except UnicodeDecodeError:
+        return {f"{name}_b64": base64.b64encode(data).decode()}
+
+
+def timer_json(partition: int, timer: Timer) -> dict[str, Any]:
+    """What the endpoints say about a pending timer: never its token, nor its payload."""
+    return {
+        "id": timer.id,
+        "due": timer.due,
+        "partition": partition,
+        "topic": timer.topic,
+        **_text_or_b64(timer.key, "key"),
+        "value_bytes": None if timer.value is None else len(timer.value),
+        "headers": [name for name, _ in timer.headers],
+    }
+
+
+class StatusCollector:
+    """Builds the status snapshot of one worker from its metrics and wheels."""
+
+    def __init__(
+        self,
+        service: TimerService,
+        metrics: WorkerMetrics,
+        settings: Settings,
+        held_partitions: Callable[[], list[int]],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._service = service
+        self._metrics = metrics
+        self._settings = settings
+        self._held = held_partitions
+        self._clock = clock
+        self.history = SampleHistory()
+        self._cached: tuple[float, dict[str, Any]] | None = None
+        self.sample()
+
+    def sample(self) -> None:
+        """Read the counters into the history (once a second, from a Faust timer)."""
+        self.history.add(read_sample(self._metrics.registry, self._clock()))
+
+    def _scans(self) -> list[PartitionScan]:
+        wheels = self._service.wheels()
+        pending = self._service.pending_by_partition()
+        per_partition = max(PARTITION_SCAN_FLOOR, PENDING_SCAN_LIMIT // max(1, len(wheels)))
+        return [
+            PartitionScan(
+                partition=p,
+                dues=[t.due for t in islice(wheel.iter_pending(0), per_partition)],
+                pending=pending.get(p, 0),
+            )
+            for p, wheel in sorted(wheels.items())
+        ]
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything the page shows (cached for :data:`SNAPSHOT_TTL` seconds)."""
+        mono = time.monotonic()
+        if self._cached is not None and mono - self._cached[0] < SNAPSHOT_TTL:
+            return self._cached[1]
+        now = self._clock()
+        current = read_sample(self._metrics.registry, now)
+        self.history.add(current)
+        data = {
+            "worker": self._settings.worker_id,
+            "now": now,
+            "partitions_held": self._held(),
+            "totals": {
+                "pending": current.pending,
+                "scheduled": current.scheduled,
+                "fired": current.fired,
+                "cancelled": current.cancelled,
+                "rejected": current.rejected,
+            },
+            "fired_by_topic": dict(current.fired_by_topic),
+            "rejected_by_reason": dict(current.rejected_by_reason),
+            "fires_per_second": [[t, r] for t, r in self.history.fires_per_second()],
+            "fires_per_second_recent": self.history.rate(10.0),
+            "lateness": lateness_summary(self.history),
+            "last_tick": {
+                str(p): {"second": s, "age": now - s} for p, s in sorted(current.last_tick.items())
+            },
+            "pending_by_partition": {
+                str(p): n for p, n in sorted(self._service.pending_by_partition().items())
+            },
+            "pending_by_due": pending_by_due(self._scans(), now),
+        }
+        self._cached = (mono, data)
+        return data
+
+    def next_due(self, n: int) -> list[dict[str, Any]]:
+        """The next ``n`` pending timers of this worker, in due order (reads about ``n``)."""
+        iterators = {p: wheel.iter_pending(0) for p, wheel in self._service.wheels().items()}
+        return [timer_json(p, t) for p, t in merge_sorted_dues(iterators, n)]
+
+    def lookup(self, timer_id: str) -> dict[str, Any] | None:
+        """State of ``timer_id`` on the partitions this worker holds, or ``None``."""
+        for p, wheel in sorted(self._service.wheels().items()):
+            found = wheel.lookup(timer_id)
+            if found is None:
+                continue
+            state, due, _token = found
+            result: dict[str, Any] = {"id": timer_id, "state": state, "partition": p}
+            if state == "cancelled" and due == 0:
+                result["state"] = "cancelled_in_advance"
+            else:
+                result["due"] = due
+            if state == "pending":
+                for timer in islice(wheel.iter_pending(due), LOOKUP_SCAN_LIMIT):
+                    if timer.due != due:
+                        break
+                    if timer.id == timer_id:
+                        result.update(timer_json(p, timer))
+                        break
+            result["worker"] = self._settings.worker_id
+            return result
+        return None
+
+
+def _held_partitions(app: Any, service: TimerService, topic: str) -> Callable[[], list[int]]:
+    def held() -> list[int]:
+        try:
+            assigned = app.assignor.assigned_actives()
+        except Exception:  # no assignment yet, or Faust internals moved: use what is loaded
+            return sorted(service.wheels())
+        return sorted(tp.partition for tp in assigned if tp.topic == topic)
+
+    return held
 
 
 def register_status_views(
     app: Any, service: TimerService, metrics: WorkerMetrics, settings: Settings
-) -> None:
+) -> StatusCollector:
     """Add the status page and JSON endpoints to the worker's Faust web server."""
+    collector = StatusCollector(
+        service, metrics, settings, _held_partitions(app, service, settings.topics.ticks)
+    )
 
+    @app.timer(SAMPLE_INTERVAL, name="kafka_timers_status_sample")  # type: ignore[untyped-decorator,misc]
+    async def sample_counters() -> None:
+        collector.sample()
 
-def status_main(settings: Settings, args: argparse.Namespace) -> int:
-    """Print the status of running workers."""
-    raise KafkaTimersError("status is not implemented yet")
+    async def status_page(view: Any, request: Any) -> Any:
+        return view.html(STATUS_PAGE_HTML)
+
+    async def status_data(view: Any, request: Any) -> Any:
+        return view.json(collector.snapshot())
+
+    async def timers_next(view: Any, request: Any) -> Any:
+        raw = request.query.get("n", "20")
+        try:
+            n = int(raw)
+        except ValueError:
+            return view.json({"error": f"n must be a whole number, got {raw!r}"}, status=400)
+        if not 1 <= n <= NEXT_MAX:
+            return view.json({"error": f"n must be between 1 and {NEXT_MAX}"}, status=400)
+        return view.json({"worker": settings.worker_id, "timers": collector.next_due(n)})
+
+    async def timer_by_id(view: Any, request: Any, timer_id: str) -> Any:
+        found = collector.lookup(timer_id)
+        if found is None:
+            return view.json(
+                {
+                    "id": timer_id,
+                    "error": "not found on this worker",
+                    "worker": settings.worker_id,
+                    "partitions_held": sorted(service.wheels()),
+                },
+                status=404,
+            )
+        return view.json(found)
+
+    # ``next`` before ``{timer_id}``: a literal route must win over the pattern.
+    app.page("/status", name="kafka_timers_status")(status_page)
+    app.page("/status/", name="kafka_timers_status_slash")(status_page)
+    app.page("/status/data", name="kafka_timers_status_data")(status_data)
+    app.page("/timers/next", name="kafka_timers_next")(timers_next)
+    app.page("/timers/{timer_id}", name="kafka_timers_timer")(timer_by_id)
+    return collector

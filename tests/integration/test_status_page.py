@@ -1,0 +1,438 @@
+"""The worker's status page, its JSON endpoints and ``kafka-timers status`` show what was done.
+
+One module-wide scene on a real broker: an oscillator and one worker (so one worker's
+numbers are the whole truth), then a known set of timers — some due in the next
+minutes, some in hours and days, a few firing at once, one cancelled — and two bad
+requests. Every test reads the same scene through a different window: the JSON
+endpoints, the terminal command, and the page itself in headless Chromium.
+
+The browser test needs Debian's ``chromium`` and the ``playwright`` package
+(``deploy/install-browser.sh``). Where they are missing it fails and says so; set
+KAFKA_TIMERS_SKIP_BROWSER=1 to skip it knowingly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.client import ScheduledTimer, TimerClient
+from app.dev_broker import free_port
+from app.devstack import ServiceProcess
+from app.errors import KafkaTimersError
+from app.settings import Settings
+from app.status_cli import status_main
+from app.status_model import (
+    SOON_BUCKET_SECONDS,
+    PartitionScan,
+    histogram_quantile,
+    merge_snapshots,
+    pending_by_due,
+)
+from app.topics import ensure_topics
+from tests.conftest import fresh_settings
+from tests.support.broker import BrokerInfo
+from tests.support.stack import Stack, running_stack
+from tests.support.waiting import wait_until
+
+#: Reads a chart's bars as ``{data-label: data-value}``.
+BARS_JS = "rs => Object.fromEntries(rs.map(r => [r.dataset.label, Number(r.dataset.value)]))"
+CHROMIUM = os.environ.get("KAFKA_TIMERS_CHROMIUM", "/usr/bin/chromium")
+#: Flags for a headless Chromium on a machine with no way out (see the env notes).
+CHROMIUM_ARGS = [
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+@dataclass
+class Scene:
+    """What was done to the worker, so each test knows what it should show."""
+
+    url: str
+    topic: str
+    worker: str
+    partitions: int
+    #: Pending timers due in the next minutes (the cancelled one excluded).
+    soon: dict[str, ScheduledTimer]
+    #: Pending timers due in hours (1h-6h) and days (1d-7d).
+    hours: dict[str, ScheduledTimer]
+    days: dict[str, ScheduledTimer]
+    fired: dict[str, ScheduledTimer]
+    cancelled: ScheduledTimer
+
+    @property
+    def pending(self) -> dict[str, ScheduledTimer]:
+        return {**self.soon, **self.hours, **self.days}
+
+    def soon_bars(self) -> Counter[int]:
+        """Expected "next minutes" bars: bar start second -> count."""
+        return Counter(
+            t.due // SOON_BUCKET_SECONDS * SOON_BUCKET_SECONDS for t in self.soon.values()
+        )
+
+
+def get_json(url: str) -> tuple[int, Any]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def data(scene: Scene) -> dict[str, Any]:
+    status, body = get_json(scene.url + "/status/data")
+    assert status == 200
+    result: dict[str, Any] = body
+    return result
+
+
+def _start_worker(stack: Stack, name: str, web_port: int) -> ServiceProcess:
+    settings = replace(
+        stack.settings, worker_id=name, data_dir=str(stack.base_dir / name), web_port=web_port
+    )
+    service = ServiceProcess(
+        name, ["worker", "--loglevel", "warning"], settings.to_env(), stack.base_dir / f"{name}.log"
+    )
+    stack.services.append(service)
+    return service
+
+
+@pytest.fixture(scope="module")
+def scene(broker: BrokerInfo, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scene]:
+    settings = fresh_settings(broker.bootstrap)
+    ensure_topics(settings)
+    with running_stack(settings, tmp_path_factory.mktemp("status")) as stack:
+        topic = stack.callback_topic("status-callbacks")
+        web_port = free_port()
+        url = f"http://127.0.0.1:{web_port}"
+        stack.oscillator()
+        _start_worker(stack, "status-worker", web_port)
+
+        def ready() -> bool:
+            try:
+                status, body = get_json(url + "/status/data")
+            except OSError:
+                return False
+            ticking = {int(p) for p, t in body["last_tick"].items() if t["age"] < 3}
+            everything = set(range(settings.partitions))
+            return status == 200 and set(body["partitions_held"]) == everything == ticking
+
+        wait_until(ready, 60, "the worker to hold and tick every partition", interval=0.2)
+
+        now = time.time()
+        client = TimerClient(settings)
+        soon = [client.schedule(topic, b"s", at=now + 90 + 7 * i) for i in range(12)]
+        special = client.schedule(topic, b"s", at=now + 100.5, timer_id="order/7 ü?&")
+        hours = [client.schedule(topic, b"h", at=now + 3 * 3600 + i) for i in range(2)]
+        days = [client.schedule(topic, b"d", at=now + 2 * 86400 + i) for i in range(3)]
+        fired = [client.schedule(topic, b"f", key=f"f{i}", at=now + 2) for i in range(3)]
+        cancelled = soon.pop()
+        client.cancel(cancelled.id, cancelled.token)
+        client.flush()
+        producer = stack.producer()
+        requests = settings.topics.requests
+        producer.produce(requests, json.dumps({"topic": "__nope", "in": "5s"}).encode(), b"r1")
+        producer.produce(requests, b"{not json at all", b"r2")
+        producer.flush(10)
+        scene = Scene(
+            url=url,
+            topic=topic,
+            worker="status-worker",
+            partitions=settings.partitions,
+            soon={t.id: t for t in [*soon, special]},
+            hours={t.id: t for t in hours},
+            days={t.id: t for t in days},
+            fired={t.id: t for t in fired},
+            cancelled=cancelled,
+        )
+
+        def settled() -> bool:
+            totals = get_json(url + "/status/data")[1]["totals"]
+            return bool(
+                totals["fired"] == len(scene.fired)
+                and totals["rejected"] == 2
+                and totals["cancelled"] == 1
+                and totals["pending"] == len(scene.pending)
+            )
+
+        wait_until(settled, 30, "the worker to count the scene", interval=0.2)
+        yield scene
+
+
+def test_status_data_counts_what_was_scheduled(scene: Scene) -> None:
+    d = data(scene)
+    assert d["worker"] == scene.worker
+    assert d["totals"] == {
+        "pending": len(scene.pending),
+        "scheduled": len(scene.pending) + len(scene.fired) + 1,  # + the cancelled one
+        "fired": len(scene.fired),
+        "cancelled": 1,
+        "rejected": 2,
+    }
+    assert d["fired_by_topic"] == {scene.topic: len(scene.fired)}
+    assert d["rejected_by_reason"] == {"topic_not_allowed": 1, "malformed": 1}
+    assert sum(d["pending_by_partition"].values()) == len(scene.pending)
+    due = d["pending_by_due"]
+    soon = due["soon"]
+    bars = {
+        soon["start"] + i * soon["bucket_seconds"]: c for i, c in enumerate(soon["counts"]) if c
+    }
+    assert bars == dict(scene.soon_bars())
+    far = {f["label"]: f["count"] for f in due["far"] if f["count"]}
+    assert far == {"1h-6h": len(scene.hours), "1d-7d": len(scene.days)}
+    assert due["overdue"] == 0
+    assert (due["scanned"], due["unscanned"]) == (len(scene.pending), 0)
+    lateness = d["lateness"]
+    assert lateness["count"] == len(scene.fired)
+    assert lateness["p50"] is not None and 0 <= lateness["p50"] < 2
+    assert sum(b["count"] for b in lateness["buckets"]) == len(scene.fired)
+    assert {int(p) for p in d["last_tick"]} == set(range(scene.partitions))
+    assert all(t["age"] < 3 for t in d["last_tick"].values())
+    assert d["fires_per_second"], "the fires-per-second history is being sampled"
+
+
+def test_a_timer_is_looked_up_by_id_and_its_token_is_never_shown(scene: Scene) -> None:
+    def lookup(timer_id: str) -> tuple[int, Any]:
+        return get_json(scene.url + "/timers/" + urllib.parse.quote(timer_id, safe=""))
+
+    for timer in scene.pending.values():
+        status, body = lookup(timer.id)
+        assert status == 200, body
+        assert (body["id"], body["state"], body["due"]) == (timer.id, "pending", timer.due)
+        assert body["topic"] == scene.topic and 0 <= body["partition"] < scene.partitions
+        assert timer.token not in json.dumps(body)
+    for timer in scene.fired.values():
+        status, body = lookup(timer.id)
+        assert (status, body["state"], body["due"]) == (200, "fired", timer.due)
+    status, body = lookup(scene.cancelled.id)
+    assert (status, body["state"]) == (200, "cancelled")
+    assert scene.cancelled.token not in json.dumps(body)
+    status, body = lookup("no-such-timer")
+    assert status == 404 and body["id"] == "no-such-timer"
+
+
+def test_next_due_lists_pending_timers_in_due_order(scene: Scene) -> None:
+    expected = sorted(scene.pending.values(), key=lambda t: t.due)
+    status, body = get_json(scene.url + "/timers/next?n=5")
+    assert status == 200
+    assert [t["due"] for t in body["timers"]] == [t.due for t in expected[:5]]
+    assert {t["id"] for t in body["timers"]} <= {t.id for t in expected if t.due <= expected[4].due}
+    status, body = get_json(scene.url + "/timers/next?n=1000")
+    assert sorted(t["id"] for t in body["timers"]) == sorted(scene.pending)
+    assert all("token" not in t for t in body["timers"])
+    for bad in ("0", "1001", "many"):
+        status, body = get_json(scene.url + f"/timers/next?n={bad}")
+        assert status == 400 and "error" in body
+
+
+def test_status_command_prints_the_same_numbers(scene: Scene) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "app", "status", "--url", scene.url],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    assert f"pending {len(scene.pending)} " in text
+    assert f"fired {len(scene.fired)} " in text
+    assert "rejected 2 " in text and "cancelled 1 " in text
+    rows = {line.split()[0]: line.split()[1] for line in text.splitlines() if line.startswith("  ")}
+    assert rows["1d-7d"] == str(len(scene.days)) and rows["1h-6h"] == str(len(scene.hours))
+    assert rows["topic_not_allowed"] == "1" and rows["malformed"] == "1"
+    assert rows[scene.topic] == str(len(scene.fired))
+    assert "STALE" not in text
+
+    out = io.StringIO()
+    args = argparse.Namespace(url=[scene.url], json=True)
+    assert status_main(Settings(), args, out) == 0
+    merged = json.loads(out.getvalue())
+    assert merged["totals"]["pending"] == len(scene.pending)
+    assert sum(merged["pending_by_due"]["soon"]["counts"]) == len(scene.soon)
+
+    out = io.StringIO()
+    args = argparse.Namespace(url=[scene.url], timer=scene.cancelled.id, json=True)
+    assert status_main(Settings(), args, out) == 0
+    assert json.loads(out.getvalue())["state"] == "cancelled"
+
+
+def test_status_command_says_which_workers_did_not_answer(scene: Scene) -> None:
+    nobody = f"http://127.0.0.1:{free_port()}"
+    out = io.StringIO()
+    args = argparse.Namespace(url=[scene.url, nobody])
+    assert status_main(Settings(), args, out) == 1  # partial answer
+    assert f"pending {len(scene.pending)} " in out.getvalue()
+    with pytest.raises(KafkaTimersError, match="no worker answered"):
+        status_main(Settings(), argparse.Namespace(url=[nobody]), io.StringIO())
+
+
+@pytest.fixture(scope="module")
+def playwright_or_fail() -> Any:
+    """Playwright's ``sync_playwright``, checked before the scene starts (fail fast)."""
+    if os.environ.get("KAFKA_TIMERS_SKIP_BROWSER") == "1":
+        pytest.skip("KAFKA_TIMERS_SKIP_BROWSER=1: the status page is not tested in a browser")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail(
+            "the Python package playwright is missing: run deploy/install-browser.sh "
+            "(or set KAFKA_TIMERS_SKIP_BROWSER=1 to skip this test knowingly)"
+        )
+    if not Path(CHROMIUM).exists():
+        pytest.fail(
+            f"no Chromium at {CHROMIUM}: run deploy/install-browser.sh (Debian package "
+            "'chromium'), set KAFKA_TIMERS_CHROMIUM to another binary, or set "
+            "KAFKA_TIMERS_SKIP_BROWSER=1 to skip this test knowingly"
+        )
+    return sync_playwright
+
+
+@pytest.mark.browser
+def test_status_page_in_headless_chromium_shows_what_was_scheduled(
+    playwright_or_fail: Any, scene: Scene
+) -> None:
+    sync_playwright = playwright_or_fail
+    errors: list[str] = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 1600})
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+            page.goto(scene.url + "/status")
+            page.wait_for_function("Number(document.body.dataset.refreshes) >= 2", timeout=15000)
+
+            def number(selector: str) -> str:
+                return page.inner_text(selector).strip()
+
+            assert number("#worker-id") == scene.worker
+            assert number("#total-pending") == str(len(scene.pending))
+            assert number("#total-fired") == str(len(scene.fired))
+            assert number("#total-cancelled") == "1"
+            assert number("#total-rejected") == "2"
+            assert number("#total-overdue") == "0"
+            assert number("#tick-badge") == "ticking"
+
+            def bars(chart: str) -> dict[str, float]:
+                values: dict[str, float] = page.eval_on_selector_all(f"#{chart} rect.bar", BARS_JS)
+                return {label: v for label, v in values.items() if v}
+
+            expected_soon = {
+                time.strftime("%H:%M:%S", time.gmtime(start)): count
+                for start, count in scene.soon_bars().items()
+            }
+            assert bars("chart-soon") == expected_soon
+            assert bars("chart-far") == {"1h-6h": len(scene.hours), "1d-7d": len(scene.days)}
+            assert bars("chart-rejects") == {"topic_not_allowed": 1, "malformed": 1}
+            assert bars("chart-topics") == {scene.topic: len(scene.fired)}
+            assert sum(bars("chart-lateness").values()) == len(scene.fired)
+            assert set(bars("chart-ticks")) <= {f"p{p}" for p in range(scene.partitions)}
+            assert page.get_attribute("#chart-fires polyline", "data-points") not in (None, "0")
+            since_start = page.inner_text("#lateness-table tbody tr:nth-child(2)")
+            assert since_start.split("\t")[-1].strip() == str(len(scene.fired))
+            assert "\u2013" not in since_start.split("\t")[1], "p50 since start is shown"
+
+            first = min(scene.pending.values(), key=lambda t: t.due)
+            next_ids = page.eval_on_selector_all(
+                "#next-table tbody tr", "rows => rows.map(r => r.dataset.id)"
+            )
+            assert len(next_ids) == len(scene.pending)
+            assert scene.pending[next_ids[0]].due == first.due
+
+            page.fill("#lookup-id", "order/7 ü?&")
+            page.click("#lookup-go")
+            page.wait_for_function(
+                "document.getElementById('lookup-result').textContent.includes('pending')",
+                timeout=5000,
+            )
+            looked_up = json.loads(page.inner_text("#lookup-result"))
+            assert (looked_up["id"], looked_up["due"]) == (
+                "order/7 ü?&",
+                scene.soon["order/7 ü?&"].due,
+            )
+            page.screenshot(path=str(Path(os.environ.get("TMPDIR", "/tmp")) / "status-page.png"))
+        finally:
+            browser.close()
+    assert errors == [], f"the page reported errors: {errors}"
+
+
+# -- the arithmetic behind the page, without a broker ---------------------------------
+
+
+def test_histogram_quantile_interpolates_like_prometheus() -> None:
+    buckets = [(0.1, 50.0), (0.5, 90.0), (1.0, 100.0), (math.inf, 100.0)]
+    assert histogram_quantile(0.5, buckets) == pytest.approx(0.1)
+    assert histogram_quantile(0.7, buckets) == pytest.approx(0.3)  # halfway into (0.1, 0.5]
+    assert histogram_quantile(0.99, buckets) == pytest.approx(0.95)
+    assert histogram_quantile(0.5, [(0.1, 0.0), (math.inf, 0.0)]) is None
+    assert histogram_quantile(0.5, [(1.0, 0.0), (math.inf, 4.0)]) == 1.0  # +Inf: top bound
+
+
+def test_pending_by_due_says_where_a_bounded_scan_stopped() -> None:
+    now = 1_000_000.5
+    scans = [
+        PartitionScan(partition=0, dues=[999_990, 1_000_000, 1_000_015], pending=3),
+        PartitionScan(partition=1, dues=[1_000_001, 1_007_200], pending=1000),  # cut short
+    ]
+    due = pending_by_due(scans, now)
+    assert due["overdue"] == 1
+    assert due["soon"]["start"] == 1_000_000
+    assert due["soon"]["counts"][:3] == [2, 1, 0]
+    assert {f["label"]: f["count"] for f in due["far"]}["1h-6h"] == 1
+    assert (due["scanned"], due["unscanned"], due["exact_before"]) == (5, 998, 1_007_200)
+
+
+def test_two_workers_snapshots_add_up() -> None:
+    def snap(worker: str, now: float, pending: int, ticks: dict[str, float]) -> dict[str, Any]:
+        start = int(now) // 10 * 10
+        return {
+            "worker": worker,
+            "now": now,
+            "totals": {"pending": pending, "fired": 2},
+            "fired_by_topic": {"t": 2},
+            "rejected_by_reason": {"malformed": 1},
+            "last_tick": {p: {"second": s, "age": now - s} for p, s in ticks.items()},
+            "lateness": {"buckets": [{"le": 0.1, "count": 2}, {"le": None, "count": 0}]},
+            "pending_by_due": {
+                "overdue": 0,
+                "soon": {"start": start, "bucket_seconds": 10, "counts": [pending] + [0] * 59},
+                "far": [],
+                "scanned": pending,
+                "unscanned": 0,
+                "exact_before": None,
+            },
+        }
+
+    merged = merge_snapshots(
+        [snap("a", 1000.2, 3, {"0": 1000, "1": 990}), snap("b", 1011.0, 4, {"1": 1011})]
+    )
+    assert merged["totals"] == {"pending": 7, "fired": 4}
+    assert merged["rejected_by_reason"] == {"malformed": 2}
+    assert {p: t["second"] for p, t in merged["last_tick"].items()} == {"0": 1000, "1": 1011}
+    soon = merged["pending_by_due"]["soon"]
+    assert soon["start"] == 1000 and soon["counts"][:2] == [3, 4]
+    assert sum(soon["counts"]) == 7
+    assert merged["lateness"]["count"] == 4
