@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
+from app.errors import RejectReason
+
 __all__ = ["LATENESS_BUCKETS", "OscillatorMetrics", "WorkerMetrics", "serve_metrics"]
 
 #: Fire-lateness buckets (seconds): fine below a second, where the targets are.
@@ -52,6 +54,10 @@ class WorkerMetrics:
         self.rejected = Counter(
             "kafka_timers_rejected", "Requests dead-lettered.", ["reason"], registry=r
         )
+        # Every reason exported from 0 on: Prometheus's increase() cannot see the first
+        # dead letter of a series that appears already at 1, so the DLQ alert would miss it.
+        for reason in RejectReason:
+            self.rejected.labels(reason=reason.value)
         self.pending = Gauge("kafka_timers_pending", "Timers waiting to fire.", registry=r)
         self.lateness = Histogram(
             "kafka_timers_fire_lateness_seconds",

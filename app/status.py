@@ -145,7 +145,7 @@ class StatusCollector:
                 "rejected": current.rejected,
             },
             "fired_by_topic": dict(current.fired_by_topic),
-            "rejected_by_reason": dict(current.rejected_by_reason),
+            "rejected_by_reason": {r: n for r, n in current.rejected_by_reason.items() if n},
             "fires_per_second": [[t, r] for t, r in self.history.fires_per_second()],
             "fires_per_second_recent": self.history.rate(10.0),
             "lateness": lateness_summary(self.history),
