@@ -86,14 +86,14 @@ def nearest_rank(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
-def bucket_of(value: float, bounds: list[float]) -> tuple[float, float]:
-    """The histogram bucket ``(lower, upper]`` holding ``value``."""
-    lower = 0.0
+def bucket_of(value: float, bounds: list[float]) -> tuple[float, float, float]:
+    """The histogram bucket ``(lower, upper]`` holding ``value``, and the bound below it."""
+    below, lower = 0.0, 0.0
     for upper in bounds:
         if value <= upper:
-            return lower, upper
-        lower = upper
-    return lower, math.inf
+            return below, lower, upper
+        below, lower = lower, upper
+    return below, lower, math.inf
 
 
 def delta(after: Mapping[float, float], before: Mapping[float, float]) -> list[tuple[float, float]]:
@@ -203,12 +203,15 @@ def test_metrics_move_as_timers_fire_and_lateness_agrees_with_the_consumer(stack
         from_metrics = histogram_quantile(q, hist)
         assert from_metrics is not None
         measured = nearest_rank(consumer_lateness, q)
-        lower, upper = bucket_of(from_metrics, bounds)
+        below, lower, upper = bucket_of(from_metrics, bounds)
         report.append(
             f"p{round(q * 100)}: metrics {from_metrics:.3f}s (bucket {lower}-{upper}), "
             f"consumer {measured:.3f}s"
         )
-        assert abs(from_metrics - measured) <= upper - lower, "; ".join(report)
+        # The histogram only knows the quantile's bucket. The worker times each fire a
+        # little later than the record's timestamp (after the broker's ack), so the
+        # consumer's value lies in that bucket or, near its lower edge, the one below.
+        assert below <= measured <= upper, "; ".join(report)
     metric_mean = moved("kafka_timers_fire_lateness_seconds_sum") / TIMERS
     consumer_mean = sum(consumer_lateness) / TIMERS
     report.append(f"mean: metrics {metric_mean:.3f}s, consumer {consumer_mean:.3f}s")
