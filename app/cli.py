@@ -221,6 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("status", help="pending, fires, lateness and ticks of running workers")
     p.add_argument("--url", action="append", help="worker web URL (repeatable)")
+    p.add_argument("--json", action="store_true", help="print the merged numbers as JSON")
+    p.add_argument("--timer", metavar="ID", help="look one timer up on every worker")
+    p.add_argument("--next", type=int, metavar="N", help="the next N due timers over all workers")
     p.set_defaults(func=cmd_status)
 
     p = sub.add_parser("audit", help="PySpark audit of requested vs fired timers")

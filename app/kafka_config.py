@@ -81,16 +81,12 @@ def faust_credentials(settings: Settings) -> Any:
         if sec.ssl_certfile:
             context.load_cert_chain(sec.ssl_certfile, sec.ssl_keyfile)
     if sec.protocol.startswith("SASL"):
-        mechanism = (sec.sasl_mechanism or "PLAIN").upper()
-        if mechanism.startswith("SCRAM"):
-            return faust.SASLCredentials(
-                username=sec.sasl_username,
-                password=sec.sasl_password,
-                mechanism=mechanism,
-                ssl_context=context,
-            )
+        # Settings.from_env has already refused anything but PLAIN and SCRAM-SHA-*.
         return faust.SASLCredentials(
-            username=sec.sasl_username, password=sec.sasl_password, ssl_context=context
+            username=sec.sasl_username,
+            password=sec.sasl_password,
+            mechanism=(sec.sasl_mechanism or "PLAIN").upper(),
+            ssl_context=context,
         )
     if context is not None:
         return faust.SSLCredentials(context)

@@ -78,6 +78,8 @@ class TimerService:
         for p in partitions:
             self._partitions.pop(p, None)
             self._pending.pop(p, None)
+            with contextlib.suppress(KeyError):  # a partition given away stops exporting it
+                self._metrics.last_tick.remove(str(p))
         self._metrics.pending.set(sum(self._pending.values()))
 
     async def _partition(self, p: int) -> _Partition:

@@ -165,7 +165,7 @@ class Settings:
         allow = get("CALLBACK_ALLOW")
         security = SecuritySettings(
             protocol=(get("SECURITY_PROTOCOL") or "PLAINTEXT").upper(),
-            sasl_mechanism=get("SASL_MECHANISM"),
+            sasl_mechanism=(get("SASL_MECHANISM") or "").upper() or None,
             sasl_username=get("SASL_USERNAME"),
             sasl_password=get("SASL_PASSWORD"),
             ssl_cafile=get("SSL_CAFILE"),
@@ -195,4 +195,27 @@ class Settings:
         )
         if settings.partitions < 1:
             raise ConfigurationError(f"{PREFIX}PARTITIONS must be at least 1")
+        _check_security(settings.security)
         return settings
+
+
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _check_security(sec: SecuritySettings) -> None:
+    """Refuse combinations that one of the two Kafka clients would misread or reject."""
+    if sec.protocol not in PROTOCOLS:
+        raise ConfigurationError(
+            f"{PREFIX}SECURITY_PROTOCOL={sec.protocol!r}: use one of {', '.join(PROTOCOLS)}"
+        )
+    if sec.protocol.startswith("SASL"):
+        mechanism = sec.sasl_mechanism or "PLAIN"
+        if mechanism not in SASL_MECHANISMS:
+            raise ConfigurationError(
+                f"{PREFIX}SASL_MECHANISM={mechanism!r}: use one of {', '.join(SASL_MECHANISMS)}"
+            )
+        if not sec.sasl_username or not sec.sasl_password:
+            raise ConfigurationError(
+                f"{sec.protocol} needs {PREFIX}SASL_USERNAME and {PREFIX}SASL_PASSWORD"
+            )

@@ -70,3 +70,48 @@ def test_bad_setting_in_the_environment_is_one_line() -> None:
         result.stderr.strip()
         == "kafka-timers: error: KAFKA_TIMERS_PARTITIONS='eight' is not a number"
     )
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"KAFKA_TIMERS_SECURITY_PROTOCOL": "SASL_SSL"}, "needs KAFKA_TIMERS_SASL_USERNAME"),
+        (
+            {
+                "KAFKA_TIMERS_SECURITY_PROTOCOL": "SASL_SSL",
+                "KAFKA_TIMERS_SASL_MECHANISM": "gssapi",
+                "KAFKA_TIMERS_SASL_USERNAME": "u",
+                "KAFKA_TIMERS_SASL_PASSWORD": "p",
+            },
+            "'GSSAPI'",
+        ),
+        ({"KAFKA_TIMERS_SECURITY_PROTOCOL": "TLS"}, "use one of PLAINTEXT"),
+    ],
+)
+def test_bad_security_settings_are_one_line(env: dict[str, str], expected: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "app", "schedule", "--topic", "t", "--in", "5s"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**env, "PATH": "/usr/bin:/bin"},
+    )
+    assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1
+    assert expected in result.stderr
+
+
+def test_lowercase_scram_is_normalised() -> None:
+    from app.settings import Settings
+
+    settings = Settings.from_env(
+        {
+            "KAFKA_TIMERS_SECURITY_PROTOCOL": "sasl_ssl",
+            "KAFKA_TIMERS_SASL_MECHANISM": "scram-sha-256",
+            "KAFKA_TIMERS_SASL_USERNAME": "u",
+            "KAFKA_TIMERS_SASL_PASSWORD": "p",
+        }
+    )
+    assert settings.security.sasl_mechanism == "SCRAM-SHA-256"
+    assert settings.security.protocol == "SASL_SSL"
