@@ -1,0 +1,146 @@
+"""``python -m bench`` (``make bench``): run every scenario, print the table, write JSON.
+
+Each scenario starts its own broker and processes and stops them whatever happens; one
+that fails is reported as failed and the run goes on, so a single problem never hides
+the other figures. Baselines run first: the figures after them are printed beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import shutil
+import sys
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+from bench.config import FULL, QUICK
+from bench.context import RunContext, ScenarioResult
+from bench.machine import describe, summary_line
+from bench.report import Figure, render, render_markdown
+
+__all__ = ["SCENARIOS", "main"]
+
+#: Every scenario (name: module with a ``run(ctx)``) in the order it runs: baselines
+#: first; the burst after ingest (it sizes its lead time from this run's ingest rate).
+#: ``steady`` also measures the oscillator, under that load.
+SCENARIOS: dict[str, str] = {
+    "baseline-raw": "bench.baseline_raw",
+    "baseline-faust": "bench.baseline_faust",
+    "ingest": "bench.ingest",
+    "fire": "bench.fire",
+    "steady": "bench.steady",
+    "burst": "bench.burst",
+    "capacity": "bench.capacity",
+    "recovery": "bench.recovery",
+}
+
+
+def _run_scenario(name: str, ctx: RunContext) -> ScenarioResult:
+    result: ScenarioResult = importlib.import_module(SCENARIOS[name]).run(ctx)
+    return result
+
+
+RESULTS_DIR = Path(__file__).parent / "results"
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument(
+        "--quick", action="store_true", help="small sizes: a ~2-minute smoke run of every path"
+    )
+    parser.add_argument(
+        "--only",
+        help="comma-separated scenarios to run: " + ",".join(SCENARIOS),
+    )
+    parser.add_argument(
+        "--work-dir",
+        type=Path,
+        default=Path(".kafka-timers/bench"),
+        help="data dirs and process logs (wiped per scenario)",
+    )
+    parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    names = list(SCENARIOS) if not args.only else [n.strip() for n in args.only.split(",")]
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        print(f"unknown scenario(s): {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    config = QUICK if args.quick else FULL
+    machine = describe()
+    ctx = RunContext(config=config, work_dir=args.work_dir.resolve())
+    ctx.work_dir.mkdir(parents=True, exist_ok=True)
+    started_at = datetime.now(timezone.utc)
+    ctx.say(f"{config.name} run: {', '.join(names)}")
+    ctx.say(summary_line(machine))
+    figures: list[Figure] = []
+    scenarios: dict[str, object] = {}
+    for name in names:
+        ctx.say(f"--- {name}")
+        began = time.monotonic()
+        try:
+            result = _run_scenario(name, ctx)
+        except KeyboardInterrupt:
+            ctx.say("interrupted")
+            break
+        except Exception as exc:
+            traceback.print_exc()
+            result = ScenarioResult(
+                figures=[Figure(name, "scenario failed", f"{type(exc).__name__}: {exc}"[:120])],
+                details={"error": repr(exc)},
+            )
+            result.details["failed"] = True
+        seconds = time.monotonic() - began
+        scenarios[name] = {"seconds": seconds, **result.details}
+        figures.extend(result.figures)
+        ctx.say(f"{name} took {seconds:.0f}s")
+    total = time.monotonic() - ctx.started
+    print()
+    print(f"kafka-timers benchmark ({config.name}), {started_at:%Y-%m-%d %H:%M} UTC, {total:.0f} s")
+    print(summary_line(machine))
+    print()
+    print(render(figures))
+    missed = [f for f in figures if f.met is False]
+    print()
+    print(f"{sum(f.met is True for f in figures)} targets met, {len(missed)} missed")
+    path = _write_json(
+        args.results_dir, started_at, config.name, machine, total, figures, scenarios
+    )
+    (args.results_dir / "latest.md").write_text(render_markdown(figures) + "\n")
+    print(f"results: {path}")
+    return 0
+
+
+def _write_json(
+    results_dir: Path,
+    started_at: datetime,
+    config_name: str,
+    machine: dict[str, object],
+    total: float,
+    figures: list[Figure],
+    scenarios: dict[str, object],
+) -> Path:
+    results_dir.mkdir(parents=True, exist_ok=True)
+    document = {
+        "started_at": started_at.isoformat(),
+        "config": config_name,
+        "seconds": total,
+        "machine": machine,
+        "figures": [f.as_dict() for f in figures],
+        "scenarios": scenarios,
+    }
+    path = results_dir / f"{started_at:%Y%m%dT%H%M%SZ}-{config_name}.json"
+    path.write_text(json.dumps(document, indent=2, default=str) + "\n")
+    shutil.copyfile(path, results_dir / "latest.json")
+    return path
+
+
+if __name__ == "__main__":
+    sys.exit(main())

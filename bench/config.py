@@ -1,0 +1,61 @@
+"""Scenario sizes: the full run the issue specifies, and a quick smoke run.
+
+Sizes are the only knobs: the method is the same in both, so a quick run exercises
+every code path a full run does. ``--quick`` is for checking the harness (about two
+minutes), not for publishing: its figures are noisier and some targets need the full
+sizes to mean anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+__all__ = ["FULL", "QUICK", "BenchConfig"]
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """How big each scenario is."""
+
+    #: Name shown in the output (``full`` or ``quick``).
+    name: str
+    #: Partitions of every service topic (the service's default).
+    partitions: int = 8
+    #: Records for the raw confluent-kafka produce/consume baseline.
+    raw_records: int = 200_000
+    #: Events for the Faust passthrough baseline.
+    faust_events: int = 40_000
+    #: Requests preloaded for the ingest scenario.
+    ingest_requests: int = 100_000
+    #: Timers in the one bucket the fire scenario makes due.
+    fire_timers: int = 100_000
+    #: Timers due per second, and for how many seconds, in the steady scenario.
+    steady_rate: int = 2_000
+    steady_seconds: int = 60
+    #: Timers due in one second in the burst scenario.
+    burst_timers: int = 200_000
+    #: Pending-timer levels at which the capacity scenario measures a worker.
+    capacity_levels: tuple[int, ...] = (0, 100_000, 1_000_000)
+    #: Seconds of idle ticks over which CPU per tick is measured.
+    idle_seconds: int = 10
+    #: Pending timers held by the worker that the recovery scenario kills.
+    recovery_pending: int = 100_000
+
+    def with_sizes(self, **changes: object) -> BenchConfig:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+FULL = BenchConfig(name="full")
+
+QUICK = BenchConfig(
+    name="quick",
+    raw_records=50_000,
+    faust_events=10_000,
+    ingest_requests=20_000,
+    fire_timers=20_000,
+    steady_seconds=10,
+    burst_timers=40_000,
+    capacity_levels=(0, 20_000, 100_000),
+    idle_seconds=4,
+    recovery_pending=20_000,
+)

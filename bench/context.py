@@ -1,0 +1,49 @@
+"""What a scenario gets to run with, and what it hands back."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.config import BenchConfig
+from bench.report import Figure
+
+__all__ = ["Baselines", "RunContext", "ScenarioResult"]
+
+
+@dataclass
+class Baselines:
+    """Same-run reference rates, filled by the baseline scenarios, read by the others."""
+
+    #: Raw confluent-kafka produce and consume rates at the request record size (records/s).
+    raw_produce: float | None = None
+    raw_consume: float | None = None
+    #: A plain Faust agent forwarding each event with ``await topic.send`` (events/s).
+    faust_passthrough: float | None = None
+    #: Requests per second one worker stored in this run (sizes the burst's lead time).
+    ingest: float | None = None
+
+
+@dataclass
+class RunContext:
+    """Configuration, scratch space and the baselines of this run."""
+
+    config: BenchConfig
+    #: Scratch directory: data dirs and process logs of every scenario.
+    work_dir: Path
+    baselines: Baselines = field(default_factory=Baselines)
+    started: float = field(default_factory=time.monotonic)
+
+    def say(self, text: str) -> None:
+        """Progress on stderr-like output, prefixed by the elapsed time of the run."""
+        print(f"[{time.monotonic() - self.started:6.1f}s] {text}", flush=True)
+
+
+@dataclass
+class ScenarioResult:
+    """Figures for the table and raw details for the JSON."""
+
+    figures: list[Figure] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)

@@ -1,0 +1,78 @@
+"""Ingest: timer requests one worker process stores per second.
+
+A backlog of requests is preloaded, then one worker starts and works through it. A
+request counts as stored once it is in the changelog (both of its records) and in
+RocksDB (counted after the worker stopped). The rate is the number of requests over the
+span of the changelog records' timestamps, exactly as the Faust baseline's rate is taken
+over its forwarded records: start-up and group join are excluded from both.
+"""
+
+from __future__ import annotations
+
+import time
+
+from bench.context import RunContext, ScenarioResult
+from bench.load import RequestLoad, TimerSpec, timer_ids
+from bench.report import Figure, fmt_rate
+from bench.rocks import count_pending_keys
+from bench.scan import read_topic, timestamp_ms
+from bench.stack import BenchStack, wait_until
+from bench.stats import rate
+from bench.targets import rate_verdict
+
+__all__ = ["run"]
+
+#: Timers are spread over this many due seconds, a day out: realistic buckets, none due.
+SPREAD_SECONDS = 3600
+
+
+def run(ctx: RunContext) -> ScenarioResult:
+    count = ctx.config.ingest_requests
+    with BenchStack("ingest", ctx.work_dir, partitions=ctx.config.partitions) as stack:
+        callbacks = stack.topic("ingest-callbacks")
+        first_due = int(time.time()) + 86400
+        load = RequestLoad(stack, callbacks)
+        load.send(
+            TimerSpec(timer_id, first_due + i % SPREAD_SECONDS)
+            for i, timer_id in enumerate(timer_ids("ingest", count))
+        )
+        load.flush()
+        ctx.say(f"ingest: {count:,} requests preloaded; starting one worker")
+        worker = stack.worker("worker-1")
+        wait_until(
+            lambda: worker.metric("kafka_timers_scheduled_total") >= count,
+            60 + count / 500,
+            f"the worker to store {count:,} requests",
+            0.5,
+        )
+        stamps = read_topic(stack.settings, stack.changelog, timestamp_ms)
+        worker.process.stop()
+        stored = count_pending_keys(worker.data_dir)
+    span = (max(stamps) - min(stamps)) / 1000
+    per_second = rate(count - 1, span)
+    ctx.baselines.ingest = per_second
+    in_rocksdb = sum(stored.values())
+    detail = {
+        "requests": count,
+        "changelog_records": len(stamps),
+        "in_rocksdb": in_rocksdb,
+        "span_seconds": span,
+    }
+    if in_rocksdb != count or len(stamps) < 2 * count:
+        raise RuntimeError(f"not everything was stored: {detail}")
+    baseline, target, met = rate_verdict(per_second, ctx.baselines, 10_000)
+    return ScenarioResult(
+        figures=[
+            Figure(
+                "ingest",
+                "requests stored/s, 1 worker",
+                fmt_rate(per_second),
+                baseline,
+                target,
+                met,
+                value=per_second,
+                detail=detail,
+            )
+        ],
+        details=detail,
+    )

@@ -1,0 +1,276 @@
+"""One scenario's world: its own broker, topics and child processes, all stopped at the end.
+
+Every scenario gets a fresh in-memory broker (Tansu starts in milliseconds, and the next
+scenario then does not pay for the memory this one filled), unique topic names and app
+id, and real ``kafka-timers`` processes started exactly as an operator would start them.
+:meth:`BenchStack.close` stops them whatever happened, so a failed scenario never leaves
+a worker behind to disturb the next one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from types import TracebackType
+
+from confluent_kafka import Producer
+
+from app.dev_broker import DevBroker
+from app.devstack import ServiceProcess, start_oscillator
+from app.kafka_config import confluent_producer
+from app.settings import Settings, TopicNames
+from app.topics import changelog_topic, ensure_topics
+
+__all__ = [
+    "BenchStack",
+    "ModuleProcess",
+    "Worker",
+    "listen_port",
+    "wait_serving",
+    "wait_until",
+]
+
+#: Session timeout of every worker the benchmarks start (seconds). The dev broker keeps a
+#: killed member for a whole session and holds joins for half of one: this bounds how
+#: fast a rebalance can be, so it is a figure of the run and printed with recovery.
+SESSION_TIMEOUT = 6.0
+
+
+#: Ports handed out for servers are taken below the kernel's ephemeral range
+#: (``/proc/sys/net/ipv4/ip_local_port_range``, 32768-60999 here). A port from
+#: ``bind(0)`` is *in* that range, and between the check and the child's own bind an
+#: outgoing connection (each worker opens dozens to the broker at start) can take it as
+#: its local port: measured here, 1 worker start in 2 then died with EADDRINUSE.
+_SERVER_PORTS = range(20000, 32768)
+_handed_out: set[int] = set()
+
+
+def listen_port() -> int:
+    """A port below the ephemeral range that nobody listens on, for a child's server."""
+    start = _SERVER_PORTS.start + (os.getpid() * 97) % len(_SERVER_PORTS)
+    for i in range(len(_SERVER_PORTS)):
+        port = _SERVER_PORTS.start + (start - _SERVER_PORTS.start + i) % len(_SERVER_PORTS)
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
+        return port
+    raise RuntimeError("no free server port below the ephemeral range")
+
+
+def wait_until(
+    probe: Callable[[], object], timeout: float, what: str, interval: float = 0.1
+) -> None:
+    """Call ``probe()`` until it is truthy; raise ``TimeoutError`` naming ``what``."""
+    deadline = time.monotonic() + timeout
+    while not probe():
+        if time.monotonic() >= deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(interval)  # polling interval of a condition, not a wait for a result
+
+
+class Worker:
+    """A worker process and the port its Prometheus metrics are served on."""
+
+    def __init__(self, process: ServiceProcess, metrics_port: int, data_dir: Path) -> None:
+        self.process = process
+        self.metrics_port = metrics_port
+        self.data_dir = data_dir
+
+    @property
+    def pid(self) -> int:
+        return self.process.process.pid
+
+    @property
+    def name(self) -> str:
+        return self.process.name
+
+    def metrics(self, timeout: float = 2.0) -> dict[str, float]:
+        """Current metric samples by name (labels kept in the name); empty if not serving."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
+                text = response.read().decode()
+        except OSError:
+            return {}
+        samples: dict[str, float] = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                try:
+                    samples[name] = float(value)
+                except ValueError:
+                    continue
+        return samples
+
+    def metric(self, name: str, default: float = 0.0) -> float:
+        return self.metrics().get(name, default)
+
+    def ticking_partitions(self, within: float = 2.5) -> set[int]:
+        """Partitions this worker processed a tick for in the last ``within`` seconds.
+
+        A revoked partition keeps its last gauge value, so freshness, not presence, is
+        what says the worker serves it now.
+        """
+        now = time.time()
+        served: set[int] = set()
+        for name, value in self.metrics().items():
+            fresh = value >= now - within
+            if fresh and name.startswith('kafka_timers_last_tick_seconds{partition="'):
+                served.add(int(name.split('"')[1]))
+        return served
+
+
+def wait_serving(workers: list[Worker], partitions: int, timeout: float = 90.0) -> None:
+    """Wait until every partition is ticking on exactly one worker and every worker has one.
+
+    This is "the stack is up": the group has settled, every partition's table is
+    recovered and its ticks are being processed.
+    """
+
+    def settled() -> bool:
+        served = [w.ticking_partitions() for w in workers]
+        union = set().union(*served)
+        return (
+            union == set(range(partitions))
+            and all(served)
+            and sum(len(s) for s in served) == partitions
+        )
+
+    wait_until(settled, timeout, "every partition to be ticking on one worker", 0.25)
+
+
+class ModuleProcess(ServiceProcess):
+    """A child running ``python -m <module>`` (not the ``kafka-timers`` command).
+
+    Same log file, environment handling and stop/kill semantics as the services.
+    """
+
+    def __init__(self, name: str, module: str, env: dict[str, str], log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        self._log = log_path.open("ab")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", module],
+            env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+class BenchStack:
+    """A broker, unique topics and the processes of one scenario."""
+
+    def __init__(self, name: str, base_dir: Path, *, partitions: int = 8) -> None:
+        self.name = name
+        self.base_dir = base_dir / name
+        self.partitions = partitions
+        self.broker = DevBroker()
+        self.services: list[ServiceProcess] = []
+        self.settings = Settings()
+
+    def __enter__(self) -> BenchStack:
+        # A data dir left by an earlier run holds offsets of topics this broker never had.
+        shutil.rmtree(self.base_dir, ignore_errors=True)
+        self.base_dir.mkdir(parents=True)
+        self.broker.start()
+        tag = uuid.uuid4().hex[:8]
+        self.settings = replace(
+            Settings(),
+            bootstrap_servers=self.broker.bootstrap,
+            partitions=self.partitions,
+            topics=TopicNames(
+                ticks=f"ticks-{tag}",
+                requests=f"requests-{tag}",
+                fired=f"fired-{tag}",
+                dlq=f"dlq-{tag}",
+            ),
+            app_id=f"bench-{self.name}-{tag}",
+            session_timeout=SESSION_TIMEOUT,
+            heartbeat_interval=1.0,
+        )
+        ensure_topics(self.settings)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def changelog(self) -> str:
+        return changelog_topic(self.settings)
+
+    def topic(self, name: str) -> str:
+        """Create ``name`` with the service's partition count (never rely on auto-creation)."""
+        ensure_topics(self.settings, [name])
+        return name
+
+    def worker(self, name: str) -> Worker:
+        """A worker as :func:`app.devstack.start_worker` starts one, with safe server ports.
+
+        Same command, environment and data-dir layout; only the web and metrics ports
+        come from :func:`listen_port` instead of ``bind(0)`` (see ``_SERVER_PORTS``).
+        """
+        metrics_port = listen_port()
+        worker_settings = replace(
+            self.settings,
+            worker_id=name,
+            data_dir=str(self.base_dir / name),
+            web_port=listen_port(),
+            metrics_port=metrics_port,
+        )
+        process = ServiceProcess(
+            name,
+            ["worker", "--loglevel", "warning"],
+            worker_settings.to_env(),
+            self.base_dir / f"{name}.log",
+        )
+        self.services.append(process)
+        return Worker(process, metrics_port, self.base_dir / name)
+
+    def oscillator(self, name: str = "oscillator-1") -> ServiceProcess:
+        process = start_oscillator(self.settings, name, self.base_dir)
+        self.services.append(process)
+        return process
+
+    def spawn(self, name: str, module: str, settings: Settings, **env: str) -> ServiceProcess:
+        """Run ``python -m module`` configured by ``settings`` (plus ``env``), stopped at close."""
+        process = ModuleProcess(
+            name, module, {**settings.to_env(), **env}, self.base_dir / f"{name}.log"
+        )
+        self.services.append(process)
+        return process
+
+    def producer(self, **extra: object) -> Producer:
+        """A librdkafka producer that places keys where Faust expects them (murmur2)."""
+        return Producer(confluent_producer(self.settings, **extra))
+
+    def close(self) -> None:
+        """Stop every process (gracefully, then by force), then the broker."""
+        try:
+            for service in reversed(self.services):
+                try:
+                    service.stop(timeout=15)
+                except Exception:  # keep stopping the others whatever one does
+                    service.kill()
+        finally:
+            self.services.clear()
+            self.broker.stop()
