@@ -1,0 +1,417 @@
+"""What should have happened to one timer, against what the fired topic says happened.
+
+Pure logic, no Spark: one call per timer (one timer id on one request partition, the
+unit a worker's wheel keys on), so it can be tested with plain lists.
+
+The requests are replayed through the same rules as :class:`app.wheel.PartitionWheel`
+applies, in offset order:
+
+- a schedule makes its *version* (token, due second) the pending one; a different
+  pending version is *superseded* from that moment;
+- a cancel whose token matches the pending version (or an etf1 tombstone) cancels it
+  from that moment; a wrong token changes nothing; a cancel with no pending timer is
+  remembered, and a later schedule with that same token is dropped at once;
+- a cancel the worker reported as ``already_fired`` (it lost the race with the tick),
+  ``wrong_token`` or ``not_found`` changed nothing, whatever the replay would say.
+
+A cancel takes effect at the worker's ``at_ms`` from its report on the fired topic, or
+at the request's timestamp when there is no report. Then every fire is judged:
+
+- **early**: fired before its due second;
+- **fire after cancel** / **superseded fire**: its version was cancelled / replaced
+  before the fire happened;
+- **unrequested fire**: no request ever asked for that id, or for that version;
+- **duplicate**: a version that fired more than once (the at-least-once window);
+- **missing**: the final version is not cancelled, has not fired, and its due second
+  (or its request, when that came later: a request for a past second fires at once)
+  is more than the grace period before the audit's as-of time.
+
+Identical fire records (same version, time and worker) are one fire written twice by a
+producer retry, not two fires.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, NamedTuple
+
+__all__ = [
+    "CancelReport",
+    "FireEvent",
+    "RequestEvent",
+    "Rules",
+    "Status",
+    "Verdict",
+    "Violation",
+    "ViolationKind",
+    "judge",
+]
+
+#: A version of a timer: its token and due second.
+Version = tuple[str, int]
+
+_NO_EFFECT = frozenset({"already_fired", "wrong_token", "not_found"})
+
+
+class ViolationKind(str, Enum):
+    """What went wrong; the audit's exit status counts these."""
+
+    #: The final version is due (plus grace), not cancelled, and never fired.
+    MISSING = "missing"
+    #: One version fired more than once (at-least-once delivery allows it).
+    DUPLICATE = "duplicate"
+    #: A fire before its due second.
+    EARLY = "early"
+    #: A fire of a version after a cancel had removed it.
+    FIRE_AFTER_CANCEL = "fire_after_cancel"
+    #: A fire of a version after a newer schedule had replaced it.
+    SUPERSEDED = "superseded_fire"
+    #: A fire no request asked for (unknown id, or a version never requested).
+    UNREQUESTED = "unrequested_fire"
+
+
+class Status(str, Enum):
+    """Where one timer stands at the audit's as-of time."""
+
+    #: The final version fired.
+    FIRED = "fired"
+    #: The final version was cancelled (or dropped by an earlier cancel).
+    CANCELLED = "cancelled"
+    #: Not fired, but not yet due plus grace.
+    PENDING = "pending"
+    #: Due plus grace has passed and it never fired.
+    MISSING = "missing"
+    #: Only cancels were requested for this id.
+    CANCEL_ONLY = "cancel_only"
+    #: Fired without any request.
+    UNREQUESTED = "unrequested"
+
+
+class RequestEvent(NamedTuple):
+    """One accepted request record of the timer, as parsed."""
+
+    offset: int
+    #: Record timestamp, epoch ms.
+    ts_ms: int
+    #: ``schedule`` or ``cancel``.
+    kind: str
+    token: str
+    #: Due second (schedules only).
+    due: int | None = None
+    #: Whether a cancel must present the pending version's token (not etf1 tombstones).
+    check_token: bool = True
+    #: Callback topic (schedules only).
+    topic: str | None = None
+
+
+class FireEvent(NamedTuple):
+    """One ``fired`` record of the timer from the fired topic."""
+
+    token: str
+    due: int
+    fired_at_ms: int
+    topic: str | None = None
+    worker: str | None = None
+
+
+class CancelReport(NamedTuple):
+    """One ``cancel`` outcome record of the timer from the fired topic."""
+
+    #: The token the cancel request presented ("" for etf1 tombstones).
+    token: str
+    #: ``cancelled``, ``wrong_token``, ``already_fired``, ``cancelled_in_advance``, ...
+    outcome: str
+    at_ms: int
+
+
+@dataclass(frozen=True)
+class Rules:
+    """When a timer counts as missing."""
+
+    #: The audit's "now", epoch ms: nothing that happens later is expected.
+    as_of_ms: int
+    #: How long after its due second a fire may come before it is missing, ms.
+    grace_ms: int = 60_000
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One finding about one timer."""
+
+    kind: ViolationKind
+    token: str | None
+    due: int | None
+    #: When it happened (the fire's time; for a missing fire, when it was expected).
+    at_ms: int | None
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "token": self.token,
+            "due": self.due,
+            "at_ms": self.at_ms,
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class Verdict:
+    """Everything the audit reports about one timer."""
+
+    status: Status
+    #: Request records (schedules and cancels) for this timer.
+    requests: int
+    final_token: str | None = None
+    final_due: int | None = None
+    final_topic: str | None = None
+    #: Since when the final version has been pending (its request's timestamp), ms.
+    final_requested_ms: int | None = None
+    cancelled: bool = False
+    #: When the final version was cancelled, ms.
+    cancel_at_ms: int | None = None
+    #: Fires of the final version, and their times.
+    fire_count: int = 0
+    fire_times: list[int] = field(default_factory=list)
+    #: Every distinct fire of any version, with its lateness and whether it came first.
+    fires: list[dict[str, Any]] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value,
+            "requests": self.requests,
+            "final_token": self.final_token,
+            "final_due": self.final_due,
+            "final_topic": self.final_topic,
+            "final_requested_ms": self.final_requested_ms,
+            "cancelled": self.cancelled,
+            "cancel_at_ms": self.cancel_at_ms,
+            "fire_count": self.fire_count,
+            "fire_times": self.fire_times,
+            "fires": self.fires,
+            "violations": [v.to_dict() for v in self.violations],
+        }
+
+
+class _Dead(NamedTuple):
+    """A span of time in which one version must not fire."""
+
+    start: int
+    end: int | None
+    kind: ViolationKind
+
+
+class _Replay:
+    """The request-side state of the worker's wheel for one timer id."""
+
+    def __init__(self, reports: Iterable[CancelReport]) -> None:
+        self.pending: Version | None = None
+        #: Token of a cancel waiting for its request (the wheel's ``C`` index entry).
+        self.cancelled_token: str | None = None
+        self.final: RequestEvent | None = None
+        #: When each version was first requested (the base of its lateness).
+        self.first_requested: dict[Version, int] = {}
+        #: When each version last became pending (the base of "missing").
+        self.live_since: dict[Version, int] = {}
+        self.dead: dict[Version, list[_Dead]] = defaultdict(list)
+        self._reports: dict[str, deque[CancelReport]] = defaultdict(deque)
+        for report in sorted(set(reports), key=lambda r: r.at_ms):
+            self._reports[report.token].append(report)
+
+    def _kill(self, version: Version, at_ms: int, kind: ViolationKind) -> None:
+        spans = self.dead[version]
+        if spans and spans[-1].end is None:
+            if spans[-1].kind is kind:
+                return
+            spans[-1] = spans[-1]._replace(end=at_ms)
+        spans.append(_Dead(at_ms, None, kind))
+
+    def _revive(self, version: Version, at_ms: int) -> None:
+        spans = self.dead.get(version)
+        if spans and spans[-1].end is None:
+            spans[-1] = spans[-1]._replace(end=at_ms)
+
+    def schedule(self, request: RequestEvent) -> None:
+        assert request.due is not None
+        version = (request.token, request.due)
+        self.final = request
+        self.first_requested.setdefault(version, request.ts_ms)
+        if self.pending is None and self.cancelled_token == request.token:
+            # The wheel drops it: cancelled before it arrived.
+            self.live_since.setdefault(version, request.ts_ms)
+            self._kill(version, request.ts_ms, ViolationKind.FIRE_AFTER_CANCEL)
+            return
+        if self.pending != version:
+            if self.pending is not None:
+                self._kill(self.pending, request.ts_ms, ViolationKind.SUPERSEDED)
+            self._revive(version, request.ts_ms)
+            self.live_since[version] = request.ts_ms
+        self.pending = version
+        self.cancelled_token = None
+
+    def cancel(self, request: RequestEvent) -> None:
+        queue = self._reports.get(request.token)
+        report = queue.popleft() if queue else None
+        if report is not None and report.outcome in _NO_EFFECT:
+            return
+        effective_ms = report.at_ms if report is not None else request.ts_ms
+        if self.pending is None:
+            if request.check_token:
+                self.cancelled_token = request.token
+            return
+        if request.check_token and request.token != self.pending[0]:
+            return
+        self._kill(self.pending, effective_ms, ViolationKind.FIRE_AFTER_CANCEL)
+        self.cancelled_token = self.pending[0]
+        self.pending = None
+
+    def dead_span(self, version: Version, at_ms: int) -> _Dead | None:
+        for span in self.dead.get(version, ()):
+            if span.start <= at_ms and (span.end is None or at_ms < span.end):
+                return span
+        return None
+
+
+def judge(
+    requests: Iterable[RequestEvent],
+    fires: Iterable[FireEvent],
+    reports: Iterable[CancelReport],
+    rules: Rules,
+) -> Verdict:
+    """The verdict on one timer; ``requests`` must be in offset order."""
+    requests = list(requests)
+    replay = _Replay(reports)
+    for request in requests:
+        if request.kind == "schedule":
+            replay.schedule(request)
+        else:
+            replay.cancel(request)
+    distinct = sorted(set(fires), key=lambda f: (f.fired_at_ms, f.token, f.due))
+    by_version: dict[Version, list[FireEvent]] = defaultdict(list)
+    for fire in distinct:
+        by_version[(fire.token, fire.due)].append(fire)
+
+    violations: list[Violation] = []
+    fire_rows: list[dict[str, Any]] = []
+    for fire in distinct:
+        version = (fire.token, fire.due)
+        due_ms = fire.due * 1000
+        since = replay.first_requested.get(version)
+        lateness = fire.fired_at_ms - max(due_ms, since if since is not None else due_ms)
+        first = by_version[version][0] is fire
+        fire_rows.append(
+            {
+                "token": fire.token,
+                "due": fire.due,
+                "fired_at_ms": fire.fired_at_ms,
+                "topic": fire.topic,
+                "worker": fire.worker,
+                "lateness_ms": lateness,
+                "first": first,
+            }
+        )
+        if fire.fired_at_ms < due_ms:
+            violations.append(
+                Violation(
+                    ViolationKind.EARLY,
+                    fire.token,
+                    fire.due,
+                    fire.fired_at_ms,
+                    f"fired {due_ms - fire.fired_at_ms} ms before its due second",
+                )
+            )
+        if replay.final is None:
+            violations.append(
+                Violation(
+                    ViolationKind.UNREQUESTED,
+                    fire.token,
+                    fire.due,
+                    fire.fired_at_ms,
+                    "no schedule request for this id",
+                )
+            )
+            continue
+        if since is None:
+            violations.append(
+                Violation(
+                    ViolationKind.UNREQUESTED,
+                    fire.token,
+                    fire.due,
+                    fire.fired_at_ms,
+                    "this version (token, due) was never requested",
+                )
+            )
+            continue
+        span = replay.dead_span(version, fire.fired_at_ms)
+        if span is not None:
+            what = "cancelled" if span.kind is ViolationKind.FIRE_AFTER_CANCEL else "replaced"
+            violations.append(
+                Violation(
+                    span.kind,
+                    fire.token,
+                    fire.due,
+                    fire.fired_at_ms,
+                    f"fired {fire.fired_at_ms - span.start} ms after it was {what}",
+                )
+            )
+    for (token, due), version_fires in by_version.items():
+        if len(version_fires) > 1:
+            times = ", ".join(str(f.fired_at_ms) for f in version_fires)
+            violations.append(
+                Violation(
+                    ViolationKind.DUPLICATE,
+                    token,
+                    due,
+                    version_fires[1].fired_at_ms,
+                    f"fired {len(version_fires)} times (at {times} ms)",
+                )
+            )
+
+    final = replay.final
+    if final is None:
+        status = Status.UNREQUESTED if distinct else Status.CANCEL_ONLY
+        return Verdict(status, len(requests), fires=fire_rows, violations=violations)
+    assert final.due is not None
+    version = (final.token, final.due)
+    since = replay.live_since[version]
+    spans = replay.dead.get(version)
+    cancel_at = spans[-1].start if spans and spans[-1].end is None else None
+    final_fires = [f.fired_at_ms for f in by_version.get(version, [])]
+    expected_ms = max(final.due * 1000, since)
+    if final_fires and cancel_at is not None and final_fires[0] < cancel_at:
+        cancel_at = None  # the cancel came after the fire: too late, nothing to cancel
+    if cancel_at is not None:
+        status = Status.CANCELLED
+    elif final_fires:
+        status = Status.FIRED
+    elif expected_ms + rules.grace_ms < rules.as_of_ms:
+        status = Status.MISSING
+        violations.append(
+            Violation(
+                ViolationKind.MISSING,
+                final.token,
+                final.due,
+                expected_ms,
+                f"not fired {(rules.as_of_ms - expected_ms) / 1000:.1f} s after it was due",
+            )
+        )
+    else:
+        status = Status.PENDING
+    return Verdict(
+        status=status,
+        requests=len(requests),
+        final_token=final.token,
+        final_due=final.due,
+        final_topic=final.topic,
+        final_requested_ms=since,
+        cancelled=cancel_at is not None,
+        cancel_at_ms=cancel_at,
+        fire_count=len(final_fires),
+        fire_times=final_fires,
+        fires=fire_rows,
+        violations=violations,
+    )
