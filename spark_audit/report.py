@@ -1,0 +1,177 @@
+"""The audit's findings for people: a console summary and a self-contained HTML page."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from html import escape
+from typing import Any
+
+from spark_audit.charts import bar_chart
+from spark_audit.reconcile import ViolationKind
+from spark_audit.summary import AuditSummary, LatenessRow
+
+__all__ = ["console_summary", "html_report", "verdict_line"]
+
+_KINDS = [k.value for k in ViolationKind]
+
+
+def _utc(ms: int | None) -> str:
+    if ms is None:
+        return "-"
+    moment = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def verdict_line(summary: AuditSummary) -> str:
+    """One line: PASS or FAIL, and why."""
+    if summary.exit_code == 0:
+        excused = summary.violation_counts.get(ViolationKind.DUPLICATE.value, 0)
+        note = f" ({excused} duplicate fires allowed)" if excused else ""
+        return f"audit PASS: {summary.timers} timers, no violations{note}"
+    found = ", ".join(
+        f"{summary.violation_counts[k]} {k}" for k in _KINDS if summary.violation_counts.get(k)
+    )
+    return f"audit FAIL: {summary.gating_violations} violations in {summary.timers} timers: {found}"
+
+
+def _lateness_line(row: LatenessRow) -> str:
+    return (
+        f"  {row.group:<32} {row.fires:>9}  {row.p50_ms:>9.0f}  {row.p90_ms:>9.0f}  "
+        f"{row.p99_ms:>9.0f}  {row.max_ms:>9.0f}"
+    )
+
+
+def console_summary(summary: AuditSummary, max_violations: int = 20) -> str:
+    """The summary printed at the end of a run."""
+    reads = summary.reads
+    lines = [
+        f"kafka-timers audit as of {_utc(summary.as_of_ms)} (grace {summary.grace_ms / 1000:g} s)",
+        f"  read {reads.request_records} request records ({reads.rejected_requests} refused) "
+        f"from {summary.requests_topic}, {reads.fired_records} records from "
+        f"{summary.fired_topic} ({reads.unreadable_fired_records} unreadable)",
+        f"  timers: {summary.timers}  "
+        + "  ".join(f"{k}={v}" for k, v in sorted(summary.statuses.items())),
+        "  violations: " + "  ".join(f"{k}={summary.violation_counts.get(k, 0)}" for k in _KINDS),
+        "",
+        f"  {'lateness (ms)':<32} {'fires':>9}  {'p50':>9}  {'p90':>9}  {'p99':>9}  {'max':>9}",
+    ]
+    if summary.lateness_overall is not None:
+        lines.append(_lateness_line(summary.lateness_overall))
+    lines.extend(_lateness_line(row) for row in summary.lateness_by_topic)
+    if summary.violations:
+        lines.append("")
+        lines.append("  first violations:")
+        for v in summary.violations[:max_violations]:
+            lines.append(
+                f"    {v['kind']:<18} id={v['id']} partition={v['partition']} "
+                f"at={_utc(v['at_ms'])}: {v['detail']}"
+            )
+        if summary.total_violations > max_violations:
+            lines.append(f"    ... see {summary.output_dir}/summary.json and violations/")
+    lines.append("")
+    lines.append(f"  {summary.elapsed_s:.1f} s; results in {summary.output_dir}")
+    lines.append(verdict_line(summary))
+    return "\n".join(lines)
+
+
+def _table(headers: list[str], rows: list[list[Any]]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{escape(str(c))}</td>" for c in row) + "</tr>" for row in rows
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _lateness_table(rows: list[LatenessRow]) -> str:
+    return _table(
+        ["group", "fires", "p50 ms", "p90 ms", "p99 ms", "max ms"],
+        [
+            [
+                r.group,
+                r.fires,
+                f"{r.p50_ms:.0f}",
+                f"{r.p90_ms:.0f}",
+                f"{r.p99_ms:.0f}",
+                f"{r.max_ms:.0f}",
+            ]
+            for r in rows
+        ],
+    )
+
+
+_STYLE = """
+body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.6em; }
+.pass { color: #11772d; } .fail { color: #b00020; }
+table { border-collapse: collapse; margin: .5em 0; }
+th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: left; }
+th { background: #f3f3f3; }
+svg .bar { fill: #3b6ea8; } svg .bar.warn { fill: #c0392b; }
+svg .axis { stroke: #444; } svg .tick { font-size: 11px; fill: #444; }
+svg .title { font-size: 13px; font-weight: 600; }
+"""
+
+
+def html_report(summary: AuditSummary) -> str:
+    """A single HTML file with inline charts: lateness histogram, fires per minute."""
+    css = "pass" if summary.exit_code == 0 else "fail"
+    counts = _table(
+        ["violation", "count"], [[k, summary.violation_counts.get(k, 0)] for k in _KINDS]
+    )
+    statuses = _table(["status", "timers"], sorted(map(list, summary.statuses.items())))
+    histogram = bar_chart(
+        summary.histogram,
+        "Lateness of first fires",
+        y_label="fires",
+        highlight={0},
+    )
+    per_minute = bar_chart(
+        [(_utc(m * 1000)[11:16], n) for m, n in summary.fires_per_minute],
+        "Fires per minute (UTC)",
+        y_label="fires",
+    )
+    violations = _table(
+        ["kind", "partition", "id", "token", "due", "at", "detail"],
+        [
+            [
+                v["kind"],
+                v["partition"],
+                v["id"],
+                v["token"],
+                v["due"],
+                _utc(v["at_ms"]),
+                v["detail"],
+            ]
+            for v in summary.violations
+        ],
+    )
+    listed = (
+        f"<p>First {len(summary.violations)} of {summary.total_violations}; all are in "
+        "<code>violations/</code> (Parquet).</p>"
+        if summary.total_violations > len(summary.violations)
+        else ""
+    )
+    overall = [summary.lateness_overall] if summary.lateness_overall else []
+    reads = summary.reads
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>kafka-timers audit</title>
+<style>{_STYLE}</style></head><body>
+<h1>kafka-timers audit <span class="{css}">{escape(verdict_line(summary))}</span></h1>
+<p>As of {_utc(summary.as_of_ms)}, grace {summary.grace_ms / 1000:g} s.
+Read {reads.request_records} request records from <code>{escape(summary.requests_topic)}</code>
+({reads.rejected_requests} refused) and {reads.fired_records} records from
+<code>{escape(summary.fired_topic)}</code> ({reads.unreadable_fired_records} unreadable),
+with the {escape(summary.source)} source, in {summary.elapsed_s:.1f} s.</p>
+<h2>Violations</h2>{counts}
+<h2>Timers</h2>{statuses}
+<h2>Lateness</h2>
+<p>First fire of each version, from its due second (or from its request, when that came
+later). The red bar counts early fires.</p>
+{histogram}
+{_lateness_table(overall)}
+<h3>Per callback topic</h3>{_lateness_table(summary.lateness_by_topic)}
+<h3>Per hour (UTC) of the fire</h3>{_lateness_table(summary.lateness_by_hour)}
+<h2>Fires per minute</h2>{per_minute}
+<h2>Violations found</h2>{listed}{violations}
+</body></html>
+"""

@@ -1,0 +1,97 @@
+"""The audit's findings as plain data: what the console, JSON and HTML reports show.
+
+Everything here is small (counts, percentiles, a capped list of violations) and lives on
+the driver; the full per-timer and per-violation tables stay in Spark and go to Parquet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from spark_audit.reconcile import ViolationKind
+
+__all__ = ["AuditSummary", "LatenessRow", "ReadCounts"]
+
+
+@dataclass(frozen=True)
+class LatenessRow:
+    """Lateness of first fires in one group (a callback topic, an hour, or everything)."""
+
+    #: The topic, the hour (``YYYY-MM-DD HH:00`` UTC) or ``all``.
+    group: str
+    fires: int
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    max_ms: float
+
+
+@dataclass(frozen=True)
+class ReadCounts:
+    """How many records the audit read, and how many it could not use."""
+
+    request_records: int
+    #: Requests the worker would refuse (dead-lettered): not timers.
+    rejected_requests: int
+    fired_records: int
+    #: Records on the fired topic that are not the worker's JSON (ignored).
+    unreadable_fired_records: int
+
+
+@dataclass
+class AuditSummary:
+    """Everything the reports need; :attr:`exit_code` gates a deploy."""
+
+    as_of_ms: int
+    grace_ms: int
+    requests_topic: str
+    fired_topic: str
+    source: str
+    allow_duplicates: bool
+    reads: ReadCounts
+    timers: int
+    #: Timers per :class:`spark_audit.reconcile.Status` value.
+    statuses: dict[str, int]
+    #: Violations per :class:`spark_audit.reconcile.ViolationKind` value.
+    violation_counts: dict[str, int]
+    #: The first violations (by kind, then timer id), at most ``violations_limit``.
+    violations: list[dict[str, Any]]
+    violations_limit: int
+    lateness_overall: LatenessRow | None
+    lateness_by_topic: list[LatenessRow]
+    lateness_by_hour: list[LatenessRow]
+    #: ``(bin label, first fires)`` in bin order.
+    histogram: list[tuple[str, int]]
+    #: ``(minute as epoch seconds, fires)`` in time order.
+    fires_per_minute: list[tuple[int, int]]
+    elapsed_s: float = 0.0
+    output_dir: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def total_violations(self) -> int:
+        return sum(self.violation_counts.values())
+
+    @property
+    def gating_violations(self) -> int:
+        """Violations that fail the audit (duplicates are excused by ``--allow-duplicates``)."""
+        return sum(
+            count
+            for kind, count in self.violation_counts.items()
+            if not (self.allow_duplicates and kind == ViolationKind.DUPLICATE.value)
+        )
+
+    @property
+    def exit_code(self) -> int:
+        """0 when clean, 1 when any gating violation was found."""
+        return 1 if self.gating_violations else 0
+
+    def to_json(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["histogram"] = [{"bin": b, "fires": n} for b, n in self.histogram]
+        doc["fires_per_minute"] = [{"minute": m, "fires": n} for m, n in self.fires_per_minute]
+        doc["total_violations"] = self.total_violations
+        doc["gating_violations"] = self.gating_violations
+        doc["exit_code"] = self.exit_code
+        return doc

@@ -1,0 +1,367 @@
+"""The PySpark audit against a real broker: planted violations, a clean history, a real run."""
+
+from __future__ import annotations
+
+import json
+import time
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, Message, Producer
+
+from app import protowire
+from app.client import TimerClient
+from app.kafka_config import confluent_producer
+from app.records import TopicReader
+from app.settings import Settings
+from spark_audit.errors import AuditError, AuditSetupError
+from spark_audit.main import main as audit_main
+from spark_audit.reading import read_topic
+from spark_audit.session import audit_session
+from tests.support.stack import Stack
+
+pytestmark = pytest.mark.spark
+
+FIRE_TIMEOUT = 60.0
+
+#: One of each violation, on its own timer (see :func:`write_planted`).
+PLANTED = {
+    ("duplicate", "v-dup"),
+    ("early", "v-early"),
+    ("missing", "v-missing"),
+    ("fire_after_cancel", "v-after-cancel"),
+    ("superseded_fire", "v-superseded"),
+}
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One local Spark for every audit test; the audit reuses it instead of starting its own."""
+    conf = {
+        "spark.ui.enabled": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.driver.host": "127.0.0.1",
+    }
+    with audit_session("local[2]", conf) as session:
+        yield session
+
+
+class History:
+    """Writes a prepared history straight to the topics: requests as users send them, and
+    the fired and cancel records a worker would have written, all with chosen timestamps."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._producer = Producer(confluent_producer(settings))
+
+    def partition_of(self, timer_id: str) -> int:
+        return zlib.crc32(timer_id.encode()) % self.settings.partitions
+
+    def request(
+        self,
+        key: str,
+        value: bytes | None,
+        ts_s: float,
+        headers: list[tuple[str, bytes]] | None = None,
+        partition: int | None = None,
+    ) -> tuple[int, int]:
+        """Produce one request record; return its (partition, offset)."""
+        delivered: list[tuple[int, int]] = []
+
+        def on_delivery(err: KafkaError | None, msg: Message) -> None:
+            assert err is None, err
+            delivered.append((msg.partition() or 0, msg.offset() or 0))
+
+        self._producer.produce(
+            self.settings.topics.requests,
+            value,
+            key.encode(),
+            partition=self.partition_of(key) if partition is None else partition,
+            timestamp=int(ts_s * 1000),
+            headers=headers or [],
+            on_delivery=on_delivery,
+        )
+        self._producer.flush(10)
+        assert delivered, "request not acknowledged"
+        return delivered[0]
+
+    def schedule(self, timer_id: str, token: str, due: int, ts_s: float) -> None:
+        future = protowire.Future(
+            callback_topic="cb", callback=b"x", id=timer_id, token=token, due=due
+        )
+        self.request(timer_id, protowire.encode(future), ts_s)
+
+    def cancel(self, timer_id: str, token: str, ts_s: float) -> None:
+        future = protowire.Future(id=timer_id, token=token, action=protowire.ACTION_CANCEL)
+        self.request(timer_id, protowire.encode(future), ts_s)
+
+    def _audit_record(self, timer_id: str, record: dict[str, Any], at_ms: int) -> None:
+        self._producer.produce(
+            self.settings.topics.fired,
+            json.dumps({"id": timer_id, **record}).encode(),
+            timer_id.encode(),
+            timestamp=at_ms,
+        )
+        self._producer.flush(10)
+
+    def fired(
+        self, timer_id: str, token: str, due: int, at_ms: int, partition: int | None = None
+    ) -> None:
+        record = {
+            "event": "fired",
+            "token": token,
+            "due": due,
+            "fired_at_ms": at_ms,
+            "topic": "cb",
+            "partition": self.partition_of(timer_id) if partition is None else partition,
+            "worker": "w1",
+        }
+        self._audit_record(timer_id, record, at_ms)
+
+    def report(self, timer_id: str, token: str, outcome: str, at_ms: int) -> None:
+        record = {
+            "event": "cancel",
+            "token": token,
+            "outcome": outcome,
+            "at_ms": at_ms,
+            "partition": self.partition_of(timer_id),
+            "worker": "w1",
+        }
+        self._audit_record(timer_id, record, at_ms)
+
+
+def write_clean(h: History, t0: int, now: float) -> None:
+    """Every format and every legitimate turn of events; nothing here is a violation."""
+    for i in range(8):
+        h.schedule(f"ok-{i}", f"k{i}", t0 + 600 + i, t0)
+        h.fired(f"ok-{i}", f"k{i}", t0 + 600 + i, (t0 + 600 + i) * 1000 + 20 + 10 * i)
+    # JSON, with a fraction of a second that rounds up
+    doc = {"topic": "cb", "value": "x", "at": t0 + 610.5, "id": "json-1", "token": "tj"}
+    h.request("json-1", json.dumps(doc).encode(), t0)
+    h.fired("json-1", "tj", t0 + 611, (t0 + 611) * 1000 + 35)
+    # the article's format: id from topic, partition and offset; due from the key
+    article = protowire.Future(callback_topic="cb", callback_key="k", callback=b"x")
+    partition, offset = h.request(str(t0 + 612), protowire.encode(article), t0, partition=1)
+    derived = f"{h.settings.topics.requests}-{partition}-{offset}"
+    h.fired(derived, "", t0 + 612, (t0 + 612) * 1000 + 40, partition=partition)
+    # etf1: a schedule that fires, and one that a tombstone cancels
+    target = [("scheduler-target-topic", b"cb")]
+    h.request("etf1-a", b"p", t0, [("scheduler-epoch", b"%d" % (t0 + 613)), *target])
+    h.fired("etf1-a", "", t0 + 613, (t0 + 613) * 1000 + 15)
+    h.request("etf1-b", b"p", t0, [("scheduler-epoch", b"%d" % (t0 + 614)), *target])
+    h.request("etf1-b", None, t0 + 1)
+    h.report("etf1-b", "", "cancelled", (t0 + 1) * 1000 + 5)
+    # cancelled in time
+    h.schedule("cancel-ok", "kc", t0 + 615, t0)
+    h.cancel("cancel-ok", "kc", t0 + 1)
+    h.report("cancel-ok", "kc", "cancelled", (t0 + 1) * 1000 + 5)
+    # rescheduled: only the new version fires
+    h.schedule("resched-ok", "r1", t0 + 616, t0)
+    h.schedule("resched-ok", "r2", t0 + 646, t0 + 2)
+    h.fired("resched-ok", "r2", t0 + 646, (t0 + 646) * 1000 + 25)
+    # a cancel with the wrong token is refused: the timer fires
+    h.schedule("wrong-token", "kw", t0 + 617, t0)
+    h.cancel("wrong-token", "nope", t0 + 1)
+    h.report("wrong-token", "nope", "wrong_token", (t0 + 1) * 1000 + 5)
+    h.fired("wrong-token", "kw", t0 + 617, (t0 + 617) * 1000 + 30)
+    # a cancel that came after the fire
+    h.schedule("too-late", "kl", t0 + 618, t0)
+    h.fired("too-late", "kl", t0 + 618, (t0 + 618) * 1000 + 30)
+    h.cancel("too-late", "kl", t0 + 619)
+    h.report("too-late", "kl", "already_fired", (t0 + 619) * 1000 + 5)
+    # a cancel that came before its request: the request is dropped
+    h.cancel("advance", "ka", t0)
+    h.report("advance", "ka", "cancelled_in_advance", t0 * 1000 + 5)
+    h.schedule("advance", "ka", t0 + 619, t0 + 1)
+    # not due yet
+    h.schedule("pending", "kp", int(now) + 3600, t0)
+    # requested long after its due second: fires at once, not "late"
+    h.schedule("past-due", "kd", t0 - 1000, now - 100)
+    h.fired("past-due", "kd", t0 - 1000, int((now - 100) * 1000) + 40)
+    # requests the worker refuses never fire
+    h.request("junk", b"\xff\xfe\xfd", t0)
+    internal = protowire.Future(callback_topic="__consumer_offsets", id="internal", due=t0 + 620)
+    h.request("internal", protowire.encode(internal), t0)
+    # one fire record written twice by a producer retry is one fire
+    h.schedule("retried", "kr", t0 + 621, t0)
+    h.fired("retried", "kr", t0 + 621, (t0 + 621) * 1000 + 50)
+    h.fired("retried", "kr", t0 + 621, (t0 + 621) * 1000 + 50)
+
+
+def write_planted(h: History, t0: int) -> None:
+    """Exactly the violations in :data:`PLANTED`."""
+    h.schedule("v-dup", "d", t0 + 630, t0)
+    h.fired("v-dup", "d", t0 + 630, (t0 + 630) * 1000 + 10)
+    h.fired("v-dup", "d", t0 + 630, (t0 + 630) * 1000 + 700)
+    h.schedule("v-early", "e", t0 + 631, t0)
+    h.fired("v-early", "e", t0 + 631, (t0 + 631) * 1000 - 250)
+    h.schedule("v-missing", "m", t0 + 632, t0)
+    h.schedule("v-after-cancel", "c", t0 + 633, t0)
+    h.cancel("v-after-cancel", "c", t0 + 1)
+    h.report("v-after-cancel", "c", "cancelled", (t0 + 1) * 1000 + 4)
+    h.fired("v-after-cancel", "c", t0 + 633, (t0 + 633) * 1000 + 15)
+    h.schedule("v-superseded", "s1", t0 + 634, t0)
+    h.schedule("v-superseded", "s2", t0 + 664, t0 + 2)
+    h.fired("v-superseded", "s1", t0 + 634, (t0 + 634) * 1000 + 12)
+    h.fired("v-superseded", "s2", t0 + 664, (t0 + 664) * 1000 + 12)
+
+
+def run_audit(settings: Settings, out: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    code = audit_main(
+        [
+            "--bootstrap",
+            settings.bootstrap_servers,
+            "--requests-topic",
+            settings.topics.requests,
+            "--fired-topic",
+            settings.topics.fired,
+            "--output",
+            str(out),
+            *extra,
+        ]
+    )
+    return code, json.loads((out / "summary.json").read_text())
+
+
+def test_each_planted_violation_is_found_with_its_timer_and_nothing_else(
+    spark: Any, settings: Settings, tmp_path: Path
+) -> None:
+    now = time.time()
+    t0 = int(now) - 3600
+    history = History(settings)
+    write_clean(history, t0, now)
+    write_planted(history, t0)
+
+    code, summary = run_audit(settings, tmp_path, "--as-of", str(now))
+
+    assert {(v["kind"], v["id"]) for v in summary["violations"]} == PLANTED
+    assert summary["total_violations"] == len(PLANTED)
+    assert code == 1
+    assert summary["statuses"]["missing"] == 1
+    table = spark.read.parquet(str(tmp_path / "violations")).select("kind", "id").collect()
+    assert {(row["kind"], row["id"]) for row in table} == PLANTED
+    report = (tmp_path / "report.html").read_text()
+    assert report.count("<svg") == 2 and "v-superseded" in report
+
+
+def test_a_clean_history_passes_and_duplicates_can_be_allowed(
+    spark: Any, settings: Settings, tmp_path: Path
+) -> None:
+    now = time.time()
+    t0 = int(now) - 3600
+    history = History(settings)
+    write_clean(history, t0, now)
+
+    code, summary = run_audit(settings, tmp_path / "clean", "--as-of", str(now))
+
+    assert (code, summary["total_violations"], summary["violations"]) == (0, 0, [])
+    assert summary["statuses"] == {"fired": 16, "cancelled": 3, "pending": 1}
+    assert summary["reads"]["rejected_requests"] == 2
+    assert summary["lateness_overall"]["fires"] == 16
+    assert summary["lateness_overall"]["max_ms"] == 90  # ok-7; past-due counts from its request
+
+    # At-least-once delivery may fire twice: reported, but it need not fail the deploy.
+    history.fired("ok-3", "k3", t0 + 603, (t0 + 603) * 1000 + 900)
+    code, summary = run_audit(
+        settings, tmp_path / "allowed", "--as-of", str(now), "--allow-duplicates"
+    )
+    assert code == 0
+    assert summary["violation_counts"] == {"duplicate": 1}
+    assert [(v["kind"], v["id"]) for v in summary["violations"]] == [("duplicate", "ok-3")]
+
+
+def test_the_python_source_reads_every_partition_to_its_end_in_offset_ranges(
+    spark: Any, settings: Settings
+) -> None:
+    topic = settings.topics.dlq
+    producer = Producer(confluent_producer(settings))
+    sent = set()
+    for i in range(100):
+        partition = i % 3
+        producer.produce(
+            topic,
+            None if i == 7 else b"v%d" % i,
+            b"k%d" % i,
+            partition=partition,
+            timestamp=1_767_225_600_000 + i,
+            headers=[("h", b"%d" % i)],
+        )
+        producer.flush(10)  # one batch per record: the broker's end offsets are then exact
+        sent.add((partition, b"k%d" % i))
+
+    frame = read_topic(spark, settings, topic, max_offsets_per_partition=10)
+    rows = frame.collect()
+
+    assert frame.rdd.getNumPartitions() == 3 * 4 + 5, "partitions 0-2 in 4 ranges, 3-7 in one"
+    assert {(r["partition"], r["key"]) for r in rows} == sent
+    assert len(rows) == 100
+    by_key = {r["key"]: r for r in rows}
+    assert by_key[b"k7"]["value"] is None
+    assert by_key[b"k9"]["value"] == b"v9"
+    assert [(h["key"], h["value"]) for h in by_key[b"k9"]["headers"]] == [("h", b"9")]
+    assert int(by_key[b"k9"]["timestamp"].timestamp() * 1000) == 1_767_225_600_009
+
+
+def test_a_missing_topic_or_connector_is_one_clear_line(
+    spark: Any, settings: Settings, tmp_path: Path
+) -> None:
+    base = ["--bootstrap", settings.bootstrap_servers, "--output", str(tmp_path)]
+    with pytest.raises(AuditError, match="topic 'no-such-topic' does not exist") as missing:
+        audit_main([*base, "--requests-topic", "no-such-topic"])
+    assert "\n" not in str(missing.value)
+    topics = ["--requests-topic", settings.topics.requests, "--fired-topic", settings.topics.fired]
+    with pytest.raises(AuditSetupError, match="--source python"):
+        audit_main([*base, *topics, "--source", "kafka"])
+
+
+def test_the_audit_of_a_real_run_finds_no_violations(
+    spark: Any, stack: Stack, tmp_path: Path
+) -> None:
+    settings = stack.settings
+    topic = stack.callback_topic("audited-callbacks")
+    stack.oscillator()
+    stack.worker()
+    client = TimerClient(settings)
+    # Wait for the worker to be up and ticking: a request it reads late for a second already
+    # ticked fires at once, which could make the reschedule below race with its first version.
+    warm_up = client.schedule(topic, b"warm-up", at=time.time())
+    client.flush()
+    with TopicReader(settings, settings.topics.fired) as reader:
+        reader.wait_for(
+            lambda rs: any(warm_up.id.encode() in (r.value or b"") for r in rs), FIRE_TIMEOUT
+        )
+    start = time.time()
+    expected: set[str] = {warm_up.id}
+    for i in range(30):
+        timer = client.schedule(topic, b"v%d" % i, f"k{i}", at=start + 2 + (i % 6) * 0.5)
+        expected.add(timer.id)
+    client.schedule(topic, b"old", at=start + 3, timer_id="moved", token="t1")
+    client.schedule(topic, b"new", at=start + 4.5, timer_id="moved", token="t2")
+    doomed = client.schedule(topic, b"never", at=start + 3600, timer_id="doomed")
+    client.cancel("doomed", doomed.token)
+    client.flush()
+    as_json = {"topic": topic, "value": "j", "in": "2s", "id": "json-timer", "token": "tj"}
+    producer = stack.producer()
+    producer.produce(settings.topics.requests, json.dumps(as_json).encode(), b"json-timer")
+    producer.flush(10)
+    expected |= {"moved", "json-timer"}
+
+    def done(records: list[Any]) -> bool:
+        events = [json.loads(r.value or b"{}") for r in records]
+        fired = {e["id"] for e in events if e["event"] == "fired"}
+        cancels = {e["id"] for e in events if e["event"] == "cancel"}
+        return fired >= expected and "doomed" in cancels
+
+    with TopicReader(settings, settings.topics.fired) as reader:
+        reader.wait_for(done, FIRE_TIMEOUT)
+
+    code, summary = run_audit(settings, tmp_path)
+
+    assert summary["violations"] == [] and summary["total_violations"] == 0
+    assert code == 0
+    assert summary["statuses"] == {"fired": len(expected), "cancelled": 1}
+    assert summary["lateness_overall"]["fires"] == len(expected)

@@ -1,0 +1,158 @@
+"""The audit's flags, exit policy, reports and Arrow glue, without Spark."""
+
+from __future__ import annotations
+
+import re
+
+import pyarrow as pa
+import pytest
+
+from spark_audit.errors import AuditError
+from spark_audit.judging import EVENT_FIELDS, SOURCE_FIRE, SOURCE_REQUEST, judge_arrays
+from spark_audit.options import parse_options
+from spark_audit.reading import SourceKind
+from spark_audit.reconcile import Rules
+from spark_audit.report import console_summary, html_report, verdict_line
+from spark_audit.stats import histogram_labels
+from spark_audit.summary import AuditSummary, LatenessRow, ReadCounts
+
+
+def summary(violations: dict[str, int], allow_duplicates: bool = False) -> AuditSummary:
+    listed = [
+        {
+            "kind": kind,
+            "partition": 0,
+            "id": f"timer-{kind}",
+            "token": "k",
+            "due": 1767225600,
+            "at_ms": 1767225600123,
+            "detail": "<b>why</b>",
+        }
+        for kind in violations
+    ]
+    return AuditSummary(
+        as_of_ms=1767229200000,
+        grace_ms=60000,
+        requests_topic="timer-request",
+        fired_topic="timer-fired",
+        source="python",
+        allow_duplicates=allow_duplicates,
+        reads=ReadCounts(12, 1, 11, 0),
+        timers=11,
+        statuses={"fired": 10, "cancelled": 1},
+        violation_counts=violations,
+        violations=listed,
+        violations_limit=1000,
+        lateness_overall=LatenessRow("all", 10, 40.0, 90.0, 120.0, 130.0),
+        lateness_by_topic=[LatenessRow("cb", 10, 40.0, 90.0, 120.0, 130.0)],
+        lateness_by_hour=[LatenessRow("2026-01-01 00:00", 10, 40.0, 90.0, 120.0, 130.0)],
+        histogram=[(label, i) for i, label in enumerate(histogram_labels())],
+        fires_per_minute=[(1767225600, 4), (1767225660, 6)],
+        output_dir="out",
+    )
+
+
+def test_options_default_to_now_a_minute_of_grace_and_the_python_source() -> None:
+    options = parse_options([], now=1767225600.25)
+    assert options.as_of_ms == 1767225600250
+    assert options.grace_ms == 60_000
+    assert options.source is SourceKind.PYTHON
+    assert not options.allow_duplicates
+
+
+def test_options_read_times_durations_and_pairs() -> None:
+    options = parse_options(
+        [
+            "--as-of=2026-01-01T00:00:00Z",
+            "--grace=2m",
+            "--allow-duplicates",
+            "--source=kafka",
+            "--kafka-option=minPartitions=8",
+            "--conf=spark.executor.memory=2g",
+        ]
+    )
+    assert options.as_of_ms == 1767225600000
+    assert options.grace_ms == 120_000
+    assert options.allow_duplicates and options.source is SourceKind.KAFKA
+    assert options.kafka_options == {"minPartitions": "8"}
+    assert options.spark_conf == {"spark.executor.memory": "2g"}
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--as-of=yesterday"], "cannot read time"),
+        (["--grace=soon"], "cannot read duration"),
+        (["--conf=novalue"], "--conf needs name=value"),
+        (["--max-offsets-per-partition=0"], "at least 1"),
+    ],
+)
+def test_bad_options_are_one_line_errors(argv: list[str], message: str) -> None:
+    with pytest.raises(AuditError, match=message) as caught:
+        parse_options(argv)
+    assert "\n" not in str(caught.value)
+
+
+def test_unknown_flags_exit_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as caught:
+        parse_options(["--frobnicate"])
+    assert caught.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_any_violation_fails_the_audit_and_duplicates_only_unless_allowed() -> None:
+    assert summary({}).exit_code == 0
+    assert summary({"missing": 1}).exit_code == 1
+    assert summary({"duplicate": 2}).exit_code == 1
+    excused = summary({"duplicate": 2}, allow_duplicates=True)
+    assert (excused.exit_code, excused.total_violations, excused.gating_violations) == (0, 2, 0)
+    assert "2 duplicate fires allowed" in verdict_line(excused)
+    assert summary({"duplicate": 2, "early": 1}, allow_duplicates=True).exit_code == 1
+
+
+def test_the_console_summary_ends_with_the_verdict_and_lists_violations() -> None:
+    text = console_summary(summary({"early": 1}))
+    assert text.splitlines()[-1] == "audit FAIL: 1 violations in 11 timers: 1 early"
+    assert "id=timer-early" in text
+    assert re.search(r"all\s+10\s+40\s+90\s+120\s+130", text)
+
+
+def test_the_html_report_has_both_charts_and_escapes_what_it_shows() -> None:
+    page = html_report(summary({"missing": 1}))
+    assert page.count("<svg") == 2
+    assert "Lateness of first fires" in page and "Fires per minute" in page
+    assert "&lt;b&gt;why&lt;/b&gt;" in page and "<b>why</b>" not in page
+    assert 'class="fail"' in page
+    assert 'class="pass"' in html_report(summary({}))
+
+
+def test_judge_arrays_turns_grouped_events_into_verdicts() -> None:
+    def event(src: int, seq: int, kind: str, token: str, due: int | None) -> dict[str, object]:
+        values = [src, seq, seq, kind, token, due, True, "cb", None, "w1"]
+        return dict(zip(EVENT_FIELDS, values, strict=True))
+
+    due = 1767225600
+    timer_a = [
+        event(SOURCE_REQUEST, 0, "schedule", "k", due),
+        event(SOURCE_FIRE, due * 1000 + 5, "fired", "k", due),
+    ]
+    timer_b = [event(SOURCE_REQUEST, 1, "schedule", "k", due)]
+    struct = pa.struct(
+        [
+            ("src", pa.int32()),
+            ("seq", pa.int64()),
+            ("ts_ms", pa.int64()),
+            ("kind", pa.string()),
+            ("token", pa.string()),
+            ("due", pa.int64()),
+            ("check_token", pa.bool_()),
+            ("topic", pa.string()),
+            ("outcome", pa.string()),
+            ("worker", pa.string()),
+        ]
+    )
+    events = pa.array([[], timer_a, timer_b], pa.list_(struct)).slice(1)
+    verdicts = judge_arrays(events, Rules(as_of_ms=(due + 3600) * 1000)).to_pylist()
+    assert [v["status"] for v in verdicts] == ["fired", "missing"]
+    assert verdicts[0]["fires"][0]["lateness_ms"] == 5
+    assert [x["kind"] for x in verdicts[1]["violations"]] == ["missing"]
