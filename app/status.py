@@ -62,8 +62,6 @@ NEXT_MAX = 1000
 SNAPSHOT_TTL = 1.0
 #: Counters are sampled this often, for the fires-per-second history.
 SAMPLE_INTERVAL = 1.0
-#: Timers sharing one due second that a lookup reads to find a pending timer's details.
-LOOKUP_SCAN_LIMIT = 10000
 
 
 def _text_or_b64(data: bytes | None, name: str) -> dict[str, Any]:
@@ -119,7 +117,7 @@ class StatusCollector:
         return [
             PartitionScan(
                 partition=p,
-                dues=[t.due for t in islice(wheel.iter_pending(0), per_partition)],
+                dues=[due for due, _ in islice(wheel.iter_due(0), per_partition)],
                 pending=pending.get(p, 0),
             )
             for p, wheel in sorted(wheels.items())
@@ -178,12 +176,9 @@ class StatusCollector:
             else:
                 result["due"] = due
             if state == "pending":
-                for timer in islice(wheel.iter_pending(due), LOOKUP_SCAN_LIMIT):
-                    if timer.due != due:
-                        break
-                    if timer.id == timer_id:
-                        result.update(timer_json(p, timer))
-                        break
+                timer = wheel.get_pending(timer_id)
+                if timer is not None:
+                    result.update(timer_json(p, timer))
             result["worker"] = self._settings.worker_id
             return result
         return None

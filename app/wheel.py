@@ -231,6 +231,19 @@ class PartitionWheel:
         for _, value in self._kv.scan(_bucket_floor(from_second), b"U"):
             yield unpack_timer(value)
 
+    def iter_due(self, from_second: int = 0) -> Iterator[tuple[int, str]]:
+        """``(due, id)`` of pending timers in due order, from the keys alone (no unpacking)."""
+        for key, _ in self._kv.scan(_bucket_floor(from_second), b"U"):
+            yield int(key[1:13]), key[14:].decode()
+
+    def get_pending(self, timer_id: str) -> Timer | None:
+        """The pending version of ``timer_id`` by point reads, or None."""
+        index = self._index(timer_id)
+        if index is None or index.state != _PENDING:
+            return None
+        raw = self._kv.get(timer_key(index.due, timer_id))
+        return None if raw is None else unpack_timer(raw)
+
     def lookup(self, timer_id: str) -> tuple[str, int, str] | None:
         """``(state, due, token)`` of the newest version of ``timer_id``, or None.
 

@@ -170,3 +170,17 @@ def test_idle_tick_scans_nothing_pending_later() -> None:
     for second in range(100, 200):
         fire(wheel, second)
     assert kv.scanned == 0
+
+
+def test_status_reads_keys_and_point_lookups() -> None:
+    wheel = PartitionWheel(MemoryKV())
+    wheel.schedule(timer("b", 101))
+    wheel.schedule(timer("a", 100, token="t"))
+    assert list(wheel.iter_due(0)) == [(100, "a"), (101, "b")]
+    assert list(wheel.iter_due(101)) == [(101, "b")]
+    assert wheel.get_pending("a") == timer("a", 100, token="t")
+    assert wheel.lookup("a") == ("pending", 100, "t")
+    fire(wheel, 100)
+    assert wheel.get_pending("a") is None
+    assert wheel.lookup("a") == ("fired", 100, "t")
+    assert wheel.get_pending("nope") is None
