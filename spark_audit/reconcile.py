@@ -33,10 +33,10 @@ producer retry, not two fires.
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 __all__ = [
     "CancelReport",
@@ -197,6 +197,17 @@ class Verdict:
         }
 
 
+_T = TypeVar("_T")
+
+
+def _distinct(items: Iterable[_T], key: Callable[[_T], Any]) -> list[_T]:
+    """``items`` without exact repeats, ordered by ``key`` (most timers have 0 or 1)."""
+    unique = list(items)
+    if len(unique) < 2:
+        return unique
+    return sorted(set(unique), key=key)
+
+
 class _Dead(NamedTuple):
     """A span of time in which one version must not fire."""
 
@@ -219,7 +230,7 @@ class _Replay:
         self.live_since: dict[Version, int] = {}
         self.dead: dict[Version, list[_Dead]] = defaultdict(list)
         self._reports: dict[str, deque[CancelReport]] = defaultdict(deque)
-        for report in sorted(set(reports), key=lambda r: r.at_ms):
+        for report in _distinct(reports, lambda r: r.at_ms):
             self._reports[report.token].append(report)
 
     def _kill(self, version: Version, at_ms: int, kind: ViolationKind) -> None:
@@ -290,7 +301,7 @@ def judge(
             replay.schedule(request)
         else:
             replay.cancel(request)
-    distinct = sorted(set(fires), key=lambda f: (f.fired_at_ms, f.token, f.due))
+    distinct = _distinct(fires, lambda f: (f.fired_at_ms, f.token, f.due))
     by_version: dict[Version, list[FireEvent]] = defaultdict(list)
     for fire in distinct:
         by_version[(fire.token, fire.due)].append(fire)

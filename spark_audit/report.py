@@ -10,7 +10,7 @@ from spark_audit.charts import bar_chart
 from spark_audit.reconcile import ViolationKind
 from spark_audit.summary import AuditSummary, LatenessRow
 
-__all__ = ["console_summary", "html_report", "verdict_line"]
+__all__ = ["console_summary", "fire_rate_bars", "html_report", "verdict_line"]
 
 _KINDS = [k.value for k in ViolationKind]
 
@@ -31,7 +31,38 @@ def verdict_line(summary: AuditSummary) -> str:
     found = ", ".join(
         f"{summary.violation_counts[k]} {k}" for k in _KINDS if summary.violation_counts.get(k)
     )
-    return f"audit FAIL: {summary.gating_violations} violations in {summary.timers} timers: {found}"
+    n = summary.gating_violations
+    return f"audit FAIL: {n} violation{'s' if n != 1 else ''} in {summary.timers} timers: {found}"
+
+
+#: Widths a bar of the fire-rate chart may stand for, minutes.
+_RATE_STEPS = (1, 5, 15, 60, 360, 1440)
+
+
+def fire_rate_bars(
+    per_minute: list[tuple[int, int]], max_bars: int = 720
+) -> tuple[int, list[tuple[str, int]]]:
+    """Bars for the fire-rate chart: ``(minutes per bar, [(UTC label, fires)])``.
+
+    Minutes without fires get an empty bar, so gaps in time show as gaps; a span too
+    long for one bar per minute is drawn with wider bars.
+    """
+    if not per_minute:
+        return 1, []
+    first, last = per_minute[0][0], per_minute[-1][0]
+    span = (last - first) // 60 + 1
+    step = next((s for s in _RATE_STEPS if span / s <= max_bars), _RATE_STEPS[-1])
+    width = step * 60
+    start = first - first % width
+    counts = [0] * ((last - start) // width + 1)
+    for minute, fires in per_minute:
+        counts[(minute - start) // width] += fires
+    fmt = "%H:%M" if step < 1440 else "%Y-%m-%d"
+    labels = [
+        datetime.fromtimestamp(start + i * width, tz=timezone.utc).strftime(fmt)
+        for i in range(len(counts))
+    ]
+    return step, list(zip(labels, counts, strict=True))
 
 
 def _lateness_line(row: LatenessRow) -> str:
@@ -125,9 +156,10 @@ def html_report(summary: AuditSummary) -> str:
         y_label="fires",
         highlight={0},
     )
+    step, rate_bars = fire_rate_bars(summary.fires_per_minute)
     per_minute = bar_chart(
-        [(_utc(m * 1000)[11:16], n) for m, n in summary.fires_per_minute],
-        "Fires per minute (UTC)",
+        rate_bars,
+        "Fires per minute (UTC)" if step == 1 else f"Fires per {step} minutes (UTC)",
         y_label="fires",
     )
     violations = _table(
@@ -156,7 +188,8 @@ def html_report(summary: AuditSummary) -> str:
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>kafka-timers audit</title>
 <style>{_STYLE}</style></head><body>
-<h1>kafka-timers audit <span class="{css}">{escape(verdict_line(summary))}</span></h1>
+<h1>kafka-timers audit</h1>
+<p class="{css}"><strong>{escape(verdict_line(summary))}</strong></p>
 <p>As of {_utc(summary.as_of_ms)}, grace {summary.grace_ms / 1000:g} s.
 Read {reads.request_records} request records from <code>{escape(summary.requests_topic)}</code>
 ({reads.rejected_requests} refused) and {reads.fired_records} records from

@@ -12,7 +12,7 @@ from spark_audit.judging import EVENT_FIELDS, SOURCE_FIRE, SOURCE_REQUEST, judge
 from spark_audit.options import parse_options
 from spark_audit.reading import SourceKind
 from spark_audit.reconcile import Rules
-from spark_audit.report import console_summary, html_report, verdict_line
+from spark_audit.report import console_summary, fire_rate_bars, html_report, verdict_line
 from spark_audit.stats import histogram_labels
 from spark_audit.summary import AuditSummary, LatenessRow, ReadCounts
 
@@ -112,7 +112,7 @@ def test_any_violation_fails_the_audit_and_duplicates_only_unless_allowed() -> N
 
 def test_the_console_summary_ends_with_the_verdict_and_lists_violations() -> None:
     text = console_summary(summary({"early": 1}))
-    assert text.splitlines()[-1] == "audit FAIL: 1 violations in 11 timers: 1 early"
+    assert text.splitlines()[-1] == "audit FAIL: 1 violation in 11 timers: 1 early"
     assert "id=timer-early" in text
     assert re.search(r"all\s+10\s+40\s+90\s+120\s+130", text)
 
@@ -124,6 +124,17 @@ def test_the_html_report_has_both_charts_and_escapes_what_it_shows() -> None:
     assert "&lt;b&gt;why&lt;/b&gt;" in page and "<b>why</b>" not in page
     assert 'class="fail"' in page
     assert 'class="pass"' in html_report(summary({}))
+
+
+def test_the_fire_rate_chart_shows_quiet_minutes_and_widens_bars_for_long_spans() -> None:
+    t = 1767225600  # 2026-01-01 00:00 UTC
+    step, bars = fire_rate_bars([(t, 3), (t + 180, 5)])
+    assert step == 1
+    assert bars == [("00:00", 3), ("00:01", 0), ("00:02", 0), ("00:03", 5)]
+    step, bars = fire_rate_bars([(t, 1), (t + 60, 2), (t + 86400 - 60, 4)])
+    assert step == 5 and len(bars) == 288
+    assert bars[0] == ("00:00", 3) and bars[-1] == ("23:55", 4)
+    assert fire_rate_bars([]) == (1, [])
 
 
 def test_judge_arrays_turns_grouped_events_into_verdicts() -> None:

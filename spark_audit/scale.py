@@ -1,0 +1,247 @@
+"""The scale run: write a history of N timers straight to a broker, then time the audit.
+
+``python -m spark_audit.scale --timers 1000000`` starts a dev broker (or uses
+``--bootstrap``), produces N schedule requests (1 % rescheduled, 1 % cancelled, with the
+worker's cancel reports) and their fires as a healthy worker would have written them,
+plants a few violations of every kind, runs the audit on ``local[*]`` and prints how long
+each part took. Exit status 0 when the audit found exactly the planted violations.
+
+No worker runs: at a few thousand fires per second per worker, a million real fires
+would take longer than the audit is meant to measure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import time
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+from app import protowire
+from app.settings import Settings, TopicNames
+from app.topics import ensure_topics
+
+__all__ = ["generate_history", "main"]
+
+#: Violations planted per kind (each on its own timer).
+PLANTED_PER_KIND = 5
+
+
+class _Writer:
+    """A fast confluent-kafka producer to explicit partitions, with timestamps."""
+
+    def __init__(self, settings: Settings) -> None:
+        from confluent_kafka import Producer
+
+        from app.kafka_config import confluent_producer
+
+        self._producer = Producer(
+            confluent_producer(
+                settings,
+                **{
+                    "linger.ms": 50,
+                    "batch.num.messages": 10000,
+                    "queue.buffering.max.messages": 500000,
+                    "max.in.flight.requests.per.connection": 5,
+                },
+            )
+        )
+        self.count = 0
+
+    def send(self, topic: str, partition: int, key: str, value: bytes, ts_ms: int) -> None:
+        while True:
+            try:
+                self._producer.produce(
+                    topic, value, key.encode(), partition=partition, timestamp=ts_ms
+                )
+                break
+            except BufferError:
+                self._producer.poll(0.05)
+        self.count += 1
+        if self.count % 10000 == 0:
+            self._producer.poll(0)
+
+    def flush(self) -> None:
+        if self._producer.flush(120):
+            raise RuntimeError("records not acknowledged within 120 s")
+
+
+def _fired(timer_id: str, token: str, due: int, at_ms: int, partition: int) -> bytes:
+    return json.dumps(
+        {
+            "event": "fired",
+            "id": timer_id,
+            "token": token,
+            "due": due,
+            "fired_at_ms": at_ms,
+            "topic": f"callbacks-{partition % 3}",
+            "partition": partition,
+            "worker": f"w{partition % 2}",
+        }
+    ).encode()
+
+
+def _report(timer_id: str, token: str, outcome: str, at_ms: int, partition: int) -> bytes:
+    return json.dumps(
+        {
+            "event": "cancel",
+            "id": timer_id,
+            "token": token,
+            "outcome": outcome,
+            "at_ms": at_ms,
+            "partition": partition,
+            "worker": "w0",
+        }
+    ).encode()
+
+
+def generate_history(settings: Settings, timers: int, now: float, seed: int = 7) -> Counter[str]:
+    """Produce the history; return the violations planted, per kind."""
+    rng = random.Random(seed)
+    out = _Writer(settings)
+    requests, fired = settings.topics.requests, settings.topics.fired
+    start = int(now) - 3 * 3600  # dues spread over two hours, the last one an hour ago
+    planted: Counter[str] = Counter()
+    for i in range(timers):
+        timer_id = f"t{i:08d}"
+        partition = i % settings.partitions
+        due = start + (i * 7200) // timers
+        token = f"k{i:x}"
+        requested_ms = (due - 60 - rng.randrange(600)) * 1000
+        request = protowire.Future(
+            callback_topic=f"callbacks-{partition % 3}",
+            callback_key=timer_id,
+            callback=b"payload-%d" % i,
+            id=timer_id,
+            token=token,
+            due=due,
+        )
+        out.send(requests, partition, timer_id, protowire.encode(request), requested_ms)
+        fired_ms = due * 1000 + int(rng.expovariate(1 / 120))
+        slot = i % 100
+        plant = i // 100 < PLANTED_PER_KIND
+        if slot == 0:  # rescheduled 30 s later with a new token
+            new_token, new_due = token + "r", due + 30
+            request.token, request.due = new_token, new_due
+            out.send(requests, partition, timer_id, protowire.encode(request), requested_ms + 5000)
+            if plant:  # the old version fires anyway
+                out.send(
+                    fired,
+                    partition,
+                    timer_id,
+                    _fired(timer_id, token, due, fired_ms, partition),
+                    fired_ms,
+                )
+                planted["superseded_fire"] += 1
+            token, due, fired_ms = new_token, new_due, fired_ms + 30_000
+        elif slot == 1:  # cancelled in time
+            cancel = protowire.Future(id=timer_id, token=token, action=protowire.ACTION_CANCEL)
+            cancel_ms = requested_ms + 5000
+            out.send(requests, partition, timer_id, protowire.encode(cancel), cancel_ms)
+            out.send(
+                fired,
+                partition,
+                timer_id,
+                _report(timer_id, token, "cancelled", cancel_ms + 3, partition),
+                cancel_ms + 3,
+            )
+            if plant:
+                out.send(
+                    fired,
+                    partition,
+                    timer_id,
+                    _fired(timer_id, token, due, fired_ms, partition),
+                    fired_ms,
+                )
+                planted["fire_after_cancel"] += 1
+            continue
+        elif plant and slot == 2:
+            planted["missing"] += 1
+            continue
+        elif plant and slot == 3:
+            fired_ms = due * 1000 - 400
+            planted["early"] += 1
+        elif plant and slot == 4:
+            out.send(
+                fired,
+                partition,
+                timer_id,
+                _fired(timer_id, token, due, fired_ms + 900, partition),
+                fired_ms + 900,
+            )
+            planted["duplicate"] += 1
+        out.send(
+            fired, partition, timer_id, _fired(timer_id, token, due, fired_ms, partition), fired_ms
+        )
+    out.flush()
+    return planted
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m spark_audit.scale", description=__doc__)
+    parser.add_argument("--timers", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=8)
+    parser.add_argument("--bootstrap", help="an existing broker (default: start a dev broker)")
+    parser.add_argument("--master", default="local[*]")
+    parser.add_argument("--output", default=".kafka-timers/audit-scale")
+    args = parser.parse_args(argv)
+
+    from app.dev_broker import DevBroker
+    from spark_audit.main import main as audit_main
+
+    broker = None if args.bootstrap else DevBroker().start()
+    bootstrap = args.bootstrap or (broker.bootstrap if broker else "")
+    tag = f"scale-{int(time.time())}"
+    settings = replace(
+        Settings(),
+        bootstrap_servers=bootstrap,
+        partitions=args.partitions,
+        topics=TopicNames(
+            ticks=f"{tag}-ticks", requests=f"{tag}-requests", fired=f"{tag}-fired", dlq=f"{tag}-dlq"
+        ),
+    )
+    try:
+        ensure_topics(settings, list(settings.topics.all()))
+        now = time.time()
+        t0 = time.monotonic()
+        planted = generate_history(settings, args.timers, now)
+        produced_s = time.monotonic() - t0
+        print(f"produced {args.timers} timers in {produced_s:.1f} s; planted {dict(planted)}")
+        t1 = time.monotonic()
+        code = audit_main(
+            [
+                "--bootstrap",
+                bootstrap,
+                "--requests-topic",
+                settings.topics.requests,
+                "--fired-topic",
+                settings.topics.fired,
+                "--master",
+                args.master,
+                "--as-of",
+                str(now),
+                "--output",
+                args.output,
+                "--max-listed",
+                "100",
+            ]
+        )
+        audit_s = time.monotonic() - t1
+    finally:
+        if broker is not None:
+            broker.stop()
+    found = json.loads((Path(args.output) / "summary.json").read_text())["violation_counts"]
+    ok = code == 1 and found == dict(planted)
+    print(
+        f"audit of {args.timers} timers: {audit_s:.1f} s wall clock (process start to exit "
+        f"code, Spark start-up included); found {found}; {'as planted' if ok else 'MISMATCH'}"
+    )
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
