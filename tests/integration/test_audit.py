@@ -274,6 +274,13 @@ def test_a_clean_history_passes_and_duplicates_can_be_allowed(
     assert [(v["kind"], v["id"]) for v in summary["violations"]] == [("duplicate", "ok-3")]
 
 
+def test_an_empty_history_is_clean(spark: Any, settings: Settings, tmp_path: Path) -> None:
+    code, summary = run_audit(settings, tmp_path)
+    assert (code, summary["timers"], summary["total_violations"]) == (0, 0, 0)
+    assert summary["lateness_overall"] is None and summary["fires_per_minute"] == []
+    assert "no data" in (tmp_path / "report.html").read_text()
+
+
 def test_the_python_source_reads_every_partition_to_its_end_in_offset_ranges(
     spark: Any, settings: Settings
 ) -> None:
