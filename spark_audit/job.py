@@ -78,31 +78,31 @@ def run_audit(
 ) -> AuditSummary:
     """Audit the request and fired topics of ``settings``; write the results."""
     from py4j.protocol import Py4JError
-    from pyspark import StorageLevel
     from pyspark.errors import PySparkException
 
-    started = clock()
-    requests_topic, fired_topic = settings.topics.requests, settings.topics.fired
+    cached: list[Any] = []
     try:
-        return _run(
-            spark, settings, options, requests_topic, fired_topic, started, clock, StorageLevel
-        )
+        return _run(spark, settings, options, clock, cached)
     except (PySparkException, Py4JError) as exc:
         log.debug("the audit's Spark job failed", exc_info=True)
         raise AuditError(f"the audit's Spark job failed: {_short(exc)}") from exc
+    finally:
+        for frame in cached:  # the session may be the caller's: leave no cache behind
+            frame.unpersist()
 
 
 def _run(
     spark: Any,
     settings: Settings,
     options: AuditOptions,
-    requests_topic: str,
-    fired_topic: str,
-    started: float,
     clock: Callable[[], float],
-    storage: Any,
+    cached: list[Any],
 ) -> AuditSummary:
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
+
+    started = clock()
+    requests_topic, fired_topic = settings.topics.requests, settings.topics.fired
 
     def read(topic: str) -> Any:
         return read_topic(
@@ -114,9 +114,12 @@ def _run(
             extra_options=options.kafka_options,
         )
 
-    level = storage.MEMORY_AND_DISK
+    def persist(frame: Any) -> Any:
+        cached.append(frame.persist(StorageLevel.MEMORY_AND_DISK))
+        return frame
+
     phases: dict[str, float] = {}
-    mark = clock()
+    mark = started
 
     def phase(name: str) -> None:
         nonlocal mark
@@ -124,8 +127,8 @@ def _run(
         phases[name] = round(now - mark, 2)
         mark = now
 
-    requests = parse_requests(read(requests_topic), policy_for(settings)).persist(level)
-    fired = parse_fired(read(fired_topic)).persist(level)
+    requests = persist(parse_requests(read(requests_topic), policy_for(settings)))
+    fired = persist(parse_fired(read(fired_topic)))
     # One job reads (and caches) both topics, side by side.
     read_counts = (
         requests.agg(F.count(F.lit(1)).alias("requests"), F.count("reject").alias("rejected"))
@@ -146,7 +149,7 @@ def _run(
     phase("read_and_parse")
 
     rules = Rules(as_of_ms=options.as_of_ms, grace_ms=options.grace_ms)
-    timers = judge_timers(timer_events(requests, fired), rules).persist(level)
+    timers = persist(judge_timers(timer_events(requests, fired), rules))
     timer_count = timers.count()
     requests.unpersist()
     fired.unpersist()
@@ -177,7 +180,6 @@ def _run(
     )
     phase("aggregate")
     write_tables(options.tables_uri or str(Path(options.output_dir).resolve()), timers, violations)
-    timers.unpersist()
     phase("write_tables")
     summary.extra["phase_seconds"] = phases
     summary.elapsed_s = clock() - started
