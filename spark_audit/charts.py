@@ -23,6 +23,14 @@ def _nice_max(value: int) -> int:
     return 10 * magnitude
 
 
+def _tick(value: float) -> str:
+    """``125000`` as ``125k``: axis labels must fit left of the axis."""
+    for size, suffix in ((1_000_000_000, "G"), (1_000_000, "M"), (1_000, "k")):
+        if value >= size:
+            return f"{value / size:g}{suffix}"
+    return f"{value:g}"
+
+
 def bar_chart(
     bars: list[tuple[str, int]],
     title: str,
@@ -50,7 +58,8 @@ def bar_chart(
         value = top * i / 4
         y = _TOP + plot_h - plot_h * i / 4
         parts.append(
-            f'<text x="{_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">{value:g}</text>'
+            f'<text x="{_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">'
+            f"{_tick(value)}</text>"
         )
     parts.append(
         f'<text x="14" y="{_TOP + plot_h / 2}" text-anchor="middle" class="tick" '

@@ -27,12 +27,14 @@ def verdict_line(summary: AuditSummary) -> str:
     if summary.exit_code == 0:
         excused = summary.violation_counts.get(ViolationKind.DUPLICATE.value, 0)
         note = f" ({excused} duplicate fires allowed)" if excused else ""
-        return f"audit PASS: {summary.timers} timers, no violations{note}"
+        return f"audit PASS: {summary.timers:,} timers, no violations{note}"
     found = ", ".join(
         f"{summary.violation_counts[k]} {k}" for k in _KINDS if summary.violation_counts.get(k)
     )
     n = summary.gating_violations
-    return f"audit FAIL: {n} violation{'s' if n != 1 else ''} in {summary.timers} timers: {found}"
+    return (
+        f"audit FAIL: {n:,} violation{'s' if n != 1 else ''} in {summary.timers:,} timers: {found}"
+    )
 
 
 #: Widths a bar of the fire-rate chart may stand for, minutes.

@@ -7,6 +7,7 @@ import re
 import pyarrow as pa
 import pytest
 
+from spark_audit.charts import bar_chart
 from spark_audit.errors import AuditError
 from spark_audit.judging import EVENT_FIELDS, SOURCE_FIRE, SOURCE_REQUEST, judge_arrays
 from spark_audit.options import parse_options
@@ -124,6 +125,11 @@ def test_the_html_report_has_both_charts_and_escapes_what_it_shows() -> None:
     assert "&lt;b&gt;why&lt;/b&gt;" in page and "<b>why</b>" not in page
     assert 'class="fail"' in page
     assert 'class="pass"' in html_report(summary({}))
+
+
+def test_chart_axes_are_round_and_short() -> None:
+    svg = bar_chart([("a", 410_000), ("b", 3)], "t", y_label="fires")
+    assert all(f">{tick}</text>" in svg for tick in ("0", "125k", "250k", "375k", "500k"))
 
 
 def test_the_fire_rate_chart_shows_quiet_minutes_and_widens_bars_for_long_spans() -> None:
