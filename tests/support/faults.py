@@ -1,0 +1,339 @@
+"""Fault-injection helpers: a timer load with known answers, a fire log, and the verdict.
+
+A fault test schedules many timers whose ids, due seconds and partitions it knows, hurts
+the running processes, and then checks every callback against that plan. The checks are
+strict (nothing lost, nothing early, duplicates only inside the at-least-once window); the
+waits are generous, because the machines are small and shared.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from confluent_kafka import Producer
+
+from app import protowire
+from app.dev_broker import free_port
+from app.devstack import ServiceProcess
+from app.kafka_config import confluent_producer
+from app.records import Record, TopicReader
+from app.settings import Settings
+from tests.support.stack import Stack
+
+__all__ = [
+    "Fire",
+    "FireWatch",
+    "Planned",
+    "Verdict",
+    "deliberate_fault_window",
+    "schedule_spread",
+    "start_logged_worker",
+]
+
+
+@dataclass(frozen=True)
+class Planned:
+    """One timer the test scheduled, and where it lives."""
+
+    #: Timer id (also the request key and the ``timer-id`` header of its callback).
+    id: str
+    #: Epoch second it is due; a callback stamped before ``due * 1000`` ms is early.
+    due: int
+    #: Partition of the request topic, hence of the table and of the ticks that fire it.
+    partition: int
+
+
+@dataclass(frozen=True)
+class Fire:
+    """One ``fired`` audit record: who fired which timer, where, and when."""
+
+    id: str
+    due: int
+    partition: int
+    worker: str
+    #: The firing worker's clock when it produced the callback, epoch ms.
+    fired_at_ms: int
+
+
+def start_logged_worker(
+    stack: Stack,
+    name: str,
+    loglevel: str = "info",
+    data_dir: Path | None = None,
+    log_name: str | None = None,
+) -> ServiceProcess:
+    """A worker like :func:`app.devstack.start_worker`, but with a chattier log.
+
+    Recovery and catch-up are logged at info: a failing fault test must be diagnosable
+    from the log alone. ``data_dir`` is fixed by name, so a restart reuses (or, after a
+    deliberate wipe, rebuilds) the same RocksDB directory; ``log_name`` keeps the log of
+    a restarted worker apart from its predecessor's.
+    """
+    settings = replace(
+        stack.settings,
+        worker_id=name,
+        data_dir=str(data_dir or stack.base_dir / name),
+        web_port=free_port(),
+    )
+    service = ServiceProcess(
+        log_name or name,
+        ["worker", "--loglevel", loglevel],
+        settings.to_env(),
+        stack.base_dir / f"{log_name or name}.log",
+    )
+    stack.services.append(service)
+    return service
+
+
+def schedule_spread(
+    settings: Settings,
+    callback_topic: str,
+    count: int,
+    first_due: int,
+    last_due: int,
+    prefix: str = "t",
+) -> dict[str, Planned]:
+    """Schedule ``count`` timers due evenly from ``first_due`` to ``last_due`` (inclusive).
+
+    Requests are produced with librdkafka straight to explicit partitions (round robin),
+    so the test knows each timer's partition without trusting a partitioner. Each
+    callback's key is ``p<partition>``: all callbacks of one table partition land on one
+    callback partition, in the order the worker produced them, so per-partition firing
+    order can be read back.
+    """
+    producer = Producer(confluent_producer(settings, **{"linger.ms": 20}))
+    span = last_due - first_due + 1
+    planned: dict[str, Planned] = {}
+    for i in range(count):
+        timer_id = f"{prefix}{i:05d}"
+        due = first_due + i * span // count
+        partition = i % settings.partitions
+        value = protowire.encode(
+            protowire.Future(
+                callback_topic=callback_topic,
+                callback_key=f"p{partition}",
+                callback=timer_id.encode(),
+                id=timer_id,
+                token="tok",
+                due=due,
+            )
+        )
+        while True:
+            try:
+                producer.produce(
+                    settings.topics.requests, value, timer_id.encode(), partition=partition
+                )
+                break
+            except BufferError:
+                producer.poll(0.05)
+        planned[timer_id] = Planned(timer_id, due, partition)
+    remaining = producer.flush(30)
+    assert remaining == 0, f"{remaining} timer requests not acknowledged by the broker"
+    return planned
+
+
+def deliberate_fault_window(seconds: float) -> None:
+    """Let a fault last ``seconds`` (an outage of fixed length), polling nothing.
+
+    This is the fault itself, not a wait for a result: nothing is expected to happen
+    during it, and the test checks afterwards that everything due inside it still fires.
+    """
+    time.sleep(seconds)
+
+
+class FireWatch:
+    """Follows the callback topic and the audit topic while a fault test runs."""
+
+    def __init__(self, settings: Settings, callback_topic: str) -> None:
+        self.callbacks = TopicReader(settings, callback_topic)
+        self.audit = TopicReader(settings, settings.topics.fired)
+
+    def poll(self, timeout: float = 0.1) -> None:
+        self.callbacks.poll(timeout)
+        self.audit.poll(timeout)
+
+    def fires(self) -> list[Fire]:
+        """Every ``fired`` audit record so far, in arrival order."""
+        out = []
+        for record in self.audit.records:
+            data = json.loads(record.value or b"{}")
+            if data.get("event") == "fired":
+                out.append(
+                    Fire(
+                        id=data["id"],
+                        due=int(data["due"]),
+                        partition=int(data["partition"]),
+                        worker=data["worker"],
+                        fired_at_ms=int(data["fired_at_ms"]),
+                    )
+                )
+        return out
+
+    def fired_ids(self) -> set[str]:
+        return {(r.header("timer-id") or b"").decode() for r in self.callbacks.records}
+
+    def wait(self, probe: Callable[[FireWatch], object], timeout: float, what: str) -> None:
+        """Poll until ``probe(self)`` is truthy; fail with ``what`` at the deadline."""
+        deadline = time.monotonic() + timeout
+        while not probe(self):
+            if time.monotonic() >= deadline:
+                raise AssertionError(
+                    f"timed out after {timeout:.0f}s waiting for {what}; "
+                    f"{len(self.fired_ids())} timers fired so far, last owner by partition "
+                    f"{dict(sorted(owners(self.fires()).items()))}: see the worker logs"
+                )
+            self.poll()
+
+    def wait_all_fired(self, ids: Iterable[str], timeout: float) -> None:
+        """Poll until every id in ``ids`` has a callback, or the deadline passes.
+
+        Does not raise: the verdict then names exactly what was lost.
+        """
+        wanted = set(ids)
+        deadline = time.monotonic() + timeout
+        while not wanted <= self.fired_ids() and time.monotonic() < deadline:
+            self.poll(0.2)
+
+    def drain_stragglers(self, seconds: float = 2.0) -> None:
+        """Keep reading a little after the last expected callback: a duplicate on its
+        way (a redelivered tick, a second oscillator) would arrive in this time."""
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            self.poll(0.2)
+        self.audit.read_to_end()
+        self.callbacks.read_to_end()
+
+    def close(self) -> None:
+        self.callbacks.close()
+        self.audit.close()
+
+    def __enter__(self) -> FireWatch:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass
+class Verdict:
+    """Every callback checked against the plan."""
+
+    scheduled: int
+    #: Timers with no callback at all.
+    lost: list[str]
+    #: ``id@timestamp<due`` for every callback stamped before its second.
+    early: list[str]
+    #: Callbacks beyond the first, per timer id.
+    extra: Counter[str]
+    #: Callbacks for ids the test never scheduled.
+    unknown: list[str]
+    #: How many timers were lost, per partition (a lost partition shows at once).
+    lost_by_partition: dict[int, int] = field(default_factory=dict)
+    callbacks: list[Record] = field(default_factory=list, repr=False)
+
+    @classmethod
+    def of(cls, plan: dict[str, Planned], watch: FireWatch) -> Verdict:
+        counts: Counter[str] = Counter()
+        early, unknown = [], []
+        for record in watch.callbacks.records:
+            timer_id = (record.header("timer-id") or b"").decode()
+            counts[timer_id] += 1
+            timer = plan.get(timer_id)
+            if timer is None:
+                unknown.append(timer_id)
+            elif record.timestamp_ms < timer.due * 1000:
+                early.append(f"{timer_id}@{record.timestamp_ms}<{timer.due * 1000}")
+        for fire in watch.fires():
+            if fire.id in plan and fire.fired_at_ms < fire.due * 1000:
+                early.append(f"{fire.id}@audit {fire.fired_at_ms}<{fire.due * 1000}")
+        lost = sorted(set(plan) - set(counts))
+        extra = Counter({k: n - 1 for k, n in counts.items() if n > 1})
+        by_partition = dict(sorted(Counter(plan[i].partition for i in lost).items()))
+        return cls(
+            len(plan), lost, early, extra, unknown, by_partition, list(watch.callbacks.records)
+        )
+
+    @property
+    def duplicates(self) -> int:
+        return sum(self.extra.values())
+
+    def summary(self) -> str:
+        return (
+            f"scheduled={self.scheduled} lost={len(self.lost)} early={len(self.early)} "
+            f"duplicates={self.duplicates} (timers fired twice or more: {len(self.extra)}) "
+            f"unknown={len(self.unknown)}"
+            + (
+                f"; lost by partition {self.lost_by_partition}, e.g. {self.lost[:5]}"
+                if self.lost
+                else ""
+            )
+            + (f"; early e.g. {self.early[:5]}" if self.early else "")
+        )
+
+
+def first_fire_by_others(
+    fires: list[Fire], partitions: set[int], not_worker: str, after_ms: int
+) -> dict[int, int]:
+    """Per partition, the first fire at or after ``after_ms`` by a worker other than
+    ``not_worker``: when each of its former partitions was taken over."""
+    first: dict[int, int] = {}
+    for fire in fires:
+        if (
+            fire.partition in partitions
+            and fire.worker != not_worker
+            and fire.fired_at_ms >= after_ms
+            and fire.fired_at_ms < first.get(fire.partition, 1 << 62)
+        ):
+            first[fire.partition] = fire.fired_at_ms
+    return first
+
+
+def owners(fires: list[Fire], before_ms: int | None = None) -> dict[int, str]:
+    """Who last fired on each partition (before ``before_ms``): the partition's owner."""
+    latest: dict[int, Fire] = {}
+    for fire in fires:
+        if before_ms is not None and fire.fired_at_ms >= before_ms:
+            continue
+        if fire.partition not in latest or fire.fired_at_ms >= latest[fire.partition].fired_at_ms:
+            latest[fire.partition] = fire
+    return {p: f.worker for p, f in latest.items()}
+
+
+def unexplained_duplicates(fires: list[Fire], extra: Iterable[str], window_ms: int) -> list[str]:
+    """Duplicates outside the at-least-once window.
+
+    A duplicate is explained only when a partition changed hands: the first fire was by
+    the old owner, within ``window_ms`` of its last fire on that partition (the tick in
+    flight when it lost the partition), and the second by another worker. Anything else
+    — the same worker firing twice, or a refire of something fired long before the
+    handover — is a bug, not at-least-once.
+    """
+    by_id: dict[str, list[Fire]] = defaultdict(list)
+    for fire in fires:
+        by_id[fire.id].append(fire)
+    last_by_owner: dict[tuple[str, int], int] = {}
+    for fire in fires:
+        key = (fire.worker, fire.partition)
+        last_by_owner[key] = max(last_by_owner.get(key, 0), fire.fired_at_ms)
+    bad = []
+    for timer_id in extra:
+        seen = sorted(by_id[timer_id], key=lambda f: f.fired_at_ms)
+        if len(seen) < 2:
+            bad.append(f"{timer_id}: {len(seen)} audit record(s) for a duplicated callback")
+            continue
+        first, rest = seen[0], seen[1:]
+        handover_end = last_by_owner[(first.worker, first.partition)]
+        if any(f.worker == first.worker for f in rest):
+            bad.append(f"{timer_id}: fired twice by {first.worker}")
+        elif handover_end - first.fired_at_ms > window_ms:
+            bad.append(
+                f"{timer_id}: first fired by {first.worker} "
+                f"{handover_end - first.fired_at_ms} ms before it last fired on "
+                f"partition {first.partition}: outside the at-least-once window"
+            )
+    return bad
