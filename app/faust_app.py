@@ -17,8 +17,11 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, NoReturn
 
+import aiokafka.errors
 import faust
 from aiokafka.consumer.fetcher import READ_COMMITTED
+from aiokafka.consumer.group_coordinator import GroupCoordinator
+from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 
 from app.kafka_config import confluent_consumer, confluent_producer, faust_credentials
 from app.metrics import WorkerMetrics
@@ -118,6 +121,30 @@ def _exit_undurable(error: Exception) -> NoReturn:
     os._exit(EXIT_UNDURABLE)
 
 
+async def _maybe_leave_group(self: Any) -> None:
+    """aiokafka's ``GroupCoordinator._maybe_leave_group``, for generation 0 too.
+
+    aiokafka leaves only ``if self.generation > 0``: Kafka numbers generations from 1,
+    the dev broker (Tansu) from 0, so a worker stopped in a group's first generation
+    left without a word and its partitions waited out a whole session timeout.
+    """
+    if (
+        self.generation >= 0
+        and self.member_id != JoinGroupRequest.UNKNOWN_MEMBER_ID
+        and self._group_instance_id is None
+    ):
+        try:
+            await self._send_req(LeaveGroupRequest(self.group_id, self.member_id))
+        except aiokafka.errors.KafkaError as err:
+            log.error("LeaveGroup request failed: %s", err)
+        else:
+            log.info("LeaveGroup request succeeded")
+    self.reset_generation()
+
+
+GroupCoordinator._maybe_leave_group = _maybe_leave_group  # type: ignore[method-assign]
+
+
 def build_worker(settings: Settings) -> WorkerApp:
     """Assemble the Faust app, its table and agents, and the service behind them."""
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
@@ -136,6 +163,10 @@ def build_worker(settings: Settings) -> WorkerApp:
         broker_heartbeat_interval=settings.heartbeat_interval,
         consumer_auto_offset_reset="earliest",
         table_standby_replicas=0,
+        # The worker records the changelog offsets it wrote itself (acknowledged, true);
+        # Faust compares them with ListOffsets, which on the dev broker is the newest
+        # batch's base + 1, and would crash recovery with ConsistencyError. The
+        # catch-up reads to the true end instead (see app.partition_store).
         recovery_consistency_check=False,
         autodiscover=False,
         loghandlers=[],
@@ -155,6 +186,11 @@ def build_worker(settings: Settings) -> WorkerApp:
     table = app.Table(
         TABLE_NAME,
         partitions=settings.partitions,
+        # Faust derives the changelog's serializers from key_type/value_type, not from
+        # schema: without these its recovery JSON-decodes our raw keys, fails on every
+        # record, and never completes (the worker then fires nothing at all).
+        key_type=bytes,
+        value_type=bytes,
         schema=faust.Schema(key_serializer="raw", value_serializer="raw"),
     )
     metrics = WorkerMetrics()

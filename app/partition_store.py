@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, TopicPartition
 from rocksdict import Rdict, ReadOptions, WriteBatch
 
 from app.output import OutputProducer
@@ -129,14 +129,17 @@ def catch_up_changelog(
             "enable.partition.eof": True,
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
+            # EOF is reported only after a fetch that waits this long: 500 ms by default,
+            # per partition, on the takeover path.
+            "fetch.wait.max.ms": 10,
         }
     )
     consumer = Consumer(conf)
     applied = last = 0
     try:
-        consumer.assign(
-            [TopicPartition(topic, partition, OFFSET_BEGINNING if start is None else start + 1)]
-        )
+        # Offset 0, not OFFSET_BEGINNING: resolving that costs librdkafka another ~500 ms;
+        # a compacted log that starts later is reset to its start by auto.offset.reset.
+        consumer.assign([TopicPartition(topic, partition, 0 if start is None else start + 1)])
         batch = WriteBatch(raw_mode=True)
         last_offset: int | None = None
         deadline = time.monotonic() + timeout

@@ -3,24 +3,47 @@ import logging
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from app.clock_check import ClockSkewMonitor
+from app.clock_check import WINDOW, ClockSkewMonitor
 
 
-def test_skew_is_exposed_per_source_and_warned_once_a_minute(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def monitor_at(now: list[float]) -> tuple[ClockSkewMonitor, CollectorRegistry]:
     registry = CollectorRegistry()
     gauge = Gauge("skew", "skew", ["source"], registry=registry)
+    return ClockSkewMonitor(gauge, threshold=2.0, clock=lambda: now[0]), registry
+
+
+def test_a_source_ahead_of_us_is_warned_at_once(caplog: pytest.LogCaptureFixture) -> None:
     now = [1000.0]
-    monitor = ClockSkewMonitor(gauge, threshold=2.0, clock=lambda: now[0])
+    monitor, registry = monitor_at(now)
     with caplog.at_level(logging.WARNING):
         assert monitor.observe("osc-a", 999.99) == pytest.approx(0.01)
-        assert not caplog.records
-        monitor.observe("osc-b", 996.0)  # osc-b's clock is 4 s behind ours
-        monitor.observe("osc-b", 996.0)
-        assert len(caplog.records) == 1 and "osc-b" in caplog.records[0].getMessage()
-        now[0] += 61
-        monitor.observe("osc-b", now[0] + 5)  # now 5 s ahead of ours: warned again
-        assert len(caplog.records) == 2
+        assert monitor.observe("osc-b", 1005.0) == pytest.approx(-5.0)  # 5 s ahead of us
+        monitor.observe("osc-b", 1005.0)
+    assert len(caplog.records) == 1
+    assert "osc-b" in caplog.records[0].getMessage() and "early" in caplog.records[0].getMessage()
     assert registry.get_sample_value("skew", {"source": "osc-b"}) == pytest.approx(-5.0)
     assert registry.get_sample_value("skew", {"source": "osc-a"}) == pytest.approx(0.01)
+
+
+def test_a_backlog_of_old_ticks_is_not_skew(caplog: pytest.LogCaptureFixture) -> None:
+    now = [1000.0]
+    monitor, _ = monitor_at(now)
+    with caplog.at_level(logging.WARNING):
+        for age in (9.0, 6.0, 3.0):  # catching up on old ticks at start
+            monitor.observe("osc", now[0] - age)
+            now[0] += 0.01
+        for _ in range(int(WINDOW) + 2):  # then fresh ticks, 10 ms after they were sent
+            now[0] += 1
+            estimate = monitor.observe("osc", now[0] - 0.01)
+    assert estimate == pytest.approx(0.01)
+    assert not caplog.records
+
+
+def test_a_source_behind_us_is_warned_once_settled(caplog: pytest.LogCaptureFixture) -> None:
+    now = [1000.0]
+    monitor, _ = monitor_at(now)
+    with caplog.at_level(logging.WARNING):
+        for _ in range(int(WINDOW) + 2):
+            now[0] += 1
+            monitor.observe("osc", now[0] - 4.0)  # its clock runs 4 s behind ours
+    assert len(caplog.records) == 1 and "late" in caplog.records[0].getMessage()
