@@ -168,7 +168,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     from spark_audit.main import main as audit_main
 
-    return audit_main(args.audit_args)
+    bootstrap = [f"--bootstrap={args.bootstrap}"] if args.bootstrap else []
+    return audit_main([*bootstrap, *args.audit_args])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -226,7 +227,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--next", type=int, metavar="N", help="the next N due timers over all workers")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("audit", help="PySpark audit of requested vs fired timers")
+    # Everything after "audit" (flags included) belongs to the audit's own parser.
+    p = sub.add_parser(
+        "audit",
+        help="PySpark audit of requested vs fired timers",
+        add_help=False,
+        prefix_chars="\x00",
+    )
     p.add_argument("audit_args", nargs=argparse.REMAINDER, help="see kafka-timers audit --help")
     p.set_defaults(func=cmd_audit)
 

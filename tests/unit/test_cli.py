@@ -115,3 +115,9 @@ def test_lowercase_scram_is_normalised() -> None:
     )
     assert settings.security.sasl_mechanism == "SCRAM-SHA-256"
     assert settings.security.protocol == "SASL_SSL"
+
+
+def test_audit_flags_reach_the_audit_parser() -> None:
+    result = run_cli("audit", "--help")
+    assert result.returncode == 0
+    assert "--allow-duplicates" in result.stdout and "--as-of" in result.stdout
