@@ -62,6 +62,7 @@ class OutputProducer:
                     "transactional.id": transactional_id,
                     "enable.idempotence": True,
                     "transaction.timeout.ms": 15000,
+                    "message.timeout.ms": 15000,  # librdkafka: must not exceed the above
                 }
             )
             conf.pop("max.in.flight.requests.per.connection", None)
