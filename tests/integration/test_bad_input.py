@@ -7,7 +7,11 @@ import random
 import time
 
 from app import protowire
+from app.errors import RejectedRequest
+from app.policy import RequestPolicy
 from app.records import TopicReader
+from app.request_format import RawRecord, parse_request
+from app.timer import Timer
 from app.topics import changelog_topic
 from tests.support.stack import Stack, fired_ids
 
@@ -29,6 +33,28 @@ def garbled(rng: random.Random, valid: bytes) -> bytes:
     return json.dumps({"topic": "fuzz-callbacks", "at": "not a time"}).encode()
 
 
+def worker_policy(stack: Stack) -> RequestPolicy:
+    s = stack.settings
+    return RequestPolicy.build(
+        allow_patterns=s.callback_allow,
+        own_topics=(*s.topics.all(), changelog_topic(s)),
+        app_id=s.app_id,
+        max_payload_bytes=s.max_payload_bytes,
+        horizon_seconds=s.horizon_seconds,
+    )
+
+
+def is_rejected(policy: RequestPolicy, topic: str, key: bytes, value: bytes) -> bool:
+    """What the worker will do with this record, by the worker's own rules."""
+    try:
+        request = parse_request(RawRecord(topic, 0, 0, int(time.time() * 1000), key, value))
+        if isinstance(request, Timer):
+            policy.check(request, time.time())
+    except RejectedRequest:
+        return True
+    return False
+
+
 def test_fuzzed_requests_are_dead_lettered_and_valid_ones_fire(stack: Stack) -> None:
     topic = stack.callback_topic("fuzz-callbacks")
     stack.oscillator()
@@ -38,7 +64,8 @@ def test_fuzzed_requests_are_dead_lettered_and_valid_ones_fire(stack: Stack) -> 
     requests = stack.settings.topics.requests
     due = int(time.time()) + 5
     valid_ids: set[str] = set()
-    sent_invalid = 0
+    expected_dead: set[bytes] = set()
+    policy = worker_policy(stack)
     for i in range(3000):
         timer_id = f"ok-{i}"
         valid = protowire.encode(
@@ -48,18 +75,22 @@ def test_fuzzed_requests_are_dead_lettered_and_valid_ones_fire(stack: Stack) -> 
             producer.produce(requests, valid, timer_id.encode())
             valid_ids.add(timer_id)
         else:
-            producer.produce(requests, garbled(rng, valid), f"junk-{i}".encode())
-            sent_invalid += 1
+            junk, key = garbled(rng, valid), f"junk-{i}".encode()
+            producer.produce(requests, junk, key)
+            if is_rejected(policy, requests, key, junk):
+                expected_dead.add(key)
         producer.poll(0)
     producer.flush(30)
     with stack.reader(topic) as reader:
         reader.wait_for(lambda rs: set(fired_ids(rs)) >= valid_ids, 90)
     with TopicReader(stack.settings, stack.settings.topics.dlq) as dlq:
         dead = dlq.read_to_end()
-    fired_junk = set(fired_ids(reader.records)) - valid_ids
-    # a garbled record may still be a well-formed timer (a flipped byte in the payload):
-    # it then fires; everything else must be in the DLQ, each with a reason.
-    assert len(dead) + len(fired_junk) == sent_invalid
+    # A garbled record may still be a well-formed timer (a flipped byte in the payload or
+    # the due second) or cancel; every record the worker's own parser and policy reject
+    # must be in the DLQ, each with a reason, and nothing else (but refused cancels).
+    dead_keys = {r.key for r in dead if r.header("dlq-reason") != b"wrong_token"}
+    assert len(expected_dead) > 1500
+    assert dead_keys == expected_dead
     assert all(r.header("dlq-reason") for r in dead)
     assert all(r.header("dlq-source-offset") is not None for r in dead)
     assert stack.services[1].alive, "the worker kept running"
