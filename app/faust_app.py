@@ -194,13 +194,7 @@ def build_worker(settings: Settings) -> WorkerApp:
         schema=faust.Schema(key_serializer="raw", value_serializer="raw"),
     )
     metrics = WorkerMetrics()
-    policy = RequestPolicy.build(
-        allow_patterns=settings.callback_allow,
-        own_topics=(*settings.topics.all(), changelog_topic(settings)),
-        app_id=settings.app_id,
-        max_payload_bytes=settings.max_payload_bytes,
-        horizon_seconds=settings.horizon_seconds,
-    )
+    policy = RequestPolicy.for_settings(settings)
     output = OutputProducer(
         confluent_producer(settings, **{"client.id": f"kafka-timers-{settings.worker_id}"}),
         worker_id=settings.worker_id,

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from app.errors import RejectedRequest, RejectReason
+from app.settings import Settings
 from app.timer import Timer
 
 __all__ = ["RequestPolicy"]
@@ -51,6 +52,19 @@ class RequestPolicy:
             refused_prefixes=("__", f"{app_id}-"),
             max_payload_bytes=max_payload_bytes,
             horizon_seconds=horizon_seconds,
+        )
+
+    @classmethod
+    def for_settings(cls, settings: Settings) -> RequestPolicy:
+        """The policy the workers apply, from the same settings (the audit uses it too)."""
+        from app.topics import changelog_topic
+
+        return cls.build(
+            allow_patterns=settings.callback_allow,
+            own_topics=(*settings.topics.all(), changelog_topic(settings)),
+            app_id=settings.app_id,
+            max_payload_bytes=settings.max_payload_bytes,
+            horizon_seconds=settings.horizon_seconds,
         )
 
     def check_topic(self, topic: str) -> None:

@@ -21,7 +21,6 @@ from app.policy import RequestPolicy
 from app.request_format import RawRecord, parse_request
 from app.settings import Settings
 from app.timer import Cancel
-from app.topics import changelog_topic
 
 __all__ = [
     "CANCEL",
@@ -59,13 +58,7 @@ PARSED_REQUEST_DDL = (
 
 def policy_for(settings: Settings) -> RequestPolicy:
     """The policy the workers apply, built from the same settings they are."""
-    return RequestPolicy.build(
-        allow_patterns=settings.callback_allow,
-        own_topics=(*settings.topics.all(), changelog_topic(settings)),
-        app_id=settings.app_id,
-        max_payload_bytes=settings.max_payload_bytes,
-        horizon_seconds=settings.horizon_seconds,
-    )
+    return RequestPolicy.for_settings(settings)
 
 
 @dataclass

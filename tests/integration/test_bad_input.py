@@ -33,17 +33,6 @@ def garbled(rng: random.Random, valid: bytes) -> bytes:
     return json.dumps({"topic": "fuzz-callbacks", "at": "not a time"}).encode()
 
 
-def worker_policy(stack: Stack) -> RequestPolicy:
-    s = stack.settings
-    return RequestPolicy.build(
-        allow_patterns=s.callback_allow,
-        own_topics=(*s.topics.all(), changelog_topic(s)),
-        app_id=s.app_id,
-        max_payload_bytes=s.max_payload_bytes,
-        horizon_seconds=s.horizon_seconds,
-    )
-
-
 def is_rejected(policy: RequestPolicy, topic: str, key: bytes, value: bytes) -> bool:
     """What the worker will do with this record, by the worker's own rules."""
     try:
@@ -65,7 +54,7 @@ def test_fuzzed_requests_are_dead_lettered_and_valid_ones_fire(stack: Stack) -> 
     due = int(time.time()) + 5
     valid_ids: set[str] = set()
     expected_dead: set[bytes] = set()
-    policy = worker_policy(stack)
+    policy = RequestPolicy.for_settings(stack.settings)
     for i in range(3000):
         timer_id = f"ok-{i}"
         valid = protowire.encode(
