@@ -54,6 +54,7 @@ def run_acceptance(
     spread: float = 10.0,
     bootstrap: str | None = None,
     keep_dir: Path | None = None,
+    audit_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Run the scenario; return the measured figures."""
     base = keep_dir or Path(tempfile.mkdtemp(prefix="kt-acceptance-"))
@@ -107,7 +108,14 @@ def run_acceptance(
             "lateness_max_s": round(lateness[-1], 3) if lateness else None,
             "bootstrap": settings.bootstrap_servers,
         }
-        result["ok"] = (
+        if audit_dir is not None:
+            # The PySpark audit of this very run, on the same broker, before it stops.
+            from spark_audit.main import main as audit_main
+
+            result["audit_exit"] = audit_main(
+                ["--bootstrap", settings.bootstrap_servers, "--output", str(audit_dir)]
+            )
+        result["ok"] = result.get("audit_exit", 0) == 0 and (
             result["missing"] == 0
             and result["duplicates"] == 0
             and result["early"] == 0
@@ -129,8 +137,14 @@ def main() -> int:
     parser.add_argument("--spread", type=float, default=10.0)
     parser.add_argument("--bootstrap", help="use this broker instead of a fresh dev broker")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument(
+        "--audit",
+        type=Path,
+        metavar="DIR",
+        help="also run the PySpark audit of the run, results in DIR",
+    )
     args = parser.parse_args()
-    result = run_acceptance(args.timers, args.spread, args.bootstrap)
+    result = run_acceptance(args.timers, args.spread, args.bootstrap, audit_dir=args.audit)
     width = max(len(k) for k in result)
     print("end-to-end acceptance (2 oscillators, 2 workers, 8 partitions)")
     for key, value in result.items():
