@@ -11,6 +11,7 @@ the same boundaries with the same wait function in the benchmark process
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from confluent_kafka import Message
 
@@ -19,32 +20,60 @@ from bench.report import Figure, fmt_ms
 from bench.scan import read_topic
 from bench.stats import Summary, summarize
 
-__all__ = ["figures", "tick_delays"]
+__all__ = ["Tick", "figures", "read_ticks"]
 
 #: p99 tick delay target, seconds.
 TARGET_P99 = 0.010
 
 
-def _tick(msg: Message) -> tuple[int, int, float]:
+@dataclass(frozen=True)
+class Tick:
+    """One tick as sent (partition 0's copy: every partition gets the same record)."""
+
+    second: int
+    oscillator: str
+    #: Seconds after the boundary of ``second`` that the oscillator sent it.
+    delay: float
+
+
+def _tick(msg: Message) -> Tick | None:
+    if msg.partition() != 0:
+        return None
     value = json.loads(msg.value() or b"{}")
-    return msg.partition() or 0, value["second"], value["sent_ms"] / 1000 - value["second"]
+    return Tick(value["second"], value["oscillator"], value["sent_ms"] / 1000 - value["second"])
 
 
-def tick_delays(settings: Settings, first: int, last: int) -> list[float]:
-    """Delay after its boundary of each tick sent for seconds ``first..last``.
-
-    One per oscillator per second: every partition gets the same record, so partition 0
-    stands for all.
-    """
+def read_ticks(settings: Settings, first: int, last: int) -> list[Tick]:
+    """Every oscillator's tick for seconds ``first..last``."""
     ticks = read_topic(settings, settings.topics.ticks, _tick)
-    return [delay for p, second, delay in ticks if p == 0 and first <= second <= last]
+    return [t for t in ticks if t is not None and first <= t.second <= last]
 
 
-def figures(delays: list[float], wakeups: list[float]) -> list[Figure]:
+def figures(sent: list[Tick], wakeups: list[tuple[int, float]]) -> list[Figure]:
     """The oscillator rows: p50 and p99 tick delay beside the bare sleeper's."""
-    ticks: Summary = summarize(delays)
-    sleeper: Summary | None = summarize(wakeups) if wakeups else None
-    detail = {"ticks": ticks.as_dict(), "sleeper": sleeper.as_dict() if sleeper else None}
+    ticks: Summary = summarize([t.delay for t in sent])
+    sleeper: Summary | None = summarize([w for _, w in wakeups]) if wakeups else None
+    detail = {
+        "ticks": ticks.as_dict(),
+        "sleeper": sleeper.as_dict() if sleeper else None,
+        # Late ticks the bare sleeper was on time for: the oscillator's own share.
+        "late_while_sleeper_on_time": sum(
+            1
+            for t in sent
+            if t.delay > TARGET_P99 and dict(wakeups).get(t.second, 1.0) <= TARGET_P99 / 2
+        ),
+        # Which ticks were late, and was the bare sleeper late at the same boundary?
+        "late_ticks": [
+            {
+                "second": t.second,
+                "oscillator": t.oscillator,
+                "delay": t.delay,
+                "sleeper": dict(wakeups).get(t.second),
+            }
+            for t in sent
+            if t.delay > TARGET_P99
+        ],
+    }
     rows = []
     for label, mine, base, target in (
         ("tick delay p50", ticks.p50, sleeper.p50 if sleeper else None, ""),

@@ -22,7 +22,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from app.kafka_config import confluent_consumer, confluent_producer
 from app.settings import Settings
-from bench.scan import read_topic, timestamp_ms
+from bench.scan import QUIET, read_topic, timestamp_ms
 from oscillator.clock import wait_for_second
 
 __all__ = ["BoundaryProbe", "EchoResponder", "echo_lateness"]
@@ -36,7 +36,7 @@ class BoundaryProbe(threading.Thread):
 
     def __init__(self, settings: Settings, topic: str, partitions: int) -> None:
         super().__init__(name="boundary-probe", daemon=True)
-        self._producer = Producer(confluent_producer(settings, **{"linger.ms": 0}))
+        self._producer = Producer(confluent_producer(settings, **{"linger.ms": 0, **QUIET}))
         self._topic = topic
         self._partitions = partitions
         self._halt = threading.Event()
@@ -71,22 +71,24 @@ class EchoResponder(threading.Thread):
             confluent_consumer(
                 settings,
                 group_id=f"bench-echo-{uuid.uuid4().hex}",
-                **{"enable.partition.eof": False, "fetch.wait.max.ms": FETCH_WAIT_MS},
+                **{"enable.partition.eof": False, "fetch.wait.max.ms": FETCH_WAIT_MS, **QUIET},
             )
         )
         self._consumer.assign([TopicPartition(source, p) for p in range(partitions)])
-        self._producer = Producer(confluent_producer(settings))
+        self._producer = Producer(confluent_producer(settings, **QUIET))
         self._echo = echo
         self._halt = threading.Event()
 
     def run(self) -> None:
         try:
             while not self._halt.is_set():
-                for msg in self._consumer.consume(100, 0.1):
-                    if msg.error() is None:
-                        self._producer.produce(
-                            self._echo, msg.value(), msg.key(), partition=msg.partition() or 0
-                        )
+                # poll, not consume(n, timeout): consume waits for n records or the
+                # whole timeout, which would add up to the timeout to every echo.
+                msg = self._consumer.poll(0.1)
+                if msg is not None and msg.error() is None:
+                    self._producer.produce(
+                        self._echo, msg.value(), msg.key(), partition=msg.partition() or 0
+                    )
                 self._producer.poll(0)
         finally:
             self._producer.flush(5)

@@ -29,6 +29,7 @@ from app.devstack import ServiceProcess, start_oscillator
 from app.kafka_config import confluent_producer
 from app.settings import Settings, TopicNames
 from app.topics import changelog_topic, ensure_topics
+from bench.scan import QUIET
 
 __all__ = [
     "BenchStack",
@@ -261,7 +262,7 @@ class BenchStack:
 
     def producer(self, **extra: object) -> Producer:
         """A librdkafka producer that places keys where Faust expects them (murmur2)."""
-        return Producer(confluent_producer(self.settings, **extra))
+        return Producer(confluent_producer(self.settings, **{**QUIET, **extra}))
 
     def close(self) -> None:
         """Stop every process (gracefully, then by force), then the broker."""

@@ -108,7 +108,7 @@ def run(ctx: RunContext) -> ScenarioResult:
             echo.stop()
         time.sleep(1.0)  # a duplicate of the last second's callbacks would arrive by now
         fired = read_topic(stack.settings, callbacks, _callback)
-        delays = oscillator_precision.tick_delays(stack.settings, first - LEAD_SECONDS, last)
+        ticks = oscillator_precision.read_ticks(stack.settings, first - LEAD_SECONDS, last)
         echoes = echo_lateness(stack.settings, echo_topic)
     first_fire: dict[str, float] = {}
     for timer_id, due, stamp in fired:
@@ -163,5 +163,5 @@ def run(ctx: RunContext) -> ScenarioResult:
             value=len(first_fire),
         ),
     ]
-    rows.extend(oscillator_precision.figures(delays, [w for _, w in probe.wakeups]))
-    return ScenarioResult(figures=rows, details={**detail, "tick_delays": len(delays)})
+    rows.extend(oscillator_precision.figures(ticks, probe.wakeups))
+    return ScenarioResult(figures=rows, details={**detail, "ticks": len(ticks)})
