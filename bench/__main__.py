@@ -78,7 +78,7 @@ def _size(item: str) -> tuple[str, object]:
         raise ValueError(f"{item!r} is not SIZE=N")
     if "," in raw:
         return name, tuple(int(x) for x in raw.split(","))
-    return name, int(raw)
+    return name, float(raw) if "." in raw else int(raw)
 
 
 def main(argv: list[str] | None = None) -> int:

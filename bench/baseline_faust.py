@@ -15,7 +15,6 @@ from bench.context import RunContext, ScenarioResult
 from bench.load import RequestLoad, TimerSpec, timer_ids
 from bench.report import Figure, fmt_rate
 from bench.scan import TopicFollower, timestamp_ms
-from bench.stack import BenchStack
 from bench.stats import rate
 
 __all__ = ["run"]
@@ -26,7 +25,7 @@ TIMEOUT = 240.0
 
 def run(ctx: RunContext) -> ScenarioResult:
     count = ctx.config.faust_events
-    with BenchStack("baseline-faust", ctx.work_dir, partitions=ctx.config.partitions) as stack:
+    with ctx.stack("baseline-faust") as stack:
         out = stack.topic("passthrough-out")
         load = RequestLoad(stack, out)
         load.send(TimerSpec(i, 0) for i in timer_ids("pass", count))

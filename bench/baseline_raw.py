@@ -14,7 +14,6 @@ from bench.context import RunContext, ScenarioResult
 from bench.load import TimerSpec, request_record, timer_ids
 from bench.report import Figure, fmt_rate
 from bench.scan import read_topic
-from bench.stack import BenchStack
 from bench.stats import rate
 
 __all__ = ["run"]
@@ -22,7 +21,7 @@ __all__ = ["run"]
 
 def run(ctx: RunContext) -> ScenarioResult:
     count = ctx.config.raw_records
-    with BenchStack("baseline-raw", ctx.work_dir, partitions=ctx.config.partitions) as stack:
+    with ctx.stack("baseline-raw") as stack:
         topic = stack.topic("raw-baseline")
         # The very bytes a timer request has, keyed the same way.
         values = [

@@ -23,7 +23,7 @@ from bench.context import RunContext, ScenarioResult
 from bench.load import RequestLoad, TimerSpec, timer_ids
 from bench.report import Figure, fmt_seconds
 from bench.scan import TopicFollower, read_topic, timestamp_ms
-from bench.stack import BenchStack, wait_serving
+from bench.stack import wait_serving
 from bench.stats import rate
 
 __all__ = ["run"]
@@ -49,7 +49,7 @@ def run(ctx: RunContext) -> ScenarioResult:
     count = cfg.burst_timers
     per_worker = ctx.baselines.ingest or FALLBACK_INGEST
     lead = 10 + 1.5 * count / (WORKERS * per_worker)
-    with BenchStack("burst", ctx.work_dir, partitions=cfg.partitions) as stack:
+    with ctx.stack("burst") as stack:
         callbacks = stack.topic("burst-callbacks")
         stack.oscillator("oscillator-1")
         stack.oscillator("oscillator-2")

@@ -21,7 +21,7 @@ from bench.context import RunContext, ScenarioResult
 from bench.load import RequestLoad, TimerSpec, timer_ids
 from bench.procstat import cpu_seconds, disk_bytes, peak_rss_bytes, rss_bytes
 from bench.report import Figure, fmt_bytes, fmt_count, fmt_ms, fmt_seconds
-from bench.stack import BenchStack, Worker, wait_serving, wait_until
+from bench.stack import Worker, wait_serving, wait_until
 
 __all__ = ["run"]
 
@@ -93,7 +93,7 @@ def run(ctx: RunContext) -> ScenarioResult:
     top = levels[-1]
     points: dict[int, dict[str, Any]] = {}
     idle: dict[int, dict[str, Any]] = {}
-    with BenchStack("capacity", ctx.work_dir, partitions=cfg.partitions) as stack:
+    with ctx.stack("capacity") as stack:
         callbacks = stack.topic("capacity-callbacks")
         stack.oscillator("oscillator-1")
         worker = stack.worker("worker-1")

@@ -21,6 +21,10 @@ class BenchConfig:
     name: str
     #: Partitions of every service topic (the service's default).
     partitions: int = 8
+    #: Consumer-group session timeout of every worker, seconds: the project's test and
+    #: dev value. The dev broker keeps a killed member a whole session and holds joins
+    #: for half of one, so it bounds the recovery figure from below.
+    session_timeout: float = 6.0
     #: Records for the raw confluent-kafka produce/consume baseline.
     raw_records: int = 200_000
     #: Events for the Faust passthrough baseline.

@@ -9,6 +9,7 @@ from typing import Any
 
 from bench.config import BenchConfig
 from bench.report import Figure
+from bench.stack import BenchStack
 
 __all__ = ["Baselines", "RunContext", "ScenarioResult"]
 
@@ -35,6 +36,15 @@ class RunContext:
     work_dir: Path
     baselines: Baselines = field(default_factory=Baselines)
     started: float = field(default_factory=time.monotonic)
+
+    def stack(self, name: str) -> BenchStack:
+        """A fresh broker, topics and process set for scenario ``name``, sized by the config."""
+        return BenchStack(
+            name,
+            self.work_dir,
+            partitions=self.config.partitions,
+            session_timeout=self.config.session_timeout,
+        )
 
     def say(self, text: str) -> None:
         """Progress on stderr-like output, prefixed by the elapsed time of the run."""

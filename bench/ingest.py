@@ -23,7 +23,7 @@ from bench.load import RequestLoad, TimerSpec, timer_ids
 from bench.report import Figure, fmt_rate
 from bench.rocks import count_pending_keys
 from bench.scan import read_topic, timestamp_ms
-from bench.stack import BenchStack, wait_until
+from bench.stack import wait_until
 from bench.stats import rate
 from bench.targets import rate_verdict
 
@@ -35,7 +35,7 @@ TARGET = 10_000
 
 def run(ctx: RunContext) -> ScenarioResult:
     count = ctx.config.ingest_requests
-    with BenchStack("ingest", ctx.work_dir, partitions=ctx.config.partitions) as stack:
+    with ctx.stack("ingest") as stack:
         callbacks = stack.topic("ingest-callbacks")
         due = int(time.time()) + 86400
         load = RequestLoad(stack, callbacks)

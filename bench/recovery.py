@@ -15,6 +15,7 @@ whatever the service does.
 
 from __future__ import annotations
 
+import re
 import time
 from collections import Counter
 from datetime import datetime
@@ -25,7 +26,7 @@ from bench.context import RunContext, ScenarioResult
 from bench.load import RequestLoad, TimerSpec
 from bench.report import Figure, fmt_seconds
 from bench.scan import TopicFollower, header, timestamp_ms
-from bench.stack import SESSION_TIMEOUT, BenchStack, wait_serving, wait_until
+from bench.stack import wait_serving, wait_until
 
 __all__ = ["run"]
 
@@ -39,6 +40,10 @@ TRICKLE_SECONDS = 90
 WARM_SECONDS = 2
 
 
+#: Timestamp of a Faust log line (local time); lines may start with terminal escapes.
+_LOG_TIME = re.compile(r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})\]")
+
+
 def _rebalance_noticed(log_text: str, after: float) -> float | None:
     """When the survivor's log first says the group is rebalancing, after ``after``.
 
@@ -46,12 +51,10 @@ def _rebalance_noticed(log_text: str, after: float) -> float | None:
     session: the moment the takeover can begin.
     """
     for line in log_text.splitlines():
-        if "because it is rebalancing" not in line or not line.startswith("["):
+        found = _LOG_TIME.search(line)
+        if found is None or "because it is rebalancing" not in line:
             continue
-        try:
-            stamp = datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp()
-        except ValueError:
-            continue
+        stamp = datetime.strptime(found.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
         if stamp >= after:
             return stamp
     return None
@@ -63,7 +66,7 @@ def _fire(msg: Message) -> tuple[str, int]:
 
 def run(ctx: RunContext) -> ScenarioResult:
     cfg = ctx.config
-    with BenchStack("recovery", ctx.work_dir, partitions=cfg.partitions) as stack:
+    with ctx.stack("recovery") as stack:
         callbacks = stack.topic("recovery-callbacks")
         stack.oscillator("oscillator-1")
         victim, survivor = stack.worker("worker-1"), stack.worker("worker-2")
@@ -124,7 +127,7 @@ def run(ctx: RunContext) -> ScenarioResult:
     detail = {
         "pending_at_kill": pending,
         "partitions": held,
-        "session_timeout_seconds": SESSION_TIMEOUT,
+        "session_timeout_seconds": cfg.session_timeout,
         "first_fire_seconds": min(refired.values()),
         "every_partition_fired_seconds": last,
         "fire_by_partition_seconds": refired,
@@ -139,7 +142,7 @@ def run(ctx: RunContext) -> ScenarioResult:
                 "recovery",
                 f"kill -9 with {pending:,.0f} pending: every partition fires again after",
                 fmt_seconds(last),
-                f"session timeout {fmt_seconds(SESSION_TIMEOUT)}"
+                f"session timeout {fmt_seconds(cfg.session_timeout)}"
                 + (
                     "" if noticed is None else f", noticed after {fmt_seconds(noticed - killed_at)}"
                 ),

@@ -40,11 +40,6 @@ __all__ = [
     "wait_until",
 ]
 
-#: Session timeout of every worker the benchmarks start (seconds). The dev broker keeps a
-#: killed member for a whole session and holds joins for half of one: this bounds how
-#: fast a rebalance can be, so it is a figure of the run and printed with recovery.
-SESSION_TIMEOUT = 6.0
-
 
 #: Ports handed out for servers are taken below the kernel's ephemeral range
 #: (``/proc/sys/net/ipv4/ip_local_port_range``, 32768-60999 here). A port from
@@ -176,10 +171,13 @@ class ModuleProcess(ServiceProcess):
 class BenchStack:
     """A broker, unique topics and the processes of one scenario."""
 
-    def __init__(self, name: str, base_dir: Path, *, partitions: int = 8) -> None:
+    def __init__(
+        self, name: str, base_dir: Path, *, partitions: int = 8, session_timeout: float = 6.0
+    ) -> None:
         self.name = name
         self.base_dir = base_dir / name
         self.partitions = partitions
+        self.session_timeout = session_timeout
         self.broker = DevBroker()
         self.services: list[ServiceProcess] = []
         self.settings = Settings()
@@ -201,7 +199,7 @@ class BenchStack:
                 dlq=f"dlq-{tag}",
             ),
             app_id=f"bench-{self.name}-{tag}",
-            session_timeout=SESSION_TIMEOUT,
+            session_timeout=self.session_timeout,
             heartbeat_interval=1.0,
         )
         ensure_topics(self.settings)

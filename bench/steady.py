@@ -23,7 +23,7 @@ from bench.probes import BoundaryProbe, EchoResponder, echo_lateness
 from bench.procstat import cpu_seconds
 from bench.report import Figure, fmt_count, fmt_ms
 from bench.scan import TopicFollower, header, read_topic, timestamp_ms
-from bench.stack import BenchStack, wait_serving
+from bench.stack import wait_serving
 from bench.stats import summarize
 
 __all__ = ["run"]
@@ -72,7 +72,7 @@ def _callback(msg: Message) -> tuple[str, int, int]:
 def run(ctx: RunContext) -> ScenarioResult:
     cfg = ctx.config
     total = cfg.steady_rate * cfg.steady_seconds
-    with BenchStack("steady", ctx.work_dir, partitions=cfg.partitions) as stack:
+    with ctx.stack("steady") as stack:
         callbacks = stack.topic("steady-callbacks")
         probe_topic, echo_topic = stack.topic("probe-ticks"), stack.topic("probe-echo")
         stack.oscillator("oscillator-1")
