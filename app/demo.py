@@ -19,7 +19,8 @@ from typing import Any
 
 from app.client import TimerClient
 from app.dev_broker import DevBroker
-from app.devstack import ServiceProcess, start_oscillator, start_worker
+from app.devstack import ServiceProcess, start_oscillator, start_worker, wait_until_firing
+from app.errors import KafkaTimersError
 from app.records import Record, TopicReader
 from app.settings import Settings
 from app.topics import ensure_topics
@@ -42,22 +43,6 @@ def _describe(record: Record) -> str:
     return (
         f"  fired {key:<10} due {clock}  late {late_ms / 1000:+.3f}s  partition {record.partition}"
     )
-
-
-def _wait_until_ready(settings: Settings, client: TimerClient, stop: threading.Event) -> None:
-    """Schedule probe timers due now and wait until they fire: both workers are serving."""
-    probes = [client.schedule(DEMO_TOPIC + "-probe", b"", at=time.time()).id for _ in range(32)]
-    client.flush()
-    with TopicReader(settings, DEMO_TOPIC + "-probe") as reader:
-        deadline = time.monotonic() + 90
-        while not stop.is_set() and time.monotonic() < deadline:
-            reader.poll(0.5)
-            if {r.header("timer-id") for r in reader.records} >= {p.encode() for p in probes}:
-                return
-    if not stop.is_set():
-        raise RuntimeError(
-            "the workers did not start firing within 90 s: see .kafka-timers/demo/*.log"
-        )
 
 
 def run_demo(*, timers: int = 36, duration: float | None = None, partitions: int = 8) -> int:
@@ -89,7 +74,10 @@ def run_demo(*, timers: int = 36, duration: float | None = None, partitions: int
                 services.append(start_worker(settings, f"worker-{n}", BASE_DIR))
             _say("started 2 oscillators and 2 workers; waiting for them to join...")
             client = TimerClient(settings)
-            _wait_until_ready(settings, client, stop)
+            try:
+                wait_until_firing(settings, client, DEMO_TOPIC + "-probe", stop=stop)
+            except TimeoutError as exc:
+                raise KafkaTimersError(f"{exc}: see {BASE_DIR}/*.log") from exc
             if stop.is_set():
                 return 130
             return _show_timers(settings, client, timers, duration, stop)

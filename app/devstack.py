@@ -10,14 +10,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
+from app.client import TimerClient
 from app.dev_broker import free_port
+from app.records import TopicReader
 from app.settings import Settings
 
-__all__ = ["ServiceProcess", "start_oscillator", "start_worker"]
+__all__ = ["ServiceProcess", "start_oscillator", "start_worker", "wait_until_firing"]
 
 
 class ServiceProcess:
@@ -87,3 +91,31 @@ def start_oscillator(
     """An oscillator named ``name``."""
     osc_settings = replace(settings, worker_id=name, metrics_port=metrics_port)
     return ServiceProcess(name, ["oscillator"], osc_settings.to_env(), base_dir / f"{name}.log")
+
+
+def wait_until_firing(
+    settings: Settings,
+    client: TimerClient,
+    topic: str,
+    *,
+    probes: int = 32,
+    timeout: float = 90.0,
+    stop: threading.Event | None = None,
+) -> bool:
+    """Schedule ``probes`` timers due now on ``topic`` and wait until all have fired.
+
+    Probe ids are random, so they land on many partitions: when they have all fired,
+    the workers have joined and are ticking. Returns False if ``stop`` was set first;
+    raises ``TimeoutError`` at the deadline.
+    """
+    ids = {client.schedule(topic, b"", at=time.time()).id.encode() for _ in range(probes)}
+    client.flush()
+    with TopicReader(settings, topic) as reader:
+        deadline = time.monotonic() + timeout
+        while stop is None or not stop.is_set():
+            if {r.header("timer-id") for r in reader.records} >= ids:
+                return True
+            if time.monotonic() >= deadline:
+                raise TimeoutError(f"the workers did not start firing within {timeout:g} s")
+            reader.poll(0.5)
+    return False

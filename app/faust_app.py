@@ -27,6 +27,7 @@ from app.kafka_config import confluent_consumer, confluent_producer, faust_crede
 from app.metrics import WorkerMetrics
 from app.output import DeliveryFailure, OutputProducer
 from app.policy import RequestPolicy
+from app.records import header_pairs
 from app.request_format import RawRecord
 from app.service import TimerService
 from app.settings import Settings
@@ -70,9 +71,6 @@ def _tick_source(event: Any) -> str:
 
 def _raw_record(event: Any) -> RawRecord:
     msg = event.message
-    headers = tuple(
-        (str(k), v.encode() if isinstance(v, str) else (v or b"")) for k, v in (msg.headers or ())
-    )
     return RawRecord(
         topic=msg.topic,
         partition=msg.partition,
@@ -80,7 +78,7 @@ def _raw_record(event: Any) -> RawRecord:
         timestamp_ms=int(msg.timestamp * 1000),
         key=msg.key,
         value=msg.value,
-        headers=headers,
+        headers=header_pairs(msg.headers),
     )
 
 

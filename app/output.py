@@ -234,10 +234,6 @@ class OutputProducer:
         """Serve delivery callbacks without waiting."""
         self._producer.poll(0)
 
-    def take_failures_peek(self) -> list[tuple[Timer, str]]:
-        """Callbacks refused so far, without clearing them."""
-        return list(self._failed)
-
     def take_failures(self) -> list[tuple[Timer, str]]:
         """Callbacks refused by the broker since the last call, with the error."""
         failed, self._failed = self._failed, []

@@ -25,7 +25,7 @@ from confluent_kafka import (
 from app.kafka_config import confluent_consumer
 from app.settings import Settings
 
-__all__ = ["Record", "TopicReader"]
+__all__ = ["Record", "TopicReader", "header_pairs"]
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,17 @@ class Record:
         return next((v for k, v in self.headers if k == name), None)
 
 
+def header_pairs(raw: Any) -> tuple[tuple[str, bytes], ...]:
+    """Kafka headers as ``(name, bytes)`` pairs: text values encoded, null values empty.
+
+    Both Kafka clients hand headers over in this loose shape (a list of pairs, values
+    ``str``, ``bytes`` or ``None``); everything downstream wants one shape.
+    """
+    return tuple((str(k), v.encode() if isinstance(v, str) else (v or b"")) for k, v in (raw or ()))
+
+
 def _to_record(msg: Message) -> Record:
-    raw_headers: Any = msg.headers() or ()
-    headers = tuple((k, v.encode() if isinstance(v, str) else (v or b"")) for k, v in raw_headers)
+    headers = header_pairs(msg.headers())
     return Record(
         topic=msg.topic() or "",
         partition=msg.partition() or 0,

@@ -255,14 +255,15 @@ class TimerService:
     # -- bookkeeping ----------------------------------------------------------------
 
     def _account_fired(self, timers: Sequence[Timer]) -> None:
-        refused = {t.id for t, _ in self._output.take_failures_peek()}
+        failures = self._output.take_failures()
+        refused = {t.id for t, _ in failures}
         now = self._clock()
         for timer in timers:
             if timer.id in refused:
                 continue
             self._metrics.fired.labels(callback_topic=timer.topic).inc()
             self._metrics.lateness.observe(max(0.0, now - timer.due))
-        for timer, error in self._output.take_failures():
+        for timer, error in failures:
             log.error(
                 "callback of timer %s to %s refused by the broker: %s", timer.id, timer.topic, error
             )
