@@ -42,16 +42,29 @@ class ClockSkewMonitor:
         self._last_warned: dict[str, float] = {}
         self._window: dict[str, deque[tuple[float, float]]] = {}
         self._first_seen: dict[str, float] = {}
+        self._newest: dict[str, float] = {}
+        self._estimate: dict[str, float] = {}
 
     def observe(self, source: str, record_timestamp: float) -> float:
-        """Record one observation; return the current estimate in seconds."""
+        """Record one observation; return the current estimate in seconds.
+
+        A tick older than one already seen from the same source is a backlog (a worker
+        taking over a partition works through its old ticks after the live ones of its
+        own partitions): it says nothing about the clocks, so it is skipped. After a
+        silence longer than the window (a long rebalance), observation starts afresh,
+        so the backlog that follows is not taken for skew either.
+        """
         now = self._clock()
+        if record_timestamp < self._newest.get(source, record_timestamp):
+            return self._estimate[source]
+        self._newest[source] = record_timestamp
         window = self._window.setdefault(source, deque())
-        self._first_seen.setdefault(source, now)
-        window.append((now, now - record_timestamp))
         while window and window[0][0] < now - WINDOW:
             window.popleft()
-        skew = min(s for _, s in window)
+        if not window:
+            self._first_seen[source] = now
+        window.append((now, now - record_timestamp))
+        skew = self._estimate[source] = min(s for _, s in window)
         self._gauge.labels(source=source).set(skew)
         # A positive estimate may still be a start-up backlog until a full window passed.
         settled = skew < 0 or now - self._first_seen[source] >= WINDOW
