@@ -6,6 +6,7 @@ the tests, not for production. Nothing is downloaded at run time.
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import time
@@ -25,12 +26,33 @@ def broker_binary() -> str:
     return path
 
 
+#: Ports handed out for servers (the broker, workers' web and metrics servers) are taken
+#: below the kernel's ephemeral range (``/proc/sys/net/ipv4/ip_local_port_range``,
+#: 32768-60999 on Linux). A port from ``bind(0)`` is *in* that range, and between the
+#: check and the server's own bind an outgoing connection (a worker opens dozens to the
+#: broker at start) can take it as its local port: measured, 1 worker start in 2 then
+#: died with EADDRINUSE.
+SERVER_PORTS = range(20000, 32768)
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A port nobody listens on right now, from the kernel (not a random guess)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
+    """A port below the ephemeral range that nobody listens on, not handed out before."""
+    start = random.randrange(len(SERVER_PORTS))
+    for i in range(len(SERVER_PORTS)):
+        port = SERVER_PORTS[(start + i) % len(SERVER_PORTS)]
+        if port in _handed_out:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("0.0.0.0", port))
+            except OSError:
+                continue
+        _handed_out.add(port)
         return port
+    raise ConfigurationError(
+        f"no free port between {SERVER_PORTS.start} and {SERVER_PORTS.stop - 1}"
+    )
 
 
 class DevBroker:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -24,8 +23,8 @@ from types import TracebackType
 
 from confluent_kafka import Producer
 
-from app.dev_broker import DevBroker
-from app.devstack import ServiceProcess, start_oscillator
+from app.dev_broker import DevBroker, free_port
+from app.devstack import ServiceProcess, start_oscillator, start_worker
 from app.kafka_config import confluent_producer
 from app.settings import Settings, TopicNames
 from app.topics import changelog_topic, ensure_topics
@@ -35,36 +34,9 @@ __all__ = [
     "BenchStack",
     "ModuleProcess",
     "Worker",
-    "listen_port",
     "wait_serving",
     "wait_until",
 ]
-
-
-#: Ports handed out for servers are taken below the kernel's ephemeral range
-#: (``/proc/sys/net/ipv4/ip_local_port_range``, 32768-60999 here). A port from
-#: ``bind(0)`` is *in* that range, and between the check and the child's own bind an
-#: outgoing connection (each worker opens dozens to the broker at start) can take it as
-#: its local port: measured here, 1 worker start in 2 then died with EADDRINUSE.
-_SERVER_PORTS = range(20000, 32768)
-_handed_out: set[int] = set()
-
-
-def listen_port() -> int:
-    """A port below the ephemeral range that nobody listens on, for a child's server."""
-    start = _SERVER_PORTS.start + (os.getpid() * 97) % len(_SERVER_PORTS)
-    for i in range(len(_SERVER_PORTS)):
-        port = _SERVER_PORTS.start + (start - _SERVER_PORTS.start + i) % len(_SERVER_PORTS)
-        if port in _handed_out:
-            continue
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            try:
-                sock.bind(("0.0.0.0", port))
-            except OSError:
-                continue
-        _handed_out.add(port)
-        return port
-    raise RuntimeError("no free server port below the ephemeral range")
 
 
 def wait_until(
@@ -223,25 +195,9 @@ class BenchStack:
         return name
 
     def worker(self, name: str) -> Worker:
-        """A worker as :func:`app.devstack.start_worker` starts one, with safe server ports.
-
-        Same command, environment and data-dir layout; only the web and metrics ports
-        come from :func:`listen_port` instead of ``bind(0)`` (see ``_SERVER_PORTS``).
-        """
-        metrics_port = listen_port()
-        worker_settings = replace(
-            self.settings,
-            worker_id=name,
-            data_dir=str(self.base_dir / name),
-            web_port=listen_port(),
-            metrics_port=metrics_port,
-        )
-        process = ServiceProcess(
-            name,
-            ["worker", "--loglevel", "warning"],
-            worker_settings.to_env(),
-            self.base_dir / f"{name}.log",
-        )
+        """A worker as :func:`app.devstack.start_worker` starts one, with metrics served."""
+        metrics_port = free_port()
+        process = start_worker(self.settings, name, self.base_dir, metrics_port=metrics_port)
         self.services.append(process)
         return Worker(process, metrics_port, self.base_dir / name)
 
