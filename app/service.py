@@ -27,7 +27,10 @@ from app.request_format import RawRecord, parse_request
 from app.timer import Cancel, Timer
 from app.wheel import CancelOutcome, PartitionWheel, Scheduled
 
-__all__ = ["TimerService"]
+__all__ = ["REQUEST_OFFSET_KEY", "TimerService"]
+
+#: Key, in each partition's store, of the offset of the last request applied to it.
+REQUEST_OFFSET_KEY = b"R"
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +107,11 @@ class TimerService:
 
     # -- requests -------------------------------------------------------------------
 
+    async def request_offset(self, p: int) -> int | None:
+        """Offset of the last request applied to partition ``p`` (from its table)."""
+        raw = (await self._partition(p)).kv.get(REQUEST_OFFSET_KEY)
+        return int(raw) if raw is not None else None
+
     async def handle_requests(self, records: Sequence[RawRecord]) -> None:
         """Apply a batch of request records; return once every effect is durable.
 
@@ -146,10 +154,21 @@ class TimerService:
         if self._output.transactional:
             for part, timer in fired_now:  # atomically with the callbacks
                 part.wheel.mark_fired(timer)
+        # Where the next owner of each partition resumes: in the changelog with this
+        # batch, and in the local store only once the batch is durable, so a worker that
+        # restarts on its own data after a failed flush re-reads the batch.
+        last: dict[int, int] = {}
+        for record in records:
+            last[record.partition] = max(record.offset, last.get(record.partition, -1))
+        resume = {p: b"%d" % offset for p, offset in last.items()}
+        for p, value in resume.items():
+            self._output.changelog(self._changelog_topic, p, REQUEST_OFFSET_KEY, value)
         try:
             await self._output.commit()
         except TransactionAborted as exc:
             raise DeliveryFailure(f"request batch not committed: {exc}") from exc
+        for p, value in resume.items():
+            (await self._partition(p)).kv.put_local(REQUEST_OFFSET_KEY, value)
         if not self._output.transactional:
             for part, timer in fired_now:  # only once delivered; durable with the next unit
                 part.wheel.mark_fired(timer)
@@ -210,6 +229,52 @@ class TimerService:
             self._record_persisted()
         self._metrics.last_tick.labels(partition=str(partition)).set(second)
         return len(timers)
+
+    async def handle_ticks(self, ticks: Sequence[tuple[int, int, float | None, str]]) -> int:
+        """Fire the ticks of several partitions with one flush; return how many fired.
+
+        ``ticks`` are ``(partition, second, record_timestamp, source)``. Partitions are
+        independent, so their callbacks can share a flush: with one flush per partition,
+        a worker's fourth partition waited for three round trips before its own began
+        (measured: ~25 ms each, so its callbacks left ~110 ms after the second).
+        Only the newest tick per partition counts: it covers every second before it.
+        """
+        if self._output.transactional:
+            return sum([await self.handle_tick(*tick) for tick in ticks])
+        newest: dict[int, int] = {}
+        for partition, second, stamp, source in ticks:
+            if stamp:
+                self._skew.observe(source, stamp)
+            newest[partition] = max(second, newest.get(partition, second))
+        began: list[tuple[int, _Partition, int, list[Timer]]] = []
+        for partition, second in newest.items():
+            part = await self._partition(partition)
+            timers = part.wheel.begin_tick(second)
+            if timers is None:
+                continue
+            began.append((partition, part, second, timers))
+            fired_at_ms = self._now_ms()
+            for timer in timers:
+                self._output.callback(timer, partition=partition, fired_at_ms=fired_at_ms)
+        if any(timers for _, _, _, timers in began):
+            try:
+                await self._output.flush()
+            except DeliveryFailure:
+                for _, part, _, _ in began:
+                    part.wheel.abort_tick()
+                raise
+        fired = 0
+        for partition, part, second, timers in began:
+            # The forgetting rides with the next flush; lost in a crash, it means a duplicate.
+            part.wheel.finish_tick(second, timers)
+            if timers:
+                self._account_fired(timers)
+                self._adjust_pending(partition, -len(timers))
+                fired += len(timers)
+            self._metrics.last_tick.labels(partition=str(partition)).set(second)
+        if fired:
+            self._record_persisted()
+        return fired
 
     async def _fire_at_least_once(
         self, partition: int, part: _Partition, second: int, timers: list[Timer]

@@ -82,8 +82,10 @@ class Settings:
     max_payload_bytes: int = 1024 * 1024
     #: Furthest a due time may be in the future, seconds.
     horizon_seconds: int = TEN_YEARS
-    #: Consumer-group session timeout, seconds.
-    session_timeout: float = 10.0
+    #: Consumer-group session timeout, seconds: how long a killed worker's partitions
+    #: wait before a survivor takes them over. 6 s is the shortest a stock Apache Kafka
+    #: broker accepts (``group.min.session.timeout.ms``); see README, Operations.
+    session_timeout: float = 6.0
     #: Consumer-group heartbeat interval, seconds.
     heartbeat_interval: float = 1.0
     #: Exactly-once firing through Kafka transactions (needs broker support).

@@ -1,0 +1,176 @@
+"""Timer requests read with librdkafka, for the partitions Faust gave this worker.
+
+Faust's stream machinery costs about 80-100 µs per event on the dev machines: an agent
+that does nothing but ``take_events`` reads 10-13k events/s there, so a worker reading
+requests through it could never store more, whatever the service does. Requests
+therefore bypass it: a confluent-kafka consumer is *assigned* (never subscribed) request
+partition n whenever Faust assigns this worker tick partition n. The topics are
+co-partitioned, so that is exactly the partition whose table this worker holds. Faust
+keeps what it is good at: group membership, the assignment, the table and its recovery.
+
+Where to resume is kept in the table itself: each batch writes the offset of the last
+request it applied to a partition into that partition's store (key ``R``), in the same
+flush (or transaction) as the timers it stored. Whoever owns the partition next reads it
+from the recovered table, so a request is applied again only if its effects were not
+durable: at-least-once as before, with no consumer-group offset to keep in step.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+
+from app.records import header_pairs
+from app.request_format import RawRecord
+
+__all__ = ["RequestReader", "raw_record"]
+
+log = logging.getLogger(__name__)
+
+
+def raw_record(msg: Message) -> RawRecord:
+    """A consumed request as the service takes it."""
+    return RawRecord(
+        topic=msg.topic() or "",
+        partition=msg.partition() or 0,
+        offset=msg.offset() or 0,
+        timestamp_ms=msg.timestamp()[1],
+        key=msg.key(),  # type: ignore[arg-type]
+        value=msg.value(),  # type: ignore[arg-type]
+        headers=header_pairs(msg.headers()),
+    )
+
+
+class RequestReader:
+    """Reads request batches for the assigned partitions and hands them to the service.
+
+    One lock covers every use of the consumer: reading and applying a batch, and
+    changing the assignment. So a batch is never read under one assignment and applied
+    under another, and a revoke returns only once no batch of its partitions is in
+    progress.
+    """
+
+    def __init__(
+        self,
+        consumer_conf: dict[str, Any],
+        topic: str,
+        *,
+        handle: Callable[[list[RawRecord]], Awaitable[None]],
+        resume_offset: Callable[[int], Awaitable[int | None]],
+        batch_size: int,
+        batch_wait: float,
+        progress_interval: float = 10.0,
+    ) -> None:
+        self._consumer = Consumer({**consumer_conf, "enable.partition.eof": True})
+        self._topic = topic
+        self._handle = handle
+        self._resume_offset = resume_offset
+        self._batch_size = batch_size
+        self._batch_wait = batch_wait
+        self._progress_interval = progress_interval
+        self._assigned: set[int] = set()
+        self._lock = asyncio.Lock()
+        self._wakeup = asyncio.Event()
+        self._stopped = False
+
+    async def assign(self, partitions: Iterable[int]) -> None:
+        """Read exactly ``partitions`` from now on, each from its stored offset.
+
+        Returns once every request already waiting on a newly assigned partition has
+        been applied. Called before Faust resumes the tick streams after a rebalance,
+        this keeps the old order: a request that was in the topic when this worker took
+        the partition is applied before any of that partition's ticks is processed, so
+        a cancel sent before its timer's second still wins after a restart.
+        """
+        wanted = set(partitions)
+        async with self._lock:
+            gone, new = self._assigned - wanted, wanted - self._assigned
+            if gone:
+                self._consumer.incremental_unassign(
+                    [TopicPartition(self._topic, p) for p in sorted(gone)]
+                )
+            starts = []
+            for p in sorted(new):
+                stored = await self._resume_offset(p)
+                start = stored + 1 if stored is not None else self._committed(p)
+                starts.append(TopicPartition(self._topic, p, start))
+            if starts:
+                self._consumer.incremental_assign(starts)
+                log.info(
+                    "reading requests from %s",
+                    ", ".join(f"{tp.partition}@{tp.offset}" for tp in starts),
+                )
+            self._assigned = wanted
+            await self._drain(new)
+        self._wakeup.set()
+
+    async def revoke(self, partitions: Iterable[int]) -> None:
+        """Stop reading ``partitions``; returns once no batch of theirs is in progress."""
+        await self.assign(self._assigned - set(partitions))
+
+    def _committed(self, partition: int) -> int:
+        """Offset committed for ``partition`` by a worker that read requests through Faust
+        (same group id), so an upgrade does not re-read the whole topic; else the start."""
+        try:
+            (tp,) = self._consumer.committed([TopicPartition(self._topic, partition)], 10)
+        except Exception as exc:  # no committed offset to be had: read from the start
+            log.warning("no committed offset for %s[%d]: %s", self._topic, partition, exc)
+            return OFFSET_BEGINNING
+        return tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+
+    async def _drain(self, partitions: set[int]) -> None:
+        """Apply batches until each of ``partitions`` has been read to its end.
+
+        However long that takes: a big backlog (a worker down for an hour) is applied at
+        ~20,000 requests/s, and ticks must not overtake it. Progress is logged every
+        :attr:`progress_interval` seconds, so a stuck read is visible, not silent.
+        """
+        waiting = set(partitions)
+        next_report = time.monotonic() + self._progress_interval
+        while waiting:
+            if time.monotonic() > next_report:
+                log.warning("still reading the waiting requests of partitions %s", sorted(waiting))
+                next_report += self._progress_interval
+            waiting -= await self._read_batch(0.05)
+
+    async def _read_batch(self, wait: float) -> set[int]:
+        """Read one batch and apply it; return the partitions that reached their end."""
+        messages = await asyncio.get_running_loop().run_in_executor(
+            None, self._consumer.consume, self._batch_size, wait
+        )
+        records, at_end = [], set()
+        for msg in messages:
+            err = msg.error()
+            if err is None:
+                if msg.partition() in self._assigned:
+                    records.append(raw_record(msg))
+            elif err.code() == KafkaError._PARTITION_EOF:
+                at_end.add(msg.partition() or 0)
+            else:
+                log.warning("reading requests: %s", err)
+        if records:
+            await self._handle(records)
+        return at_end
+
+    async def run(self) -> None:
+        """Read and apply batches until :meth:`stop`."""
+        while not self._stopped:
+            if not self._assigned:
+                await self._wakeup.wait()
+                self._wakeup.clear()
+                continue
+            async with self._lock:
+                if self._assigned:
+                    await self._read_batch(self._batch_wait)
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wakeup.set()
+
+    def close(self) -> None:
+        self._consumer.close()
