@@ -1,11 +1,13 @@
-"""The Faust worker: two thin agents over co-partitioned topics sharing one table.
+"""The Faust worker: a tick agent and a librdkafka request reader sharing one table.
 
 Ticks and requests have the same partition count, so Faust's assignor gives partition n
-of both (and of the table's changelog) to the same worker. The ``requests`` agent stores
-timers into partition n of the table; the ``ticks`` agent fires what partition n's wheel
-says is due. Faust provides the RocksDB store per partition, recovery from the
-changelog, consumer-group membership and graceful shutdown; the behaviour lives in
-:class:`app.service.TimerService`.
+of the tick topic and of the table's changelog to the same worker, and the worker then
+reads partition n of the request topic itself (:class:`app.request_reader.RequestReader`:
+Faust's per-event cost would cap requests at ~7,000/s). Requests store timers into
+partition n of the table; the ``ticks`` agent fires what partition n's wheel says is
+due. Faust provides the RocksDB store per partition, recovery from the changelog (which
+the worker first brings up to date at librdkafka speed), consumer-group membership and
+graceful shutdown; the behaviour lives in :class:`app.service.TimerService`.
 """
 
 from __future__ import annotations
@@ -302,12 +304,17 @@ def build_worker(settings: Settings) -> WorkerApp:
         )
         # Faust's recovery noted each store's offset before this handler ran; it has no
         # public way to be told, so move its starting points to where the stores are now.
+        # Should a Faust release rename the attribute, Faust replays what the catch-up
+        # already applied: the same values again, so slower, not wrong.
         tables: Any = app.tables
-        recovery = tables.recovery
+        starts = getattr(tables.recovery, "active_offsets", None)
+        if starts is None:
+            log.warning("Faust's recovery offsets not found: it will replay the changelog")
+            starts = {}
         for tp in mine:
             offset = persisted_offset(db_for_partition(tp.partition))
-            if offset is not None and tp in recovery.active_offsets:
-                recovery.active_offsets[tp] = offset
+            if offset is not None and tp in starts:
+                starts[tp] = offset
         # Recovery may rewrite the stores of newly assigned partitions: reload lazily.
         service.forget_partitions({tp.partition for tp in assigned})
         _tune_consumer(app, read_committed=settings.exactly_once)
