@@ -7,9 +7,10 @@ request topic and forwards every record, unchanged, to ``BENCH_PASSTHROUGH_OUT``
 the simplest Faust service on this machine and broker does per event, measured in the
 same run as the service it is compared with.
 
-``BENCH_PASSTHROUGH_MODE=take`` instead takes batches with ``take_events`` like the
-worker's request agent and sends one record per batch: Faust's own per-event cost with
-nothing else in the loop (a diagnostic, not a published figure).
+``BENCH_PASSTHROUGH_MODE=take`` instead takes batches with ``take_events``, as the
+worker's request agent did before requests bypassed Faust, and sends one record per
+batch: Faust's own per-event cost with nothing else in the loop (a diagnostic, not a
+published figure).
 """
 
 from __future__ import annotations
