@@ -123,6 +123,13 @@ class TimerClient:
             self._errors = []
             raise BrokerUnavailable(f"timer requests not accepted by the broker: {detail}")
 
+    def close(self) -> None:
+        """Flush what is still queued, then release the producer's connections."""
+        try:
+            self.flush()
+        finally:
+            self._producer.close()
+
     def __enter__(self) -> TimerClient:
         return self
 
@@ -133,4 +140,4 @@ class TimerClient:
         tb: TracebackType | None,
     ) -> None:
         if exc_type is None:
-            self.flush()
+            self.close()

@@ -7,6 +7,7 @@ with its lateness. Ctrl-C stops everything (workers leave their group gracefully
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import signal
@@ -68,6 +69,7 @@ def run_demo(*, timers: int = 36, duration: float | None = None, partitions: int
         _say(f"dev broker on {broker.bootstrap}; logs in {BASE_DIR}/")
         ensure_topics(settings)
         ensure_topics(settings, [DEMO_TOPIC, DEMO_TOPIC + "-probe"])
+        client: TimerClient | None = None
         try:
             for n in (1, 2):
                 services.append(start_oscillator(settings, f"oscillator-{n}", BASE_DIR))
@@ -82,6 +84,9 @@ def run_demo(*, timers: int = 36, duration: float | None = None, partitions: int
                 return 130
             return _show_timers(settings, client, timers, duration, stop)
         finally:
+            if client is not None:  # before the broker goes, or librdkafka logs it
+                with contextlib.suppress(KafkaTimersError):  # keep the first error
+                    client.close()
             _say("stopping workers and oscillators...")
             for service in services:
                 service.stop()

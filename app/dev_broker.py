@@ -80,6 +80,9 @@ class DevBroker:
             ],
             stdout=out,
             stderr=out,
+            # Not in our process group: a Ctrl-C is ours to handle, and the broker must
+            # outlive the workers' graceful leave, so it is stopped last, by stop().
+            start_new_session=True,
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

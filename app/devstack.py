@@ -37,6 +37,7 @@ class ServiceProcess:
             env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            start_new_session=True,  # a Ctrl-C reaches the parent, which stops us in order
         )
 
     @property
