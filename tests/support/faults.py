@@ -262,6 +262,12 @@ class Verdict:
     def duplicates(self) -> int:
         return sum(self.extra.values())
 
+    def assert_none_lost_early_or_unknown(self, report: str) -> None:
+        """The promise every fault test checks: nothing lost, nothing early, nothing made up."""
+        assert not self.lost, report
+        assert not self.early, report
+        assert not self.unknown, report
+
     def summary(self) -> str:
         return (
             f"scheduled={self.scheduled} lost={len(self.lost)} early={len(self.early)} "
