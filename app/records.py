@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import (
@@ -23,27 +22,15 @@ from confluent_kafka import (
 )
 
 from app.kafka_config import confluent_consumer
+from app.request_format import RawRecord
 from app.settings import Settings
 
-__all__ = ["Record", "TopicReader", "header_pairs"]
+__all__ = ["Record", "TopicReader", "header_pairs", "to_record"]
 
 
-@dataclass(frozen=True)
-class Record:
-    """One consumed record."""
-
-    topic: str
-    partition: int
-    offset: int
-    #: Record timestamp, epoch milliseconds.
-    timestamp_ms: int
-    key: bytes | None
-    value: bytes | None
-    headers: tuple[tuple[str, bytes], ...]
-
-    def header(self, name: str) -> bytes | None:
-        """The first header called ``name``."""
-        return next((v for k, v in self.headers if k == name), None)
+#: One consumed record. The same type the service parses (:func:`parse_request`), so
+#: what a reader returns can be handed to it as it is.
+Record = RawRecord
 
 
 def header_pairs(raw: Any) -> tuple[tuple[str, bytes], ...]:
@@ -55,7 +42,8 @@ def header_pairs(raw: Any) -> tuple[tuple[str, bytes], ...]:
     return tuple((str(k), v.encode() if isinstance(v, str) else (v or b"")) for k, v in (raw or ()))
 
 
-def _to_record(msg: Message) -> Record:
+def to_record(msg: Message) -> Record:
+    """A consumed confluent-kafka message as a :data:`Record`."""
     headers = header_pairs(msg.headers())
     return Record(
         topic=msg.topic() or "",
@@ -95,7 +83,7 @@ class TopicReader:
                     self._at_end.add(msg.partition() or 0)
                     continue
                 raise RuntimeError(f"reading {msg.topic()}: {err}")
-            record = _to_record(msg)
+            record = to_record(msg)
             self._at_end.discard(record.partition)
             fresh.append(record)
         self.records.extend(fresh)

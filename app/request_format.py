@@ -46,6 +46,10 @@ class RawRecord:
     value: bytes | None
     headers: tuple[Header, ...] = ()
 
+    def header(self, name: str) -> bytes | None:
+        """The first header called ``name``."""
+        return next((v for k, v in self.headers if k == name), None)
+
 
 def derived_id(record: RawRecord) -> str:
     """A stable id for a request that names none: the same record always gets the same id."""

@@ -23,27 +23,14 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from app.records import header_pairs
+from app.records import to_record
 from app.request_format import RawRecord
 
-__all__ = ["RequestReader", "raw_record"]
+__all__ = ["RequestReader"]
 
 log = logging.getLogger(__name__)
-
-
-def raw_record(msg: Message) -> RawRecord:
-    """A consumed request as the service takes it."""
-    return RawRecord(
-        topic=msg.topic() or "",
-        partition=msg.partition() or 0,
-        offset=msg.offset() or 0,
-        timestamp_ms=msg.timestamp()[1],
-        key=msg.key(),  # type: ignore[arg-type]
-        value=msg.value(),  # type: ignore[arg-type]
-        headers=header_pairs(msg.headers()),
-    )
 
 
 class RequestReader:
@@ -148,7 +135,7 @@ class RequestReader:
             err = msg.error()
             if err is None:
                 if msg.partition() in self._assigned:
-                    records.append(raw_record(msg))
+                    records.append(to_record(msg))
             elif err.code() == KafkaError._PARTITION_EOF:
                 at_end.add(msg.partition() or 0)
             else:
