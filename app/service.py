@@ -200,52 +200,33 @@ class TimerService:
 
     # -- ticks ----------------------------------------------------------------------
 
-    async def handle_tick(
-        self,
-        partition: int,
-        second: int,
-        record_timestamp: float | None = None,
-        source: str = "unknown",
-    ) -> int:
-        """Fire everything due up to ``second`` on ``partition``; return how many fired.
-
-        ``record_timestamp`` and ``source`` (the oscillator) feed the clock-skew check.
-        """
-        if record_timestamp:
-            self._skew.observe(source, record_timestamp)
-        async with self._unit_lock:
-            part = await self._partition(partition)
-            timers = part.wheel.begin_tick(second)
-            if timers is None:
-                return 0
-            if self._output.transactional:
-                if not await self._fire_in_transaction(partition, part, second, timers):
-                    return 0
-            else:
-                await self._fire_at_least_once(partition, part, second, timers)
-        if timers:
-            self._account_fired(timers)
-            self._adjust_pending(partition, -len(timers))
-            self._record_persisted()
-        self._metrics.last_tick.labels(partition=str(partition)).set(second)
-        return len(timers)
-
     async def handle_ticks(self, ticks: Sequence[tuple[int, int, float | None, str]]) -> int:
-        """Fire the ticks of several partitions with one flush; return how many fired.
+        """Fire everything due up to each tick's second on its partition; return how many.
 
-        ``ticks`` are ``(partition, second, record_timestamp, source)``. Partitions are
-        independent, so their callbacks can share a flush: with one flush per partition,
-        a worker's fourth partition waited for three round trips before its own began
-        (measured: ~25 ms each, so its callbacks left ~110 ms after the second).
-        Only the newest tick per partition counts: it covers every second before it.
+        ``ticks`` are ``(partition, second, record_timestamp, source)``; the timestamp and
+        source (the oscillator) feed the clock-skew check. Partitions are independent, so
+        their callbacks can share a flush: with one flush per partition, a worker's
+        fourth partition waited for three round trips before its own began (measured:
+        ~25 ms each, so its callbacks left ~110 ms after the second). Only the newest
+        tick per partition counts: it covers every second before it. In exactly-once
+        mode each tick is its own transaction instead.
         """
-        if self._output.transactional:
-            return sum([await self.handle_tick(*tick) for tick in ticks])
-        newest: dict[int, int] = {}
-        for partition, second, stamp, source in ticks:
+        for _, _, stamp, source in ticks:
             if stamp:
                 self._skew.observe(source, stamp)
+        if self._output.transactional:
+            fired = 0
+            for partition, second, _, _ in ticks:
+                fired += await self._tick_in_transaction(partition, second)
+            return fired
+        newest: dict[int, int] = {}
+        for partition, second, _, _ in ticks:
             newest[partition] = max(second, newest.get(partition, second))
+        return await self._fire_at_least_once(newest)
+
+    async def _fire_at_least_once(self, newest: dict[int, int]) -> int:
+        """Deliver the callbacks of every partition's tick with one flush, then forget the
+        timers: a crash in between fires them again."""
         began: list[tuple[int, _Partition, int, list[Timer]]] = []
         for partition, second in newest.items():
             part = await self._partition(partition)
@@ -263,34 +244,35 @@ class TimerService:
                 for _, part, _, _ in began:
                     part.wheel.abort_tick()
                 raise
-        fired = 0
         for partition, part, second, timers in began:
             # The forgetting rides with the next flush; lost in a crash, it means a duplicate.
             part.wheel.finish_tick(second, timers)
-            if timers:
-                self._account_fired(timers)
-                self._adjust_pending(partition, -len(timers))
-                fired += len(timers)
-            self._metrics.last_tick.labels(partition=str(partition)).set(second)
+            self._ticked(partition, second, timers)
+        fired = sum(len(timers) for _, _, _, timers in began)
         if fired:
             self._record_persisted()
         return fired
 
-    async def _fire_at_least_once(
-        self, partition: int, part: _Partition, second: int, timers: list[Timer]
-    ) -> None:
-        """Deliver callbacks, then forget the timers: a crash in between fires them again."""
+    async def _tick_in_transaction(self, partition: int, second: int) -> int:
+        """One tick as one transaction; 0 if aborted (the next tick retries it)."""
+        async with self._unit_lock:
+            part = await self._partition(partition)
+            timers = part.wheel.begin_tick(second)
+            if timers is None:
+                return 0
+            if not await self._fire_in_transaction(partition, part, second, timers):
+                return 0
+        self._ticked(partition, second, timers)
         if timers:
-            fired_at_ms = self._now_ms()
-            for timer in timers:
-                self._output.callback(timer, partition=partition, fired_at_ms=fired_at_ms)
-            try:
-                await self._output.flush()
-            except DeliveryFailure:
-                part.wheel.abort_tick()
-                raise
-        # The forgetting rides with the next flush; lost in a crash, it means a duplicate.
-        part.wheel.finish_tick(second, timers)
+            self._record_persisted()
+        return len(timers)
+
+    def _ticked(self, partition: int, second: int, timers: list[Timer]) -> None:
+        """The metrics and pending count after ``partition`` fired ``timers`` for ``second``."""
+        if timers:
+            self._account_fired(timers)
+            self._adjust_pending(partition, -len(timers))
+        self._metrics.last_tick.labels(partition=str(partition)).set(second)
 
     async def _fire_in_transaction(
         self, partition: int, part: _Partition, second: int, timers: list[Timer]
