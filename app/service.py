@@ -95,6 +95,10 @@ class TimerService:
             if part is None:
                 db = self._db_for_partition(p)
                 loop = asyncio.get_running_loop()
+                # The worker caught this store up before Faust's recovery, which then read
+                # to the broker's end offset; on the dev broker that end is short, so read
+                # on to the true end (a short tail, usually nothing). Should Faust replay
+                # old records over the store, this also brings it forward again.
                 await loop.run_in_executor(
                     None, catch_up_changelog, db, self._catchup_conf, self._changelog_topic, p
                 )
