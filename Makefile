@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all run install test unit integration lint format typecheck check bench clean
+.PHONY: all run install test-tools test unit integration lint format typecheck check bench clean
 
 all: check
 
@@ -16,11 +16,17 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# Chromium and promtool for the browser and Prometheus tests, from apt where the machine
+# allows it; otherwise those tests skip, each with one line saying what to install.
+test-tools:
+	deploy/install-test-tools.sh
+
 run: install
 	$(BIN)/kafka-timers demo
 
-test: install
-	$(BIN)/pytest
+# PYTEST_ARGS: e.g. --refuse-skips (CI), -m 'not fault', -x.
+test: install test-tools
+	$(BIN)/pytest $(PYTEST_ARGS)
 
 unit: install
 	$(BIN)/pytest tests/unit

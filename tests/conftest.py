@@ -1,17 +1,41 @@
-"""Fixtures: one broker per session, fresh topics and app id per test."""
+"""Fixtures: one broker per session, fresh topics and app id per test.
+
+``--refuse-skips`` (what CI passes) turns every skip into a failure: a test that skips
+because a tool is missing passes quietly on a developer's machine, never in CI.
+"""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from _pytest.reports import TestReport
 
 from app.settings import Settings, TopicNames
 from app.topics import ensure_topics
 from tests.support.broker import BrokerInfo, resolve_broker
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--refuse-skips",
+        action="store_true",
+        help="fail every test that skips (CI: every test must run)",
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, Any, None]:
+    outcome = yield
+    report: TestReport = outcome.get_result()
+    if report.skipped and item.config.getoption("refuse_skips"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = f"skip refused (--refuse-skips): {reason}"
 
 
 @pytest.fixture(scope="session")
