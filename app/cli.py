@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any, NoReturn
 
-from app.errors import KafkaTimersError
+from app.core.errors import KafkaTimersError
 from app.settings import Settings
 
 __all__ = ["main"]
@@ -49,7 +49,7 @@ def _stop_on_signals() -> threading.Event:
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
-    from app.dev_broker import DevBroker
+    from app.dev.broker import DevBroker
 
     broker = DevBroker(args.port, quiet=not args.verbose).start()
     print(f"dev broker listening; export KAFKA_BOOTSTRAP_SERVERS={broker.bootstrap}", flush=True)
@@ -64,7 +64,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    from app.topics import ensure_topics, service_topics
+    from app.kafka.topics import ensure_topics, service_topics
 
     settings = _settings(args)
     ensure_topics(settings, timeout=args.timeout)
@@ -73,35 +73,24 @@ def cmd_topics(args: argparse.Namespace) -> int:
 
 
 def cmd_oscillator(args: argparse.Namespace) -> int:
-    from app.kafka_config import confluent_producer
-    from app.metrics import OscillatorMetrics, serve_metrics
-    from app.topics import ensure_topics
-    from oscillator.ticker import Oscillator
+    from oscillator.main import run_oscillator
 
-    settings = _settings(args)
-    ensure_topics(settings, [settings.topics.ticks], timeout=args.timeout)
-    metrics = OscillatorMetrics()
-    serve_metrics(settings.metrics_port, metrics.registry)
-    stop = _stop_on_signals()
-    Oscillator(
-        confluent_producer(settings),
-        settings.topics.ticks,
-        oscillator_id=settings.worker_id,
-        metrics=metrics,
-    ).run(stop)
+    run_oscillator(_settings(args), _stop_on_signals(), timeout=args.timeout)
     return 0
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
     import faust
 
-    from app.faust_app import build_worker
-    from app.metrics import serve_metrics
-    from app.topics import ensure_topics
+    from app.kafka.topics import ensure_topics
+    from app.status.views import register_status_views
+    from app.telemetry import serve_metrics
+    from app.worker.faust_app import build_worker
 
     settings = _settings(args)
     ensure_topics(settings, timeout=args.timeout)
     worker_app = build_worker(settings)
+    register_status_views(worker_app.app, worker_app.service, worker_app.metrics, settings)
     serve_metrics(settings.metrics_port, worker_app.metrics.registry)
     worker = faust.Worker(worker_app.app, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()
@@ -110,7 +99,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_schedule(args: argparse.Namespace) -> int:
     from app.client import TimerClient
-    from app.due import parse_at, parse_duration
+    from app.core.due import parse_at, parse_duration
 
     settings = _settings(args)
     headers = []
@@ -121,7 +110,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         headers.append((name, value.encode()))
     at: Decimal | None = parse_at(args.at) if args.at is not None else None
     delay = parse_duration(args.in_) if args.in_ is not None else None
-    from app.topics import wait_for_broker
+    from app.kafka.topics import wait_for_broker
 
     wait_for_broker(settings, timeout=args.timeout)
     client = TimerClient(settings)
@@ -142,7 +131,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     from app.client import TimerClient
-    from app.topics import wait_for_broker
+    from app.kafka.topics import wait_for_broker
 
     settings = _settings(args)
     wait_for_broker(settings, timeout=args.timeout)
@@ -154,13 +143,13 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from app.demo import run_demo
+    from app.dev.demo import run_demo
 
     return run_demo(timers=args.timers, duration=args.duration, partitions=args.partitions)
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from app.status import status_main
+    from app.status.cli import status_main
 
     return status_main(_settings(args), args)
 

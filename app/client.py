@@ -13,10 +13,10 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from app import protowire
-from app.due import due_second
-from app.errors import BrokerUnavailable, KafkaTimersError
-from app.kafka_config import confluent_producer
+from app.core import protowire
+from app.core.due import due_second
+from app.core.errors import BrokerUnavailable, KafkaTimersError
+from app.kafka.config import confluent_producer
 from app.settings import Settings
 
 __all__ = ["ScheduledTimer", "TimerClient"]

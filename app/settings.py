@@ -13,11 +13,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.errors import ConfigurationError
+from app.core.errors import ConfigurationError
 
 __all__ = ["SecuritySettings", "Settings", "TopicNames"]
 
 PREFIX = "KAFKA_TIMERS_"
+#: Name of the worker's Faust table of timers; its changelog is named after it.
+TABLE_NAME = "timers"
 TEN_YEARS = 10 * 365 * 86400 + 3 * 86400
 
 
@@ -40,7 +42,7 @@ class TopicNames:
 
 @dataclass(frozen=True)
 class SecuritySettings:
-    """TLS/SASL for real clusters, for both Kafka clients (see :mod:`app.kafka_config`)."""
+    """TLS/SASL for real clusters, for both Kafka clients (see :mod:`app.kafka.config`)."""
 
     #: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
     protocol: str = "PLAINTEXT"
@@ -93,6 +95,11 @@ class Settings:
     #: Clock skew against broker timestamps that is logged as a warning, seconds.
     clock_skew_warn_seconds: float = 2.0
     security: SecuritySettings = field(default_factory=SecuritySettings)
+
+    @property
+    def changelog_topic(self) -> str:
+        """The timer table's changelog topic (the name Faust gives it)."""
+        return f"{self.app_id}-{TABLE_NAME}-changelog"
 
     def with_overrides(self, **changes: Any) -> Settings:
         """A copy with some fields changed (CLI flags win over the environment)."""

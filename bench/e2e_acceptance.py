@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from app.client import TimerClient
-from app.dev_broker import DevBroker
-from app.devstack import ServiceProcess, start_oscillator, start_worker, wait_until_firing
-from app.records import TopicReader
+from app.dev.broker import DevBroker
+from app.dev.stack import ServiceProcess, start_oscillator, start_worker, wait_until_firing
+from app.kafka.records import TopicReader
+from app.kafka.topics import ensure_topics
 from app.settings import Settings
-from app.topics import ensure_topics
 from bench.stats import percentile
 
 __all__ = ["run_acceptance"]

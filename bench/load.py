@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Producer
 
-from app import protowire
+from app.core import protowire
 from app.settings import Settings
 from bench.stack import BenchStack
 

@@ -20,14 +20,14 @@ import uuid
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from app.kafka_config import confluent_consumer, confluent_producer
+from app.kafka.config import confluent_consumer, confluent_producer
 from app.settings import Settings
 from bench.scan import QUIET, read_topic, timestamp_ms
 from oscillator.clock import wait_for_second
 
 __all__ = ["BoundaryProbe", "EchoResponder", "echo_lateness"]
 
-#: The worker's fetch wait (app.faust_app.FETCH_MAX_WAIT_MS), so the echo waits alike.
+#: The worker's fetch wait (app.worker.faust_app.FETCH_MAX_WAIT_MS), so the echo waits alike.
 FETCH_WAIT_MS = 50
 
 

@@ -13,7 +13,7 @@ from rocksdict import AccessType, Options, Rdict
 
 __all__ = ["count_pending_keys"]
 
-#: Prefix of a pending timer's key (see :mod:`app.wheel`).
+#: Prefix of a pending timer's key (see :mod:`app.core.wheel`).
 PENDING_PREFIX = b"T"
 
 

@@ -1,6 +1,6 @@
 """Read a whole topic to its end, keeping only what a figure needs from each record.
 
-:class:`app.records.TopicReader` builds a full record object per message, which is right
+:class:`app.kafka.records.TopicReader` builds a full record object per message, which is right
 for tests and slow for the 10^5-10^6 records a benchmark reads afterwards. This reads to
 EOF the same way (no consumer group; the fetch high watermark, which the dev broker gets
 right where its ListOffsets does not) and hands each message to an extractor.
@@ -15,7 +15,7 @@ from typing import Generic, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
-from app.kafka_config import confluent_consumer
+from app.kafka.config import confluent_consumer
 from app.settings import Settings
 
 #: librdkafka settings for the benchmark's own clients: critical messages only. A client

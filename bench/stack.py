@@ -23,11 +23,11 @@ from types import TracebackType
 
 from confluent_kafka import Producer
 
-from app.dev_broker import DevBroker, free_port
-from app.devstack import ServiceProcess, start_oscillator, start_worker
-from app.kafka_config import confluent_producer
+from app.dev.broker import DevBroker, free_port
+from app.dev.stack import ServiceProcess, start_oscillator, start_worker
+from app.kafka.config import confluent_producer
+from app.kafka.topics import ensure_topics
 from app.settings import Settings, TopicNames
-from app.topics import changelog_topic, ensure_topics
 from bench.scan import QUIET
 
 __all__ = [
@@ -187,7 +187,7 @@ class BenchStack:
 
     @property
     def changelog(self) -> str:
-        return changelog_topic(self.settings)
+        return self.settings.changelog_topic
 
     def topic(self, name: str) -> str:
         """Create ``name`` with the service's partition count (never rely on auto-creation)."""
@@ -195,7 +195,7 @@ class BenchStack:
         return name
 
     def worker(self, name: str) -> Worker:
-        """A worker as :func:`app.devstack.start_worker` starts one, with metrics served."""
+        """A worker as :func:`app.dev.stack.start_worker` starts one, with metrics served."""
         metrics_port = free_port()
         process = start_worker(self.settings, name, self.base_dir, metrics_port=metrics_port)
         self.services.append(process)

@@ -16,9 +16,9 @@ from dataclasses import replace
 
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from app.dev_broker import DevBroker
+from app.dev.broker import DevBroker
+from app.kafka.topics import ensure_topics
 from app.settings import Settings
-from app.topics import ensure_topics
 
 __all__ = ["probe"]
 

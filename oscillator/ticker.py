@@ -18,8 +18,8 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from app.metrics import OscillatorMetrics
 from oscillator.clock import current_second, wait_for_second
+from oscillator.metrics import OscillatorMetrics
 
 __all__ = ["Oscillator"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.errors import KafkaTimersError
+from app.core.errors import KafkaTimersError
 
 __all__ = ["AuditError", "AuditSetupError"]
 

@@ -13,9 +13,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from app.kafka_config import confluent_common
+from app.kafka.config import confluent_common
+from app.kafka.topics import wait_for_broker
 from app.settings import Settings
-from app.topics import wait_for_broker
 from spark_audit import stats
 from spark_audit.errors import AuditError
 from spark_audit.options import AuditOptions

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from app.errors import KafkaTimersError
+from app.core.errors import KafkaTimersError
 from app.settings import Settings
 from spark_audit.job import audit_settings, check_topics, run_audit
 from spark_audit.options import parse_options

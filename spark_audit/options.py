@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import NoReturn
 
-from app.due import parse_at, parse_duration
-from app.errors import InvalidTimeSpec
+from app.core.due import parse_at, parse_duration
+from app.core.errors import InvalidTimeSpec
 from spark_audit.errors import AuditError
 from spark_audit.reading import SourceKind
 

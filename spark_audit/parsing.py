@@ -1,7 +1,7 @@
 """Raw request records to what they ask for, a column batch at a time (pyarrow only).
 
 The audit must read requests exactly as the worker does, so it calls the worker's own
-:func:`app.request_format.parse_request` and :class:`app.policy.RequestPolicy` on every
+:func:`app.core.request_format.parse_request` and :class:`app.core.policy.RequestPolicy` on every
 record rather than re-implementing the formats. Records either refuses are skipped:
 the worker dead-lettered them, so they never became timers.
 
@@ -16,11 +16,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from app.errors import RejectedRequest
-from app.policy import RequestPolicy
-from app.request_format import RawRecord, parse_request
+from app.core.errors import RejectedRequest
+from app.core.policy import RequestPolicy
+from app.core.request_format import RawRecord, parse_request
+from app.core.timer import Cancel
 from app.settings import Settings
-from app.timer import Cancel
 
 __all__ = [
     "CANCEL",

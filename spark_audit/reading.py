@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Any
 
-from app.kafka_config import confluent_common
+from app.kafka.config import confluent_common
 from app.settings import Settings
 from spark_audit.errors import AuditSetupError
 from spark_audit.kafka_source import SOURCE_NAME, KafkaDataSource

@@ -3,7 +3,7 @@
 Pure logic, no Spark: one call per timer (one timer id on one request partition, the
 unit a worker's wheel keys on), so it can be tested with plain lists.
 
-The requests are replayed through the same rules as :class:`app.wheel.PartitionWheel`
+The requests are replayed through the same rules as :class:`app.core.wheel.PartitionWheel`
 applies, in offset order:
 
 - a schedule makes its *version* (token, due second) the pending one; a different

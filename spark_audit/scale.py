@@ -21,9 +21,9 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from app import protowire
+from app.core import protowire
+from app.kafka.topics import ensure_topics
 from app.settings import Settings, TopicNames
-from app.topics import ensure_topics
 
 __all__ = ["generate_history", "main"]
 
@@ -37,7 +37,7 @@ class _Writer:
     def __init__(self, settings: Settings) -> None:
         from confluent_kafka import Producer
 
-        from app.kafka_config import confluent_producer
+        from app.kafka.config import confluent_producer
 
         self._producer = Producer(
             confluent_producer(
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default=".kafka-timers/audit-scale")
     args = parser.parse_args(argv)
 
-    from app.dev_broker import DevBroker
+    from app.dev.broker import DevBroker
     from spark_audit.main import main as audit_main
 
     broker = None if args.bootstrap else DevBroker().start()

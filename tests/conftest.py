@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from _pytest.reports import TestReport
 
+from app.kafka.topics import ensure_topics
 from app.settings import Settings, TopicNames
-from app.topics import ensure_topics
 from tests.support.broker import BrokerInfo, resolve_broker
 
 

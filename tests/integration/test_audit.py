@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
 
-from app import protowire
 from app.client import TimerClient
-from app.kafka_config import confluent_producer
-from app.records import TopicReader
+from app.core import protowire
+from app.kafka.config import confluent_producer
+from app.kafka.records import TopicReader
 from app.settings import Settings
 from spark_audit.errors import AuditError, AuditSetupError
 from spark_audit.main import main as audit_main

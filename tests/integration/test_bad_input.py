@@ -6,13 +6,12 @@ import json
 import random
 import time
 
-from app import protowire
-from app.errors import RejectedRequest
-from app.policy import RequestPolicy
-from app.records import TopicReader
-from app.request_format import RawRecord, parse_request
-from app.timer import Timer
-from app.topics import changelog_topic
+from app.core import protowire
+from app.core.errors import RejectedRequest
+from app.core.policy import RequestPolicy
+from app.core.request_format import RawRecord, parse_request
+from app.core.timer import Timer
+from app.kafka.records import TopicReader
 from tests.support.stack import Stack, fired_ids
 
 
@@ -96,7 +95,7 @@ def test_requests_aimed_at_internal_topics_are_refused(stack: Stack) -> None:
         settings.topics.ticks,
         settings.topics.fired,
         settings.topics.dlq,
-        changelog_topic(settings),
+        settings.changelog_topic,
     ]
     ends_before = {}
     for name in forbidden[1:]:
@@ -115,6 +114,6 @@ def test_requests_aimed_at_internal_topics_are_refused(stack: Stack) -> None:
     with TopicReader(settings, settings.topics.dlq) as dlq:
         dead = dlq.wait_for(lambda rs: len(rs) >= len(forbidden), 30)
     assert {(r.header("dlq-reason") or b"").decode() for r in dead} == {"topic_not_allowed"}
-    for name in (settings.topics.ticks, settings.topics.fired, changelog_topic(settings)):
+    for name in (settings.topics.ticks, settings.topics.fired, settings.changelog_topic):
         with TopicReader(settings, name) as reader:
             assert not any(r.value == b"attack" for r in reader.read_to_end()), name

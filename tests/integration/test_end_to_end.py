@@ -6,9 +6,9 @@ import json
 import time
 from collections import Counter
 
-from app import protowire
 from app.client import TimerClient
-from app.records import TopicReader
+from app.core import protowire
+from app.kafka.records import TopicReader
 from tests.support.stack import Stack, fired_ids
 
 FIRE_TIMEOUT = 60.0

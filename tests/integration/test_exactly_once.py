@@ -9,7 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from app.client import TimerClient
-from app.records import TopicReader
+from app.kafka.records import TopicReader
 from app.settings import Settings
 from tests.support.stack import fired_ids, running_stack
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from app.records import TopicReader
+from app.kafka.records import TopicReader
 from tests.support.faults import (
     FireWatch,
     Planned,

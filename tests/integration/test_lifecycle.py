@@ -6,7 +6,7 @@ import json
 import time
 
 from app.client import TimerClient
-from app.records import TopicReader
+from app.kafka.records import TopicReader
 from tests.support.stack import Stack, fired_ids
 
 FIRE_TIMEOUT = 60.0

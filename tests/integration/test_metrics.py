@@ -19,9 +19,9 @@ from collections.abc import Mapping
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.client import TimerClient
-from app.dev_broker import free_port
-from app.devstack import start_oscillator, start_worker
-from app.status_model import histogram_quantile
+from app.dev.broker import free_port
+from app.dev.stack import start_oscillator, start_worker
+from app.status.model import histogram_quantile
 from tests.support.stack import Stack, fired_ids
 from tests.support.waiting import wait_until
 

@@ -6,7 +6,7 @@ import json
 import time
 from collections import defaultdict
 
-from app.records import Record
+from app.kafka.records import Record
 from tests.support.stack import Stack
 
 

@@ -33,19 +33,19 @@ from typing import Any
 import pytest
 
 from app.client import ScheduledTimer, TimerClient
-from app.dev_broker import free_port
-from app.devstack import ServiceProcess
-from app.errors import KafkaTimersError
+from app.core.errors import KafkaTimersError
+from app.dev.broker import free_port
+from app.dev.stack import ServiceProcess
+from app.kafka.topics import ensure_topics
 from app.settings import Settings
-from app.status_cli import status_main
-from app.status_model import (
+from app.status.cli import status_main
+from app.status.model import (
     SOON_BUCKET_SECONDS,
     PartitionScan,
     histogram_quantile,
     merge_snapshots,
     pending_by_due,
 )
-from app.topics import ensure_topics
 from tests.conftest import fresh_settings
 from tests.support.broker import BrokerInfo
 from tests.support.stack import Stack, running_stack

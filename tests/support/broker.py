@@ -43,7 +43,7 @@ def resolve_broker() -> Iterator[BrokerInfo]:
         with KafkaContainer().with_kraft() as kafka:
             yield BrokerInfo(kafka.get_bootstrap_server(), "testcontainers")
         return
-    from app.dev_broker import DevBroker
+    from app.dev.broker import DevBroker
 
     with DevBroker() as broker:
         yield BrokerInfo(broker.bootstrap, "tansu")

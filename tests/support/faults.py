@@ -17,11 +17,11 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from app import protowire
-from app.dev_broker import free_port
-from app.devstack import ServiceProcess
-from app.kafka_config import confluent_producer
-from app.records import Record, TopicReader
+from app.core import protowire
+from app.dev.broker import free_port
+from app.dev.stack import ServiceProcess
+from app.kafka.config import confluent_producer
+from app.kafka.records import Record, TopicReader
 from app.settings import Settings
 from tests.support.stack import Stack
 
@@ -67,7 +67,7 @@ def start_logged_worker(
     data_dir: Path | None = None,
     log_name: str | None = None,
 ) -> ServiceProcess:
-    """A worker like :func:`app.devstack.start_worker`, but with a chattier log.
+    """A worker like :func:`app.dev.stack.start_worker`, but with a chattier log.
 
     Recovery and catch-up are logged at info: a failing fault test must be diagnosable
     from the log alone. ``data_dir`` is fixed by name, so a restart reuses (or, after a

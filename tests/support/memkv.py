@@ -1,4 +1,4 @@
-"""An in-memory :class:`app.wheel.OrderedKV` for unit tests of the pure logic."""
+"""An in-memory :class:`app.core.wheel.OrderedKV` for unit tests of the pure logic."""
 
 from __future__ import annotations
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from app.devstack import ServiceProcess, start_oscillator, start_worker
-from app.kafka_config import confluent_producer
-from app.records import Record, TopicReader
+from app.dev.stack import ServiceProcess, start_oscillator, start_worker
+from app.kafka.config import confluent_producer
+from app.kafka.records import Record, TopicReader
+from app.kafka.topics import ensure_topics
 from app.settings import Settings
-from app.topics import ensure_topics
 
 
 class Stack:

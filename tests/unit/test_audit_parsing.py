@@ -8,7 +8,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from app import protowire
+from app.core import protowire
 from app.settings import Settings
 from spark_audit.parsing import CANCEL, SCHEDULE, parse_request_arrays, policy_for
 

@@ -3,7 +3,7 @@ import logging
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from app.clock_check import WINDOW, ClockSkewMonitor
+from app.core.clock_check import WINDOW, ClockSkewMonitor
 
 
 def monitor_at(now: list[float]) -> tuple[ClockSkewMonitor, CollectorRegistry]:

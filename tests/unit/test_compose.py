@@ -27,8 +27,9 @@ import pytest
 import yaml
 
 from app.cli import build_parser
-from app.metrics import OscillatorMetrics, WorkerMetrics
 from app.settings import SecuritySettings, Settings
+from app.worker.metrics import WorkerMetrics
+from oscillator.metrics import OscillatorMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

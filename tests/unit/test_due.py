@@ -2,8 +2,8 @@ from decimal import Decimal
 
 import pytest
 
-from app.due import due_second, parse_at, parse_duration
-from app.errors import InvalidTimeSpec
+from app.core.due import due_second, parse_at, parse_duration
+from app.core.errors import InvalidTimeSpec
 
 
 def test_fractions_round_up_never_down() -> None:

@@ -1,9 +1,9 @@
 import pytest
 
-from app.errors import RejectedRequest, RejectReason
-from app.policy import RequestPolicy
-from app.stored import pack_timer, unpack_timer
-from app.timer import Timer
+from app.core.errors import RejectedRequest, RejectReason
+from app.core.policy import RequestPolicy
+from app.core.stored import pack_timer, unpack_timer
+from app.core.timer import Timer
 
 NOW = 1_767_225_600
 

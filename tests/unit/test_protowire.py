@@ -1,6 +1,6 @@
 import pytest
 
-from app import protowire
+from app.core import protowire
 
 
 def _article_bytes(topic: str, key: str, value: bytes) -> bytes:

@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-from app import protowire
-from app.errors import RejectedRequest, RejectReason
-from app.request_format import RawRecord, parse_request
-from app.timer import Cancel, Timer
+from app.core import protowire
+from app.core.errors import RejectedRequest, RejectReason
+from app.core.request_format import RawRecord, parse_request
+from app.core.timer import Cancel, Timer
 
 
 def record(

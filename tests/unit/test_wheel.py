@@ -1,5 +1,5 @@
-from app.timer import Cancel, Timer
-from app.wheel import CancelOutcome, PartitionWheel, Scheduled
+from app.core.timer import Cancel, Timer
+from app.core.wheel import CancelOutcome, PartitionWheel, Scheduled
 from tests.support.memkv import MemoryKV
 
 

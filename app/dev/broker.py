@@ -11,7 +11,7 @@ import socket
 import subprocess
 import time
 
-from app.errors import ConfigurationError
+from app.core.errors import ConfigurationError
 
 __all__ = ["DevBroker", "broker_binary", "free_port"]
 

@@ -11,7 +11,7 @@ import re
 from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
 
-from app.errors import InvalidTimeSpec
+from app.core.errors import InvalidTimeSpec
 
 __all__ = ["due_second", "parse_at", "parse_duration"]
 

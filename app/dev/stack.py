@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import IO
 
 from app.client import TimerClient
-from app.dev_broker import free_port
-from app.records import TopicReader
+from app.dev.broker import free_port
+from app.kafka.records import TopicReader
 from app.settings import Settings
 
 __all__ = ["ServiceProcess", "start_oscillator", "start_worker", "wait_until_firing"]

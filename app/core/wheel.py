@@ -4,7 +4,7 @@ One bucket per second, as in a classic timer wheel, laid out in an ordered store
 that every operation is O(1) amortized in the number of timers sharing a second:
 
 ``T<due:012d>\\0<id>``
-    a pending timer (value: :func:`app.stored.pack_timer`). Keys sort by due second,
+    a pending timer (value: :func:`app.core.stored.pack_timer`). Keys sort by due second,
     so "everything due up to S" is one range scan that starts where the last one ended.
 ``I<id>``
     the id index: state of the newest version of timer ``id`` — ``P`` pending,
@@ -13,7 +13,7 @@ that every operation is O(1) amortized in the number of timers sharing a second:
 ``W``
     the last second whose timers have all been fired and forgotten ("fired through").
 
-Nothing here knows about Kafka or Faust; :mod:`app.partition_store` adapts this to a
+Nothing here knows about Kafka or Faust; :mod:`app.worker.partition_store` adapts this to a
 Faust RocksDB table and its changelog, and the unit tests use an in-memory store.
 """
 
@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
-from app.stored import pack_timer, unpack_timer
-from app.timer import Cancel, Timer
+from app.core.stored import pack_timer, unpack_timer
+from app.core.timer import Cancel, Timer
 
 __all__ = [
     "Accepted",

@@ -1,7 +1,7 @@
 """``kafka-timers status``: the status page's numbers in a terminal, from every worker.
 
 Reads each worker's ``/status/data`` over HTTP (the worker web port), adds them up
-(:func:`app.status_model.merge_snapshots`) and prints one report. Exit status 0 when
+(:func:`app.status.model.merge_snapshots`) and prints one report. Exit status 0 when
 every worker answered, 1 when some did not (the report covers those that did), and 2
 (a :class:`KafkaTimersError`) when none did — so a cron job or a probe can tell.
 """
@@ -19,9 +19,9 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from app.errors import KafkaTimersError
+from app.core.errors import KafkaTimersError
 from app.settings import Settings
-from app.status_model import merge_snapshots
+from app.status.model import merge_snapshots
 
 __all__ = ["fetch_json", "render_status", "status_main"]
 

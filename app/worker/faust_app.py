@@ -2,12 +2,12 @@
 
 Ticks and requests have the same partition count, so Faust's assignor gives partition n
 of the tick topic and of the table's changelog to the same worker, and the worker then
-reads partition n of the request topic itself (:class:`app.request_reader.RequestReader`:
+reads partition n of the request topic itself (:class:`app.worker.request_reader.RequestReader`:
 Faust's per-event cost would cap requests at ~7,000/s). Requests store timers into
 partition n of the table; the ``ticks`` agent fires what partition n's wheel says is
 due. Faust provides the RocksDB store per partition, recovery from the changelog (which
 the worker first brings up to date at librdkafka speed), consumer-group membership and
-graceful shutdown; the behaviour lives in :class:`app.service.TimerService`.
+graceful shutdown; the behaviour lives in :class:`app.worker.service.TimerService`.
 """
 
 from __future__ import annotations
@@ -19,23 +19,23 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, NoReturn
 
-import aiokafka.errors
 import faust
-from aiokafka.consumer.fetcher import READ_COMMITTED
-from aiokafka.consumer.group_coordinator import GroupCoordinator
-from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 
-from app.kafka_config import confluent_consumer, confluent_producer, faust_credentials
-from app.metrics import WorkerMetrics
-from app.output import DeliveryFailure, OutputProducer
-from app.partition_store import catch_up_changelogs, persisted_offset
-from app.policy import RequestPolicy
-from app.request_format import RawRecord
-from app.request_reader import RequestReader
-from app.service import TimerService
-from app.settings import Settings
-from app.status import register_status_views
-from app.topics import TABLE_NAME, changelog_topic
+from app.core.policy import RequestPolicy
+from app.core.request_format import RawRecord
+from app.kafka.config import confluent_consumer, confluent_producer, faust_credentials
+from app.settings import TABLE_NAME, Settings
+from app.worker.faust_internals import (
+    apply_patches,
+    partition_db,
+    recovery_start_offsets,
+    tune_fetcher,
+)
+from app.worker.metrics import WorkerMetrics
+from app.worker.output import DeliveryFailure, OutputProducer
+from app.worker.partition_store import catch_up_changelogs, persisted_offset
+from app.worker.request_reader import RequestReader
+from app.worker.service import TimerService
 
 __all__ = ["WorkerApp", "build_worker"]
 
@@ -96,27 +96,6 @@ EXIT_UNDURABLE = 70
 FETCH_MAX_WAIT_MS = 50
 
 
-def _tune_consumer(app: faust.App, *, read_committed: bool) -> None:
-    """Adjust Faust's aiokafka fetcher, for which Faust exposes no setting.
-
-    Shortens the fetch wait (see :data:`FETCH_MAX_WAIT_MS`) and, in exactly-once mode,
-    reads only committed records, so table recovery never applies the changes of an
-    aborted transaction (Faust would only do that with its own exactly-once mode, which
-    needs aiokafka's transactional producer).
-    """
-    fetcher = getattr(
-        getattr(getattr(app.consumer, "_thread", None), "_consumer", None), "_fetcher", None
-    )
-    if fetcher is None or not hasattr(fetcher, "_fetch_max_wait_ms"):
-        if read_committed:
-            raise RuntimeError("cannot switch Faust's consumer to read_committed")
-        log.warning("could not shorten the consumer fetch wait: ticks may arrive late")
-        return
-    fetcher._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
-    if read_committed:
-        fetcher._isolation_level = READ_COMMITTED
-
-
 def _exit_undurable(error: Exception) -> NoReturn:
     """Stop at once, committing nothing: a restart re-reads whatever was not durable."""
     log.critical("cannot make writes durable, exiting so nothing is acknowledged: %s", error)
@@ -124,32 +103,9 @@ def _exit_undurable(error: Exception) -> NoReturn:
     os._exit(EXIT_UNDURABLE)
 
 
-async def _maybe_leave_group(self: Any) -> None:
-    """aiokafka's ``GroupCoordinator._maybe_leave_group``, for generation 0 too.
-
-    aiokafka leaves only ``if self.generation > 0``: Kafka numbers generations from 1,
-    the dev broker (Tansu) from 0, so a worker stopped in a group's first generation
-    left without a word and its partitions waited out a whole session timeout.
-    """
-    if (
-        self.generation >= 0
-        and self.member_id != JoinGroupRequest.UNKNOWN_MEMBER_ID
-        and self._group_instance_id is None
-    ):
-        try:
-            await self._send_req(LeaveGroupRequest(self.group_id, self.member_id))
-        except aiokafka.errors.KafkaError as err:
-            log.error("LeaveGroup request failed: %s", err)
-        else:
-            log.info("LeaveGroup request succeeded")
-    self.reset_generation()
-
-
-GroupCoordinator._maybe_leave_group = _maybe_leave_group  # type: ignore[method-assign]
-
-
 def build_worker(settings: Settings) -> WorkerApp:
     """Assemble the Faust app, its table and agents, and the service behind them."""
+    apply_patches()
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     app = faust.App(
         settings.app_id,
@@ -169,7 +125,7 @@ def build_worker(settings: Settings) -> WorkerApp:
         # The worker records the changelog offsets it wrote itself (acknowledged, true);
         # Faust compares them with ListOffsets, which on the dev broker is the newest
         # batch's base + 1, and would crash recovery with ConsistencyError. The
-        # catch-up reads to the true end instead (see app.partition_store).
+        # catch-up reads to the true end instead (see app.worker.partition_store).
         recovery_consistency_check=False,
         autodiscover=False,
         loghandlers=[],
@@ -206,14 +162,13 @@ def build_worker(settings: Settings) -> WorkerApp:
     catchup_conf = confluent_consumer(settings, group_id="unused")
 
     def db_for_partition(partition: int) -> Any:
-        store: Any = table.data  # Faust keeps no public accessor for a partition's DB
-        return store._db_for_partition(partition)
+        return partition_db(table, partition)
 
     service = TimerService(
         policy=policy,
         output=output,
         metrics=metrics,
-        changelog_topic=changelog_topic(settings),
+        changelog_topic=settings.changelog_topic,
         db_for_partition=db_for_partition,
         catchup_consumer_conf=catchup_conf,
         clock_skew_warn_seconds=settings.clock_skew_warn_seconds,
@@ -297,7 +252,7 @@ def build_worker(settings: Settings) -> WorkerApp:
         # machinery (~10k records/s here: 23 s for a partner's 100k pending timers);
         # this reads it at librdkafka speed. It blocks the event loop on purpose: the
         # recovery task starts as soon as this handler yields.
-        changelog = changelog_topic(settings)
+        changelog = settings.changelog_topic
         mine = [tp for tp in assigned if tp.topic == changelog]
         catch_up_changelogs(
             {tp.partition: db_for_partition(tp.partition) for tp in mine}, catchup_conf, changelog
@@ -306,8 +261,7 @@ def build_worker(settings: Settings) -> WorkerApp:
         # public way to be told, so move its starting points to where the stores are now.
         # Should a Faust release rename the attribute, Faust replays what the catch-up
         # already applied: the same values again, so slower, not wrong.
-        tables: Any = app.tables
-        starts = getattr(tables.recovery, "active_offsets", None)
+        starts = recovery_start_offsets(app)
         if starts is None:
             log.warning("Faust's recovery offsets not found: it will replay the changelog")
             starts = {}
@@ -317,7 +271,11 @@ def build_worker(settings: Settings) -> WorkerApp:
                 starts[tp] = offset
         # Recovery may rewrite the stores of newly assigned partitions: reload lazily.
         service.forget_partitions({tp.partition for tp in assigned})
-        _tune_consumer(app, read_committed=settings.exactly_once)
+        if not tune_fetcher(
+            app, fetch_max_wait_ms=FETCH_MAX_WAIT_MS, read_committed=settings.exactly_once
+        ):
+            if settings.exactly_once:
+                raise RuntimeError("cannot switch Faust's consumer to read_committed")
+            log.warning("could not shorten the consumer fetch wait: ticks may arrive late")
 
-    register_status_views(app, service, metrics, settings)
     return WorkerApp(app, service, metrics)

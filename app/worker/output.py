@@ -17,9 +17,9 @@ from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from app.errors import RejectReason
-from app.request_format import RawRecord
-from app.timer import Timer
+from app.core.errors import RejectReason
+from app.core.request_format import RawRecord
+from app.core.timer import Timer
 
 __all__ = ["DeliveryFailure", "OutputProducer", "TransactionAborted"]
 

@@ -7,7 +7,7 @@ time come from a *bounded* scan of the wheels: a status request must never walk
 millions of RocksDB keys on the worker's event loop, so past the scan limit the page
 says how many timers it did not look at, and from which second on.
 
-Nothing here touches Faust or Kafka; :mod:`app.status` wires it to the web server.
+Nothing here touches Faust or Kafka; :mod:`app.status.views` wires it to the web server.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ class CounterSample:
 
 
 def read_sample(registry: CollectorRegistry, now: float) -> CounterSample:
-    """Read the worker metrics (see :class:`app.metrics.WorkerMetrics`) from ``registry``."""
+    """Read the worker metrics (see :class:`app.worker.metrics.WorkerMetrics`) from ``registry``."""
     scheduled = cancelled = pending = lateness_sum = 0.0
     fired: dict[str, float] = {}
     rejected: dict[str, float] = {}

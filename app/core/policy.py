@@ -11,9 +11,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from app.errors import RejectedRequest, RejectReason
+from app.core.errors import RejectedRequest, RejectReason
+from app.core.timer import Timer
 from app.settings import Settings
-from app.timer import Timer
 
 __all__ = ["RequestPolicy"]
 
@@ -57,11 +57,9 @@ class RequestPolicy:
     @classmethod
     def for_settings(cls, settings: Settings) -> RequestPolicy:
         """The policy the workers apply, from the same settings (the audit uses it too)."""
-        from app.topics import changelog_topic
-
         return cls.build(
             allow_patterns=settings.callback_allow,
-            own_topics=(*settings.topics.all(), changelog_topic(settings)),
+            own_topics=(*settings.topics.all(), settings.changelog_topic),
             app_id=settings.app_id,
             max_payload_bytes=settings.max_payload_bytes,
             horizon_seconds=settings.horizon_seconds,

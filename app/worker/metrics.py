@@ -1,4 +1,4 @@
-"""Prometheus metrics of the worker and the oscillator, each on its own registry.
+"""Prometheus metrics of a worker, on a registry of its own.
 
 A registry per process object (not prometheus-client's global one) keeps tests and
 several services in one interpreter from counting into each other.
@@ -6,11 +6,11 @@ several services in one interpreter from counting into each other.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from app.errors import RejectReason
+from app.core.errors import RejectReason
 
-__all__ = ["LATENESS_BUCKETS", "OscillatorMetrics", "WorkerMetrics", "serve_metrics"]
+__all__ = ["LATENESS_BUCKETS", "WorkerMetrics"]
 
 #: Fire-lateness buckets (seconds): fine below a second, where the targets are.
 LATENESS_BUCKETS = (
@@ -77,24 +77,3 @@ class WorkerMetrics:
             ["source"],
             registry=r,
         )
-
-
-class OscillatorMetrics:
-    """Counters an oscillator exports."""
-
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
-        r = self.registry
-        self.ticks = Counter("kafka_timers_oscillator_ticks", "Ticks sent.", registry=r)
-        self.tick_delay = Histogram(
-            "kafka_timers_oscillator_tick_delay_seconds",
-            "How long after its second boundary each tick was sent.",
-            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0),
-            registry=r,
-        )
-
-
-def serve_metrics(port: int | None, registry: CollectorRegistry) -> None:
-    """Serve ``/metrics`` on ``port`` in a background thread (no-op when ``port`` is None)."""
-    if port is not None:
-        start_http_server(port, addr="0.0.0.0", registry=registry)

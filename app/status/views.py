@@ -25,14 +25,14 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Callable
+from importlib import resources
 from itertools import islice
 from typing import Any
 
-from app.metrics import WorkerMetrics
-from app.service import TimerService
+from app.core.timer import Timer
 from app.settings import Settings
-from app.status_cli import status_main
-from app.status_model import (
+from app.status.cli import status_main
+from app.status.model import (
     PartitionScan,
     SampleHistory,
     lateness_summary,
@@ -40,8 +40,8 @@ from app.status_model import (
     pending_by_due,
     read_sample,
 )
-from app.status_page import STATUS_PAGE_HTML
-from app.timer import Timer
+from app.worker.metrics import WorkerMetrics
+from app.worker.service import TimerService
 
 __all__ = [
     "NEXT_MAX",
@@ -60,6 +60,12 @@ PARTITION_SCAN_FLOOR = 200
 NEXT_MAX = 1000
 #: How long a computed snapshot is served again (several open pages cost one scan).
 SNAPSHOT_TTL = 1.0
+#: The page's files, in ``app/status/static/``, with the content type each is served as.
+STATIC_FILES = {
+    "status.html": "text/html",
+    "status.css": "text/css",
+    "status.js": "text/javascript",
+}
 #: Counters are sampled this often, for the fires-per-second history.
 SAMPLE_INTERVAL = 1.0
 
@@ -207,8 +213,20 @@ def register_status_views(
     async def sample_counters() -> None:
         collector.sample()
 
-    async def status_page(view: Any, request: Any) -> Any:
-        return view.html(STATUS_PAGE_HTML)
+    static = {
+        name: (resources.files("app.status").joinpath("static", name).read_text(), kind)
+        for name, kind in STATIC_FILES.items()
+    }
+
+    def serve(name: str) -> Any:
+        body, kind = static[name]
+
+        async def handler(view: Any, request: Any) -> Any:
+            return view.text(body, content_type=kind)
+
+        return handler
+
+    status_page = serve("status.html")
 
     async def status_data(view: Any, request: Any) -> Any:
         return view.json(collector.snapshot())
@@ -240,6 +258,8 @@ def register_status_views(
     # ``next`` before ``{timer_id}``: a literal route must win over the pattern.
     app.page("/status", name="kafka_timers_status")(status_page)
     app.page("/status/", name="kafka_timers_status_slash")(status_page)
+    app.page("/status/static/status.css", name="kafka_timers_status_css")(serve("status.css"))
+    app.page("/status/static/status.js", name="kafka_timers_status_js")(serve("status.js"))
     app.page("/status/data", name="kafka_timers_status_data")(status_data)
     app.page("/timers/next", name="kafka_timers_next")(timers_next)
     app.page("/timers/{timer_id}", name="kafka_timers_timer")(timer_by_id)

@@ -7,7 +7,7 @@ Three formats share the topic; they are told apart like this, in order:
    ``scheduler-target-key``. A tombstone cancels the schedule with that key.
 2. **JSON** — the value's first non-blank byte is ``{``. Protobuf can never start
    with that byte for our schema (it would be field 15 as a deprecated group).
-3. **protobuf** — anything else: the ``Future`` message of :mod:`app.protowire`. A record
+3. **protobuf** — anything else: the ``Future`` message of :mod:`app.core.protowire`. A record
    holding only fields 1-3 and keyed by its expiry second, exactly what the original
    article's producers send, is a valid timer.
 """
@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from app import protowire
-from app.due import due_second, parse_at, parse_duration
-from app.errors import InvalidTimeSpec, RejectedRequest, RejectReason
-from app.timer import Cancel, Header, Timer
+from app.core import protowire
+from app.core.due import due_second, parse_at, parse_duration
+from app.core.errors import InvalidTimeSpec, RejectedRequest, RejectReason
+from app.core.timer import Cancel, Header, Timer
 
 __all__ = ["RawRecord", "derived_id", "parse_request"]
 

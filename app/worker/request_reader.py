@@ -25,8 +25,8 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
-from app.records import to_record
-from app.request_format import RawRecord
+from app.core.request_format import RawRecord
+from app.kafka.records import to_record
 
 __all__ = ["RequestReader"]
 

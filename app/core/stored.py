@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import struct
 
-from app.timer import Timer
+from app.core.timer import Timer
 
 __all__ = ["pack_timer", "unpack_timer"]
 

@@ -19,12 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from app.client import TimerClient
-from app.dev_broker import DevBroker
-from app.devstack import ServiceProcess, start_oscillator, start_worker, wait_until_firing
-from app.errors import KafkaTimersError
-from app.records import Record, TopicReader
+from app.core.errors import KafkaTimersError
+from app.dev.broker import DevBroker
+from app.dev.stack import ServiceProcess, start_oscillator, start_worker, wait_until_firing
+from app.kafka.records import Record, TopicReader
+from app.kafka.topics import ensure_topics
 from app.settings import Settings
-from app.topics import ensure_topics
 
 __all__ = ["run_demo"]
 

@@ -21,8 +21,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from app.kafka_config import confluent_consumer
-from app.request_format import RawRecord
+from app.core.request_format import RawRecord
+from app.kafka.config import confluent_consumer
 from app.settings import Settings
 
 __all__ = ["Record", "TopicReader", "header_pairs", "to_record"]

@@ -24,7 +24,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from rocksdict import Rdict, ReadOptions, WriteBatch
 
-from app.output import OutputProducer
+from app.worker.output import OutputProducer
 
 __all__ = [
     "OFFSET_KEY",
@@ -41,7 +41,7 @@ OFFSET_KEY = b"__faust\x00offset__"
 
 
 class ChangeloggedKV:
-    """The :class:`app.wheel.OrderedKV` of one partition: RocksDB, mirrored to the changelog."""
+    """The :class:`~app.core.wheel.OrderedKV` of a partition: RocksDB, mirrored to the changelog."""
 
     def __init__(
         self, db: Rdict, output: OutputProducer, changelog_topic: str, partition: int

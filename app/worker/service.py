@@ -1,7 +1,7 @@
 """The worker's behaviour, between Faust's agents and the pure timer wheel.
 
 Agents hand over decoded records; this class parses and checks them, drives one
-:class:`~app.wheel.PartitionWheel` per assigned partition, produces callbacks, and
+:class:`~app.core.wheel.PartitionWheel` per assigned partition, produces callbacks, and
 returns only when everything it wrote is acknowledged — so a record is never
 acknowledged to Kafka before its effects are durable (at-least-once).
 """
@@ -17,15 +17,15 @@ from typing import Any
 
 from rocksdict import Rdict
 
-from app.clock_check import ClockSkewMonitor
-from app.errors import RejectedRequest, RejectReason
-from app.metrics import WorkerMetrics
-from app.output import DeliveryFailure, OutputProducer, TransactionAborted
-from app.partition_store import ChangeloggedKV, catch_up_changelog
-from app.policy import RequestPolicy
-from app.request_format import RawRecord, parse_request
-from app.timer import Cancel, Timer
-from app.wheel import CancelOutcome, PartitionWheel, Scheduled
+from app.core.clock_check import ClockSkewMonitor
+from app.core.errors import RejectedRequest, RejectReason
+from app.core.policy import RequestPolicy
+from app.core.request_format import RawRecord, parse_request
+from app.core.timer import Cancel, Timer
+from app.core.wheel import CancelOutcome, PartitionWheel, Scheduled
+from app.worker.metrics import WorkerMetrics
+from app.worker.output import DeliveryFailure, OutputProducer, TransactionAborted
+from app.worker.partition_store import ChangeloggedKV, catch_up_changelog
 
 __all__ = ["REQUEST_OFFSET_KEY", "TimerService"]
 

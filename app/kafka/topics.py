@@ -12,29 +12,21 @@ from collections.abc import Iterable
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from app.errors import BrokerUnavailable, ConfigurationError
-from app.kafka_config import confluent_common
+from app.core.errors import BrokerUnavailable, ConfigurationError
+from app.kafka.config import confluent_common
 from app.settings import Settings
 
 __all__ = [
-    "changelog_topic",
     "ensure_topics",
     "partition_count",
     "service_topics",
     "wait_for_broker",
 ]
 
-TABLE_NAME = "timers"
-
-
-def changelog_topic(settings: Settings) -> str:
-    """Name Faust gives the timer table's changelog topic."""
-    return f"{settings.app_id}-{TABLE_NAME}-changelog"
-
 
 def service_topics(settings: Settings) -> tuple[str, ...]:
     """Every topic the workers need, changelog included."""
-    return (*settings.topics.all(), changelog_topic(settings))
+    return (*settings.topics.all(), settings.changelog_topic)
 
 
 def _admin(settings: Settings, *, quiet: bool = False) -> AdminClient:

@@ -1,0 +1,140 @@
+"""Every use of a private Faust or aiokafka attribute, behind one door.
+
+Faust exposes no public way to do a few things the worker needs: shorten the fetch
+wait, read committed records only, reach a table partition's RocksDB, move recovery's
+starting offsets after the worker caught a changelog up itself, and send LeaveGroup in
+generation 0. Each is done here and nowhere else, so an upgrade has one file to read.
+
+Nothing is patched at import: :func:`apply_patches` is called by the worker at start.
+:func:`missing_internals` lists what this module relies on and is gone; a unit test
+calls it, so a Faust or aiokafka release that renames something fails one test with a
+clear message instead of a worker at run time. ``pyproject.toml`` pins both packages
+to the ranges tested with this module.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+import aiokafka.errors
+import faust
+from aiokafka.consumer.fetcher import READ_COMMITTED, Fetcher
+from aiokafka.consumer.group_coordinator import GroupCoordinator
+from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
+from faust.stores.rocksdb import Store as RocksDBStore
+from faust.tables.recovery import Recovery
+from faust.transport.drivers import aiokafka as faust_aiokafka
+
+__all__ = [
+    "FaustInternalsMissing",
+    "apply_patches",
+    "missing_internals",
+    "partition_db",
+    "recovery_start_offsets",
+    "tune_fetcher",
+]
+
+log = logging.getLogger(__name__)
+
+
+class FaustInternalsMissing(RuntimeError):
+    """A private attribute the worker relies on is gone: pin the tested Faust/aiokafka."""
+
+
+async def _maybe_leave_group(self: Any) -> None:
+    """aiokafka's ``GroupCoordinator._maybe_leave_group``, for generation 0 too.
+
+    aiokafka leaves only ``if self.generation > 0``: Kafka numbers generations from 1,
+    the dev broker (Tansu) from 0, so a worker stopped in a group's first generation
+    left without a word and its partitions waited out a whole session timeout.
+    """
+    if (
+        self.generation >= 0
+        and self.member_id != JoinGroupRequest.UNKNOWN_MEMBER_ID
+        and self._group_instance_id is None
+    ):
+        try:
+            await self._send_req(LeaveGroupRequest(self.group_id, self.member_id))
+        except aiokafka.errors.KafkaError as err:
+            log.error("LeaveGroup request failed: %s", err)
+        else:
+            log.info("LeaveGroup request succeeded")
+    self.reset_generation()
+
+
+def apply_patches() -> None:
+    """Install the worker's patches of aiokafka (idempotent; called at worker start)."""
+    GroupCoordinator._maybe_leave_group = _maybe_leave_group  # type: ignore[method-assign]
+
+
+def tune_fetcher(app: faust.App, *, fetch_max_wait_ms: int, read_committed: bool) -> bool:
+    """Set the fetch wait (and read_committed) of Faust's aiokafka consumer.
+
+    Faust fixes aiokafka's fetch wait at 1,500 ms and has no setting for the isolation
+    level. Returns False if the fetcher could not be reached (not started yet).
+    """
+    fetcher = getattr(
+        getattr(getattr(app.consumer, "_thread", None), "_consumer", None), "_fetcher", None
+    )
+    if fetcher is None or not hasattr(fetcher, "_fetch_max_wait_ms"):
+        return False
+    fetcher._fetch_max_wait_ms = fetch_max_wait_ms
+    if read_committed:
+        fetcher._isolation_level = READ_COMMITTED
+    return True
+
+
+def partition_db(table: Any, partition: int) -> Any:
+    """The rocksdict ``Rdict`` of one partition of a Faust RocksDB table (opened on demand)."""
+    return table.data._db_for_partition(partition)
+
+
+def recovery_start_offsets(app: faust.App) -> dict[Any, int] | None:
+    """Where Faust's table recovery will start reading each changelog partition.
+
+    The mapping is live: changing an entry moves recovery's start. ``None`` if this
+    Faust keeps it elsewhere (recovery then replays what the worker already applied:
+    slower, not wrong).
+    """
+    tables: Any = app.tables
+    starts: dict[Any, int] | None = getattr(tables.recovery, "active_offsets", None)
+    return starts
+
+
+def _source_mentions(obj: Any, names: Iterable[str]) -> list[str]:
+    try:
+        text = inspect.getsource(obj)
+    except (OSError, TypeError):
+        return list(names)
+    return [n for n in names if n not in text]
+
+
+def missing_internals() -> list[str]:
+    """What this module relies on and the installed Faust/aiokafka no longer has."""
+    missing = []
+    class_attrs: tuple[tuple[type, tuple[str, ...]], ...] = (
+        (GroupCoordinator, ("_maybe_leave_group", "_send_req", "reset_generation")),
+        (RocksDBStore, ("_db_for_partition",)),
+    )
+    init_attrs: tuple[tuple[type, tuple[str, ...]], ...] = (
+        (GroupCoordinator, ("_group_instance_id", "generation", "member_id")),
+        (Fetcher, ("_fetch_max_wait_ms", "_isolation_level")),
+        (Recovery, ("active_offsets",)),
+    )
+    for cls, attrs in class_attrs:
+        missing += [f"{cls.__module__}.{cls.__name__}.{a}" for a in attrs if not hasattr(cls, a)]
+    for cls, attrs in init_attrs:
+        missing += [
+            f"{cls.__module__}.{cls.__name__}.{a} (set in __init__)"
+            for a in _source_mentions(vars(cls)["__init__"], attrs)
+        ]
+    transport = inspect.getsource(faust_aiokafka)
+    missing += [
+        f"faust.transport.drivers.aiokafka: {a}"
+        for a in ("_thread", "_consumer")
+        if f".{a}" not in transport and f"{a} =" not in transport
+    ]
+    return missing
