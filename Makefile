@@ -37,6 +37,7 @@ integration: install
 lint: install
 	$(BIN)/ruff check app oscillator spark_audit tests bench
 	$(BIN)/ruff format --check app oscillator spark_audit tests bench
+	$(BIN)/lint-imports
 
 format: install
 	$(BIN)/ruff format app oscillator spark_audit tests bench

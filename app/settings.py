@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.core.errors import ConfigurationError
+from app.core.policy import RequestPolicy
 
 __all__ = ["SecuritySettings", "Settings", "TopicNames"]
 
@@ -100,6 +101,16 @@ class Settings:
     def changelog_topic(self) -> str:
         """The timer table's changelog topic (the name Faust gives it)."""
         return f"{self.app_id}-{TABLE_NAME}-changelog"
+
+    def request_policy(self) -> RequestPolicy:
+        """The rules the workers apply to requests (the audit and tests apply the same)."""
+        return RequestPolicy.build(
+            allow_patterns=self.callback_allow,
+            own_topics=(*self.topics.all(), self.changelog_topic),
+            app_id=self.app_id,
+            max_payload_bytes=self.max_payload_bytes,
+            horizon_seconds=self.horizon_seconds,
+        )
 
     def with_overrides(self, **changes: Any) -> Settings:
         """A copy with some fields changed (CLI flags win over the environment)."""

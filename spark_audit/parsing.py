@@ -58,7 +58,7 @@ PARSED_REQUEST_DDL = (
 
 def policy_for(settings: Settings) -> RequestPolicy:
     """The policy the workers apply, built from the same settings they are."""
-    return RequestPolicy.for_settings(settings)
+    return settings.request_policy()
 
 
 @dataclass

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 from app.core.errors import RejectedRequest, RejectReason
 from app.core.timer import Timer
-from app.settings import Settings
 
 __all__ = ["RequestPolicy"]
 
@@ -52,17 +51,6 @@ class RequestPolicy:
             refused_prefixes=("__", f"{app_id}-"),
             max_payload_bytes=max_payload_bytes,
             horizon_seconds=horizon_seconds,
-        )
-
-    @classmethod
-    def for_settings(cls, settings: Settings) -> RequestPolicy:
-        """The policy the workers apply, from the same settings (the audit uses it too)."""
-        return cls.build(
-            allow_patterns=settings.callback_allow,
-            own_topics=(*settings.topics.all(), settings.changelog_topic),
-            app_id=settings.app_id,
-            max_payload_bytes=settings.max_payload_bytes,
-            horizon_seconds=settings.horizon_seconds,
         )
 
     def check_topic(self, topic: str) -> None:

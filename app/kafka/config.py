@@ -1,17 +1,17 @@
 """Translate :class:`Settings` into each Kafka client's own configuration.
 
 Two clients are in play: confluent-kafka (librdkafka) for everything on the hot path,
-and aiokafka inside Faust for consuming. Both get the same address and security.
+and aiokafka inside Faust for consuming. Both get the same address and security; the
+Faust side is :func:`app.worker.faust_config.faust_credentials`.
 """
 
 from __future__ import annotations
 
-import ssl
 from typing import Any
 
 from app.settings import Settings
 
-__all__ = ["confluent_common", "confluent_consumer", "confluent_producer", "faust_credentials"]
+__all__ = ["confluent_common", "confluent_consumer", "confluent_producer"]
 
 
 def confluent_common(settings: Settings) -> dict[str, Any]:
@@ -68,26 +68,3 @@ def confluent_consumer(settings: Settings, group_id: str, **extra: Any) -> dict[
     )
     conf.update(extra)
     return conf
-
-
-def faust_credentials(settings: Settings) -> Any:
-    """Faust ``broker_credentials`` for the same TLS/SASL as librdkafka, or ``None``."""
-    import faust
-
-    sec = settings.security
-    context = None
-    if sec.protocol in ("SSL", "SASL_SSL"):
-        context = ssl.create_default_context(cafile=sec.ssl_cafile)
-        if sec.ssl_certfile:
-            context.load_cert_chain(sec.ssl_certfile, sec.ssl_keyfile)
-    if sec.protocol.startswith("SASL"):
-        # Settings.from_env has already refused anything but PLAIN and SCRAM-SHA-*.
-        return faust.SASLCredentials(
-            username=sec.sasl_username,
-            password=sec.sasl_password,
-            mechanism=(sec.sasl_mechanism or "PLAIN").upper(),
-            ssl_context=context,
-        )
-    if context is not None:
-        return faust.SSLCredentials(context)
-    return None

@@ -21,10 +21,10 @@ from typing import Any, NoReturn
 
 import faust
 
-from app.core.policy import RequestPolicy
 from app.core.request_format import RawRecord
-from app.kafka.config import confluent_consumer, confluent_producer, faust_credentials
+from app.kafka.config import confluent_consumer, confluent_producer
 from app.settings import TABLE_NAME, Settings
+from app.worker.faust_config import faust_credentials
 from app.worker.faust_internals import (
     apply_patches,
     partition_db,
@@ -148,7 +148,7 @@ def build_worker(settings: Settings) -> WorkerApp:
         options=dict(ROCKSDB_OPTIONS),
     )
     metrics = WorkerMetrics()
-    policy = RequestPolicy.for_settings(settings)
+    policy = settings.request_policy()
     output = OutputProducer(
         confluent_producer(settings, **{"client.id": f"kafka-timers-{settings.worker_id}"}),
         worker_id=settings.worker_id,

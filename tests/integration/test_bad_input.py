@@ -53,7 +53,7 @@ def test_fuzzed_requests_are_dead_lettered_and_valid_ones_fire(stack: Stack) -> 
     due = int(time.time()) + 5
     valid_ids: set[str] = set()
     expected_dead: set[bytes] = set()
-    policy = RequestPolicy.for_settings(stack.settings)
+    policy = stack.settings.request_policy()
     for i in range(3000):
         timer_id = f"ok-{i}"
         valid = protowire.encode(
