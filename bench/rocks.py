@@ -11,10 +11,9 @@ from pathlib import Path
 
 from rocksdict import AccessType, Options, Rdict
 
-__all__ = ["count_pending_keys"]
+from app.core.keys import PENDING
 
-#: Prefix of a pending timer's key (see :mod:`app.core.wheel`).
-PENDING_PREFIX = b"T"
+__all__ = ["count_pending_keys"]
 
 
 def count_pending_keys(data_dir: Path) -> dict[int, int]:
@@ -25,9 +24,9 @@ def count_pending_keys(data_dir: Path) -> dict[int, int]:
         db = Rdict(str(path), Options(raw_mode=True), access_type=AccessType.read_only())
         try:
             it = db.iter()
-            it.seek(PENDING_PREFIX)
+            it.seek(PENDING)
             count = 0
-            while it.valid() and it.key()[:1] == PENDING_PREFIX:
+            while it.valid() and it.key()[:1] == PENDING:
                 count += 1
                 it.next()
             del it

@@ -18,6 +18,7 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
+from app.core.fired import FIRED_RECORD_DDL
 from app.core.policy import RequestPolicy
 from spark_audit.judging import (
     SOURCE_FIRE,
@@ -31,11 +32,8 @@ from spark_audit.reconcile import Rules
 
 __all__ = ["FIRED_JSON_DDL", "judge_timers", "parse_fired", "parse_requests", "timer_events"]
 
-#: The JSON the worker writes on the fired topic (:mod:`app.worker.output`), both kinds in one.
-FIRED_JSON_DDL = (
-    "event string, id string, token string, due bigint, fired_at_ms bigint, topic string, "
-    "partition int, worker string, outcome string, at_ms bigint"
-)
+#: The JSON the worker writes on the fired topic (:class:`app.core.fired.FiredRecord`).
+FIRED_JSON_DDL = FIRED_RECORD_DDL
 
 
 def _arrow_udf() -> Any:

@@ -22,6 +22,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from app.core import protowire
+from app.core.fired import FiredRecord
+from app.core.timer import Timer
 from app.kafka.topics import ensure_topics
 from app.settings import Settings, TopicNames
 
@@ -71,32 +73,18 @@ class _Writer:
 
 
 def _fired(timer_id: str, token: str, due: int, at_ms: int, partition: int) -> bytes:
-    return json.dumps(
-        {
-            "event": "fired",
-            "id": timer_id,
-            "token": token,
-            "due": due,
-            "fired_at_ms": at_ms,
-            "topic": f"callbacks-{partition % 3}",
-            "partition": partition,
-            "worker": f"w{partition % 2}",
-        }
-    ).encode()
+    timer = Timer(timer_id, due, f"callbacks-{partition % 3}", None, None, token)
+    record = FiredRecord.fired(
+        timer, partition=partition, worker=f"w{partition % 2}", fired_at_ms=at_ms
+    )
+    return record.to_json()
 
 
 def _report(timer_id: str, token: str, outcome: str, at_ms: int, partition: int) -> bytes:
-    return json.dumps(
-        {
-            "event": "cancel",
-            "id": timer_id,
-            "token": token,
-            "outcome": outcome,
-            "at_ms": at_ms,
-            "partition": partition,
-            "worker": "w0",
-        }
-    ).encode()
+    record = FiredRecord.cancel(
+        timer_id, token, outcome, partition=partition, worker="w0", at_ms=at_ms
+    )
+    return record.to_json()
 
 
 def generate_history(settings: Settings, timers: int, now: float, seed: int = 7) -> Counter[str]:

@@ -1,17 +1,12 @@
 """The timer wheel of one partition: pure logic over an ordered key-value store.
 
 One bucket per second, as in a classic timer wheel, laid out in an ordered store so
-that every operation is O(1) amortized in the number of timers sharing a second:
-
-``T<due:012d>\\0<id>``
-    a pending timer (value: :func:`app.core.stored.pack_timer`). Keys sort by due second,
-    so "everything due up to S" is one range scan that starts where the last one ended.
-``I<id>``
-    the id index: state of the newest version of timer ``id`` — ``P`` pending,
-    ``F`` fired, ``C`` cancelled — with its due second and token. Reschedules and
-    cancels find the pending entry through it, and late duplicates are recognised.
-``W``
-    the last second whose timers have all been fired and forgotten ("fired through").
+that every operation is O(1) amortized in the number of timers sharing a second (the
+key layout is :mod:`app.core.keys`): pending timers sort by due second, so "everything
+due up to S" is one range scan that starts where the last one ended. The id index
+holds the state of the newest version of each timer — ``P`` pending, ``F`` fired,
+``C`` cancelled — with its due second and token: reschedules and cancels find the
+pending entry through it, and late duplicates are recognised.
 
 Nothing here knows about Kafka or Faust; :mod:`app.worker.partition_store` adapts this to a
 Faust RocksDB table and its changelog, and the unit tests use an in-memory store.
@@ -24,6 +19,15 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
 
+from app.core.keys import (
+    PENDING,
+    PENDING_END,
+    WATERMARK,
+    bucket_floor,
+    index_key,
+    parse_timer_key,
+    timer_key,
+)
 from app.core.stored import pack_timer, unpack_timer
 from app.core.timer import Cancel, Timer
 
@@ -33,10 +37,8 @@ __all__ = [
     "OrderedKV",
     "PartitionWheel",
     "Scheduled",
-    "timer_key",
 ]
 
-_WATERMARK = b"W"
 #: An idle tick persists ``fired_through`` only this often (seconds): it bounds how far
 #: back a restarted scan starts, without a changelog write per partition per second.
 WATERMARK_PERSIST_INTERVAL = 60
@@ -55,19 +57,6 @@ class OrderedKV(Protocol):
     def scan(self, low: bytes, high: bytes) -> Iterator[tuple[bytes, bytes]]:
         """Items with ``low <= key < high`` in key order."""
         ...
-
-
-def timer_key(due: int, timer_id: str) -> bytes:
-    """Storage key of a pending timer: sorts by due second, then id."""
-    return b"T%012d\x00" % due + timer_id.encode()
-
-
-def _bucket_floor(second: int) -> bytes:
-    return b"T%012d" % max(second, 0)
-
-
-def _index_key(timer_id: str) -> bytes:
-    return b"I" + timer_id.encode()
 
 
 @dataclass(frozen=True)
@@ -127,7 +116,7 @@ class PartitionWheel:
 
     def __init__(self, kv: OrderedKV) -> None:
         self._kv = kv
-        raw = kv.get(_WATERMARK)
+        raw = kv.get(WATERMARK)
         #: Every timer due at or before this second has fired and been forgotten.
         self.fired_through: int | None = int(raw) if raw is not None else None
         self._persisted_through = self.fired_through
@@ -152,10 +141,10 @@ class PartitionWheel:
                 replaced = True
         if self.ticked_through is not None and timer.due <= self.ticked_through:
             if replaced:
-                self._kv.delete(_index_key(timer.id))
+                self._kv.delete(index_key(timer.id))
             return Accepted(Scheduled.FIRE_NOW, replaced)
         self._kv.put(timer_key(timer.due, timer.id), pack_timer(timer))
-        self._kv.put(_index_key(timer.id), _IndexEntry(_PENDING, timer.due, timer.token).encode())
+        self._kv.put(index_key(timer.id), _IndexEntry(_PENDING, timer.due, timer.token).encode())
         return Accepted(Scheduled.STORED, replaced)
 
     def cancel(self, cancel: Cancel) -> CancelOutcome:
@@ -164,21 +153,19 @@ class PartitionWheel:
         if index is None or index.state == _CANCELLED:
             if not cancel.check_token:
                 return CancelOutcome.NOT_FOUND
-            self._kv.put(_index_key(cancel.id), _IndexEntry(_CANCELLED, 0, cancel.token).encode())
+            self._kv.put(index_key(cancel.id), _IndexEntry(_CANCELLED, 0, cancel.token).encode())
             return CancelOutcome.CANCELLED_IN_ADVANCE
         if index.state == _FIRED or cancel.id in self._in_flight:
             return CancelOutcome.ALREADY_FIRED
         if cancel.check_token and cancel.token != index.token:
             return CancelOutcome.WRONG_TOKEN
         self._kv.delete(timer_key(index.due, cancel.id))
-        self._kv.put(
-            _index_key(cancel.id), _IndexEntry(_CANCELLED, index.due, index.token).encode()
-        )
+        self._kv.put(index_key(cancel.id), _IndexEntry(_CANCELLED, index.due, index.token).encode())
         return CancelOutcome.CANCELLED
 
     def mark_fired(self, timer: Timer) -> None:
         """Record that ``timer`` (fired at once, never stored) has been delivered."""
-        self._kv.put(_index_key(timer.id), _IndexEntry(_FIRED, timer.due, timer.token).encode())
+        self._kv.put(index_key(timer.id), _IndexEntry(_FIRED, timer.due, timer.token).encode())
 
     # -- ticks ------------------------------------------------------------------
 
@@ -195,8 +182,7 @@ class PartitionWheel:
         start = 0 if self.fired_through is None else self.fired_through + 1
         self.ticked_through = second
         timers = [
-            unpack_timer(v)
-            for _, v in self._kv.scan(_bucket_floor(start), _bucket_floor(second + 1))
+            unpack_timer(v) for _, v in self._kv.scan(bucket_floor(start), bucket_floor(second + 1))
         ]
         self._in_flight = {t.id for t in timers}
         return timers
@@ -213,11 +199,11 @@ class PartitionWheel:
                 and index.token == timer.token
             ):
                 self._kv.put(
-                    _index_key(timer.id), _IndexEntry(_FIRED, timer.due, timer.token).encode()
+                    index_key(timer.id), _IndexEntry(_FIRED, timer.due, timer.token).encode()
                 )
         persisted = self._persisted_through
         if fired or persisted is None or second - persisted >= WATERMARK_PERSIST_INTERVAL:
-            self._kv.put(_WATERMARK, b"%d" % second)
+            self._kv.put(WATERMARK, b"%d" % second)
             self._persisted_through = second
         self.fired_through = second
         self._in_flight = set()
@@ -228,13 +214,13 @@ class PartitionWheel:
 
     def iter_pending(self, from_second: int = 0) -> Iterator[Timer]:
         """Pending timers in due order from ``from_second`` on (read-only, for status)."""
-        for _, value in self._kv.scan(_bucket_floor(from_second), b"U"):
+        for _, value in self._kv.scan(bucket_floor(from_second), PENDING_END):
             yield unpack_timer(value)
 
     def iter_due(self, from_second: int = 0) -> Iterator[tuple[int, str]]:
         """``(due, id)`` of pending timers in due order, from the keys alone (no unpacking)."""
-        for key, _ in self._kv.scan(_bucket_floor(from_second), b"U"):
-            yield int(key[1:13]), key[14:].decode()
+        for key, _ in self._kv.scan(bucket_floor(from_second), PENDING_END):
+            yield parse_timer_key(key)
 
     def get_pending(self, timer_id: str) -> Timer | None:
         """The pending version of ``timer_id`` by point reads, or None."""
@@ -257,8 +243,8 @@ class PartitionWheel:
 
     def count_pending(self) -> int:
         """Number of stored timers; O(pending), so only for start-up and status."""
-        return sum(1 for _ in self._kv.scan(b"T", b"U"))
+        return sum(1 for _ in self._kv.scan(PENDING, PENDING_END))
 
     def _index(self, timer_id: str) -> _IndexEntry | None:
-        raw = self._kv.get(_index_key(timer_id))
+        raw = self._kv.get(index_key(timer_id))
         return None if raw is None else _IndexEntry.decode(raw)

@@ -9,7 +9,6 @@ durable before the worker acknowledges the records that caused it.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -18,6 +17,7 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from app.core.errors import RejectReason
+from app.core.fired import FiredRecord
 from app.core.request_format import RawRecord
 from app.core.timer import Timer
 
@@ -123,30 +123,22 @@ class OutputProducer:
                 self._failed.append((timer, str(err)))
 
         self._produce(timer.topic, timer.value, timer.key, headers=headers, on_delivery=delivered)
-        audit = {
-            "event": "fired",
-            "id": timer.id,
-            "token": timer.token,
-            "due": timer.due,
-            "fired_at_ms": fired_at_ms,
-            "topic": timer.topic,
-            "partition": partition,
-            "worker": self._worker_id,
-        }
-        self._produce(self._fired_topic, json.dumps(audit).encode(), timer.id.encode())
+        audit = FiredRecord.fired(
+            timer, partition=partition, worker=self._worker_id, fired_at_ms=fired_at_ms
+        )
+        self._produce(self._fired_topic, audit.to_json(), timer.id.encode())
 
     def cancel_outcome(self, timer_id: str, token: str, outcome: str, partition: int) -> None:
         """Report what a cancel did, so the audit can tell cancels from missing fires."""
-        record = {
-            "event": "cancel",
-            "id": timer_id,
-            "token": token,
-            "outcome": outcome,
-            "at_ms": int(self._clock() * 1000),
-            "partition": partition,
-            "worker": self._worker_id,
-        }
-        self._produce(self._fired_topic, json.dumps(record).encode(), timer_id.encode())
+        record = FiredRecord.cancel(
+            timer_id,
+            token,
+            outcome,
+            partition=partition,
+            worker=self._worker_id,
+            at_ms=int(self._clock() * 1000),
+        )
+        self._produce(self._fired_topic, record.to_json(), timer_id.encode())
 
     def dead_letter(self, record: RawRecord, reason: RejectReason, detail: str) -> None:
         """Copy a rejected request, bytes unchanged, to the DLQ with why and where from."""

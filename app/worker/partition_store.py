@@ -24,10 +24,10 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from rocksdict import Rdict, ReadOptions, WriteBatch
 
+from app.core.keys import FAUST_OFFSET
 from app.worker.output import OutputProducer
 
 __all__ = [
-    "OFFSET_KEY",
     "ChangeloggedKV",
     "catch_up_changelog",
     "catch_up_changelogs",
@@ -35,9 +35,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: Faust's bookkeeping key: last changelog offset already applied to this RocksDB.
-OFFSET_KEY = b"__faust\x00offset__"
 
 
 class ChangeloggedKV:
@@ -114,12 +111,12 @@ class ChangeloggedKV:
 
     def record_persisted(self, offset: int) -> None:
         """Tell Faust's recovery that changelog records up to ``offset`` are in this DB."""
-        self._db.put(OFFSET_KEY, str(offset).encode())
+        self._db.put(FAUST_OFFSET, str(offset).encode())
 
 
 def persisted_offset(db: Rdict) -> int | None:
     """The changelog offset this RocksDB is known to contain, if any."""
-    raw = db.get(OFFSET_KEY)
+    raw = db.get(FAUST_OFFSET)
     return int(raw) if raw is not None else None
 
 
@@ -194,7 +191,7 @@ def catch_up_changelogs(
                 last[p] = msg.offset() or 0
                 applied[p] += 1
         for p, offset in last.items():
-            batches[p].put(OFFSET_KEY, str(offset).encode())
+            batches[p].put(FAUST_OFFSET, str(offset).encode())
             dbs[p].write(batches[p])
     finally:
         consumer.close()

@@ -19,6 +19,7 @@ from rocksdict import Rdict
 
 from app.core.clock_check import ClockSkewMonitor
 from app.core.errors import RejectedRequest, RejectReason
+from app.core.keys import REQUEST_OFFSET
 from app.core.policy import RequestPolicy
 from app.core.request_format import RawRecord, parse_request
 from app.core.timer import Cancel, Timer
@@ -27,10 +28,7 @@ from app.worker.metrics import WorkerMetrics
 from app.worker.output import DeliveryFailure, OutputProducer, TransactionAborted
 from app.worker.partition_store import ChangeloggedKV, catch_up_changelog
 
-__all__ = ["REQUEST_OFFSET_KEY", "TimerService"]
-
-#: Key, in each partition's store, of the offset of the last request applied to it.
-REQUEST_OFFSET_KEY = b"R"
+__all__ = ["TimerService"]
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +111,7 @@ class TimerService:
 
     async def request_offset(self, p: int) -> int | None:
         """Offset of the last request applied to partition ``p`` (from its table)."""
-        raw = (await self._partition(p)).kv.get(REQUEST_OFFSET_KEY)
+        raw = (await self._partition(p)).kv.get(REQUEST_OFFSET)
         return int(raw) if raw is not None else None
 
     async def handle_requests(self, records: Sequence[RawRecord]) -> None:
@@ -166,13 +164,13 @@ class TimerService:
             last[record.partition] = max(record.offset, last.get(record.partition, -1))
         resume = {p: b"%d" % offset for p, offset in last.items()}
         for p, value in resume.items():
-            self._output.changelog(self._changelog_topic, p, REQUEST_OFFSET_KEY, value)
+            self._output.changelog(self._changelog_topic, p, REQUEST_OFFSET, value)
         try:
             await self._output.commit()
         except TransactionAborted as exc:
             raise DeliveryFailure(f"request batch not committed: {exc}") from exc
         for p, value in resume.items():
-            (await self._partition(p)).kv.put_local(REQUEST_OFFSET_KEY, value)
+            (await self._partition(p)).kv.put_local(REQUEST_OFFSET, value)
         if not self._output.transactional:
             for part, timer in fired_now:  # only once delivered; durable with the next unit
                 part.wheel.mark_fired(timer)

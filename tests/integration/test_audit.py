@@ -14,6 +14,8 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from app.client import TimerClient
 from app.core import protowire
+from app.core.fired import FiredRecord
+from app.core.timer import Timer
 from app.kafka.config import confluent_producer
 from app.kafka.records import TopicReader
 from app.settings import Settings
@@ -99,39 +101,31 @@ class History:
         future = protowire.Future(id=timer_id, token=token, action=protowire.ACTION_CANCEL)
         self.request(timer_id, protowire.encode(future), ts_s)
 
-    def _audit_record(self, timer_id: str, record: dict[str, Any], at_ms: int) -> None:
+    def _audit_record(self, record: FiredRecord, at_ms: int) -> None:
         self._producer.produce(
-            self.settings.topics.fired,
-            json.dumps({"id": timer_id, **record}).encode(),
-            timer_id.encode(),
-            timestamp=at_ms,
+            self.settings.topics.fired, record.to_json(), record.id.encode(), timestamp=at_ms
         )
         self._producer.flush(10)
 
     def fired(
         self, timer_id: str, token: str, due: int, at_ms: int, partition: int | None = None
     ) -> None:
-        record = {
-            "event": "fired",
-            "token": token,
-            "due": due,
-            "fired_at_ms": at_ms,
-            "topic": "cb",
-            "partition": self.partition_of(timer_id) if partition is None else partition,
-            "worker": "w1",
-        }
-        self._audit_record(timer_id, record, at_ms)
+        timer = Timer(timer_id, due, "cb", None, None, token)
+        partition = self.partition_of(timer_id) if partition is None else partition
+        self._audit_record(
+            FiredRecord.fired(timer, partition=partition, worker="w1", fired_at_ms=at_ms), at_ms
+        )
 
     def report(self, timer_id: str, token: str, outcome: str, at_ms: int) -> None:
-        record = {
-            "event": "cancel",
-            "token": token,
-            "outcome": outcome,
-            "at_ms": at_ms,
-            "partition": self.partition_of(timer_id),
-            "worker": "w1",
-        }
-        self._audit_record(timer_id, record, at_ms)
+        record = FiredRecord.cancel(
+            timer_id,
+            token,
+            outcome,
+            partition=self.partition_of(timer_id),
+            worker="w1",
+            at_ms=at_ms,
+        )
+        self._audit_record(record, at_ms)
 
 
 def write_clean(h: History, t0: int, now: float) -> None:

@@ -8,7 +8,6 @@ waits are generous, because the machines are small and shared.
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
@@ -18,6 +17,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 
 from app.core import protowire
+from app.core.fired import FiredKind, FiredRecord
 from app.dev.broker import free_port
 from app.dev.stack import ServiceProcess
 from app.kafka.config import confluent_producer
@@ -161,16 +161,11 @@ class FireWatch:
         """Every ``fired`` audit record so far, in arrival order."""
         out = []
         for record in self.audit.records:
-            data = json.loads(record.value or b"{}")
-            if data.get("event") == "fired":
+            fired = FiredRecord.from_json(record.value or b"{}")
+            if fired.event is FiredKind.FIRED:
+                assert fired.due is not None and fired.fired_at_ms is not None
                 out.append(
-                    Fire(
-                        id=data["id"],
-                        due=int(data["due"]),
-                        partition=int(data["partition"]),
-                        worker=data["worker"],
-                        fired_at_ms=int(data["fired_at_ms"]),
-                    )
+                    Fire(fired.id, fired.due, fired.partition, fired.worker, fired.fired_at_ms)
                 )
         return out
 
