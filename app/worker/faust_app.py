@@ -33,7 +33,7 @@ from app.worker.faust_internals import (
 )
 from app.worker.metrics import WorkerMetrics
 from app.worker.output import DeliveryFailure, OutputProducer
-from app.worker.partition_store import catch_up_changelogs, persisted_offset
+from app.worker.partition_store import RocksDBStores, catch_up_changelogs, persisted_offset
 from app.worker.request_reader import RequestReader
 from app.worker.service import TimerService
 
@@ -168,9 +168,7 @@ def build_worker(settings: Settings) -> WorkerApp:
         policy=policy,
         output=output,
         metrics=metrics,
-        changelog_topic=settings.changelog_topic,
-        db_for_partition=db_for_partition,
-        catchup_consumer_conf=catchup_conf,
+        stores=RocksDBStores(db_for_partition, output, settings.changelog_topic, catchup_conf),
         clock_skew_warn_seconds=settings.clock_skew_warn_seconds,
     )
 

@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -21,7 +21,7 @@ from app.core.fired import FiredRecord
 from app.core.request_format import RawRecord
 from app.core.timer import Timer
 
-__all__ = ["DeliveryFailure", "OutputProducer", "TransactionAborted"]
+__all__ = ["DeliveryFailure", "Output", "OutputProducer", "TransactionAborted"]
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,33 @@ class DeliveryFailure(Exception):
 
 class TransactionAborted(Exception):
     """The unit's transaction was aborted: none of its records are visible; retry later."""
+
+
+class Output(Protocol):
+    """What the service writes through: :class:`OutputProducer`, or a fake in unit tests."""
+
+    #: Whether every unit of work is one Kafka transaction (exactly-once mode).
+    transactional: bool
+    #: Highest changelog offset acknowledged, per changelog partition.
+    changelog_acked: dict[int, int]
+
+    def callback(self, timer: Timer, *, partition: int, fired_at_ms: int) -> None: ...
+
+    def cancel_outcome(self, timer_id: str, token: str, outcome: str, partition: int) -> None: ...
+
+    def dead_letter(self, record: RawRecord, reason: RejectReason, detail: str) -> None: ...
+
+    def dead_letter_timer(self, timer: Timer, reason: RejectReason, detail: str) -> None: ...
+
+    def changelog(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None: ...
+
+    def begin(self) -> None: ...
+
+    async def commit(self, timeout: float = 60.0) -> None: ...
+
+    async def flush(self, timeout: float = 60.0) -> None: ...
+
+    def take_failures(self) -> list[tuple[Timer, str]]: ...
 
 
 class OutputProducer:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -29,6 +29,7 @@ from app.worker.output import OutputProducer
 
 __all__ = [
     "ChangeloggedKV",
+    "RocksDBStores",
     "catch_up_changelog",
     "catch_up_changelogs",
     "persisted_offset",
@@ -63,6 +64,10 @@ class ChangeloggedKV:
     def delete(self, key: bytes) -> None:
         self._write_local(key, None)
         self._output.changelog(self._topic, self._partition, key, None)
+
+    def put_changelog(self, key: bytes, value: bytes) -> None:
+        """Write the changelog only; :meth:`put_local` follows once it is durable."""
+        self._output.changelog(self._topic, self._partition, key, value)
 
     def put_local(self, key: bytes, value: bytes) -> None:
         """Write only the local store: for a value whose changelog record is already out."""
@@ -112,6 +117,33 @@ class ChangeloggedKV:
     def record_persisted(self, offset: int) -> None:
         """Tell Faust's recovery that changelog records up to ``offset`` are in this DB."""
         self._db.put(FAUST_OFFSET, str(offset).encode())
+
+
+class RocksDBStores:
+    """The worker's :class:`~app.worker.stores.StoreFactory`: Faust's RocksDB partitions.
+
+    Opening a partition reads its changelog on to the true end first. The worker caught
+    each store up before Faust's recovery, which then read to the broker's end offset;
+    on the dev broker that end is short, so this reads the rest (a short tail, usually
+    nothing). Should Faust replay old records over the store, it also brings it forward.
+    """
+
+    def __init__(
+        self,
+        db_for_partition: Callable[[int], Rdict],
+        output: OutputProducer,
+        changelog_topic: str,
+        catchup_consumer_conf: dict[str, Any],
+    ) -> None:
+        self._db_for_partition = db_for_partition
+        self._output = output
+        self._topic = changelog_topic
+        self._catchup_conf = catchup_consumer_conf
+
+    def open(self, partition: int) -> ChangeloggedKV:
+        db = self._db_for_partition(partition)
+        catch_up_changelog(db, self._catchup_conf, self._topic, partition)
+        return ChangeloggedKV(db, self._output, self._topic, partition)
 
 
 def persisted_offset(db: Rdict) -> int | None:

@@ -15,8 +15,6 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from rocksdict import Rdict
-
 from app.core.clock_check import ClockSkewMonitor
 from app.core.errors import RejectedRequest, RejectReason
 from app.core.keys import REQUEST_OFFSET
@@ -25,8 +23,8 @@ from app.core.request_format import RawRecord, parse_request
 from app.core.timer import Cancel, Timer
 from app.core.wheel import CancelOutcome, PartitionWheel, Scheduled
 from app.worker.metrics import WorkerMetrics
-from app.worker.output import DeliveryFailure, OutputProducer, TransactionAborted
-from app.worker.partition_store import ChangeloggedKV, catch_up_changelog
+from app.worker.output import DeliveryFailure, Output, TransactionAborted
+from app.worker.stores import PartitionStore, StoreFactory
 
 __all__ = ["TimerService"]
 
@@ -36,7 +34,7 @@ log = logging.getLogger(__name__)
 class _Partition:
     """A wheel and the store it writes through."""
 
-    def __init__(self, wheel: PartitionWheel, kv: ChangeloggedKV) -> None:
+    def __init__(self, wheel: PartitionWheel, kv: PartitionStore) -> None:
         self.wheel = wheel
         self.kv = kv
 
@@ -48,20 +46,16 @@ class TimerService:
         self,
         *,
         policy: RequestPolicy,
-        output: OutputProducer,
+        output: Output,
         metrics: WorkerMetrics,
-        changelog_topic: str,
-        db_for_partition: Callable[[int], Rdict],
-        catchup_consumer_conf: dict[str, Any],
+        stores: StoreFactory,
         clock: Callable[[], float] = time.time,
         clock_skew_warn_seconds: float = 2.0,
     ) -> None:
         self._policy = policy
         self._output = output
         self._metrics = metrics
-        self._changelog_topic = changelog_topic
-        self._db_for_partition = db_for_partition
-        self._catchup_conf = catchup_consumer_conf
+        self._stores = stores
         self._clock = clock
         self._partitions: dict[int, _Partition] = {}
         self._locks: dict[int, asyncio.Lock] = {}
@@ -91,16 +85,8 @@ class TimerService:
         async with lock:
             part = self._partitions.get(p)
             if part is None:
-                db = self._db_for_partition(p)
                 loop = asyncio.get_running_loop()
-                # The worker caught this store up before Faust's recovery, which then read
-                # to the broker's end offset; on the dev broker that end is short, so read
-                # on to the true end (a short tail, usually nothing). Should Faust replay
-                # old records over the store, this also brings it forward again.
-                await loop.run_in_executor(
-                    None, catch_up_changelog, db, self._catchup_conf, self._changelog_topic, p
-                )
-                kv = ChangeloggedKV(db, self._output, self._changelog_topic, p)
+                kv = await loop.run_in_executor(None, self._stores.open, p)
                 part = _Partition(PartitionWheel(kv), kv)
                 self._pending[p] = await loop.run_in_executor(None, part.wheel.count_pending)
                 self._metrics.pending.set(sum(self._pending.values()))
@@ -164,7 +150,7 @@ class TimerService:
             last[record.partition] = max(record.offset, last.get(record.partition, -1))
         resume = {p: b"%d" % offset for p, offset in last.items()}
         for p, value in resume.items():
-            self._output.changelog(self._changelog_topic, p, REQUEST_OFFSET, value)
+            (await self._partition(p)).kv.put_changelog(REQUEST_OFFSET, value)
         try:
             await self._output.commit()
         except TransactionAborted as exc:

@@ -1,0 +1,66 @@
+"""What :class:`~app.worker.service.TimerService` needs of a partition's store, and who opens one.
+
+The service never builds a store itself: it asks a :class:`StoreFactory` for partition
+``p`` and gets a :class:`PartitionStore` that is already up to date with its changelog.
+The worker's factory is :class:`app.worker.partition_store.RocksDBStores` (RocksDB from
+Faust's table, mirrored to the changelog through the output producer); unit tests use
+an in-memory one, so the orchestration above runs without RocksDB or a broker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+__all__ = ["PartitionStore", "StoreFactory"]
+
+
+class PartitionStore(Protocol):
+    """One partition's ordered store; every write also goes to its changelog.
+
+    Satisfies :class:`app.core.wheel.OrderedKV`, so a wheel runs on it directly.
+    """
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def put(self, key: bytes, value: bytes) -> None: ...
+
+    def delete(self, key: bytes) -> None: ...
+
+    def scan(self, low: bytes, high: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Items with ``low <= key < high`` in key order."""
+        ...
+
+    def put_changelog(self, key: bytes, value: bytes) -> None:
+        """Write the changelog only: the local write follows once it is durable
+        (:meth:`put_local`)."""
+        ...
+
+    def put_local(self, key: bytes, value: bytes) -> None:
+        """Write only the local store: for a value whose changelog record is already out."""
+        ...
+
+    def defer_local_writes(self) -> None:
+        """Hold local writes back (reads see them) until :meth:`apply_deferred`."""
+        ...
+
+    def apply_deferred(self) -> None:
+        """Write the held-back changes locally, at once."""
+        ...
+
+    def discard_deferred(self) -> None:
+        """Drop the held-back changes (their transaction was aborted)."""
+        ...
+
+    def record_persisted(self, offset: int) -> None:
+        """The changelog is durable up to ``offset``: recovery may start after it."""
+        ...
+
+
+class StoreFactory(Protocol):
+    """Opens partition stores for the service."""
+
+    def open(self, partition: int) -> PartitionStore:
+        """The store of ``partition``, caught up with its changelog. Blocking: the
+        service calls it off the event loop."""
+        ...

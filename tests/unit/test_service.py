@@ -1,0 +1,234 @@
+"""TimerService, the worker's orchestration, on in-memory stores and a fake output.
+
+No broker, no RocksDB, no Faust: the service is handed request batches and ticks the way
+the worker's request reader and tick agent hand them over, and what it produced (and
+made durable) is read back from the fake output.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import pytest
+
+from app.core import protowire
+from app.core.errors import RejectReason
+from app.core.keys import REQUEST_OFFSET, timer_key
+from app.core.policy import RequestPolicy
+from app.core.request_format import RawRecord
+from app.worker.metrics import WorkerMetrics
+from app.worker.output import DeliveryFailure
+from app.worker.service import TimerService
+from tests.support.memstores import FakeOutput, MemoryStores
+
+NOW = 1_767_225_600
+T = TypeVar("T")
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    return asyncio.run(coro)
+
+
+class Clock:
+    def __init__(self, now: float = NOW) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Harness:
+    """A service on memory stores, plus helpers to feed it requests and ticks."""
+
+    def __init__(self, *, transactional: bool = False) -> None:
+        self.clock = Clock()
+        self.output = FakeOutput(transactional=transactional)
+        self.stores = MemoryStores(self.output)
+        self.metrics = WorkerMetrics()
+        self.service = TimerService(
+            policy=RequestPolicy.build(
+                allow_patterns=(".*",),
+                own_topics=("ticks", "requests", "fired", "dlq"),
+                app_id="kt",
+                max_payload_bytes=1000,
+                horizon_seconds=86400,
+            ),
+            output=self.output,
+            metrics=self.metrics,
+            stores=self.stores,
+            clock=self.clock,
+        )
+        self._offsets: dict[int, int] = {}
+
+    def record(self, value: bytes | None, partition: int = 0, key: bytes = b"k") -> RawRecord:
+        offset = self._offsets.get(partition, -1) + 1
+        self._offsets[partition] = offset
+        return RawRecord("requests", partition, offset, int(self.clock.now * 1000), key, value)
+
+    def schedule(
+        self, timer_id: str, due: int, partition: int = 0, topic: str = "cb", token: str = "tok"
+    ) -> RawRecord:
+        future = protowire.Future(
+            callback_topic=topic, callback=timer_id.encode(), id=timer_id, token=token, due=due
+        )
+        return self.record(protowire.encode(future), partition)
+
+    def cancel(self, timer_id: str, token: str = "tok", partition: int = 0) -> RawRecord:
+        future = protowire.Future(id=timer_id, token=token, action=protowire.ACTION_CANCEL)
+        return self.record(protowire.encode(future), partition)
+
+    def requests(self, *records: RawRecord) -> None:
+        run(self.service.handle_requests(list(records)))
+
+    def tick(self, second: int, *partitions: int) -> int:
+        ticks = [(p, second, None, "osc") for p in partitions or (0,)]
+        return run(self.service.handle_ticks(ticks))
+
+    def fired(self) -> list[str]:
+        """Ids of the callbacks made durable, in order."""
+        return [timer.id for timer, _ in self.output.durable.callbacks]
+
+    def pending(self) -> int:
+        return int(self.metrics.pending._value.get())
+
+
+def test_a_request_batch_stores_timers_and_where_to_resume_once_durable() -> None:
+    h = Harness()
+    h.requests(h.schedule("a", NOW + 10), h.schedule("b", NOW + 20), h.schedule("c", NOW + 5, 1))
+    store = h.stores.stores[0]
+    assert store.get(timer_key(NOW + 10, "a")) is not None
+    assert store.get(REQUEST_OFFSET) == b"1"
+    assert h.stores.stores[1].get(REQUEST_OFFSET) == b"0"
+    assert (0, REQUEST_OFFSET, b"1") in h.output.durable.changelog
+    assert h.pending() == 3
+    assert run(h.service.request_offset(0)) == 1
+
+
+def test_the_resume_offset_stays_behind_when_the_batch_is_not_durable() -> None:
+    h = Harness()
+    h.requests(h.schedule("a", NOW + 10))
+    h.output.fail_flush = True
+    with pytest.raises(DeliveryFailure):
+        h.requests(h.schedule("b", NOW + 10))
+    assert h.stores.stores[0].get(REQUEST_OFFSET) == b"0"  # b is read again after a restart
+
+
+def test_a_tick_fires_what_is_due_and_forgets_it_only_after_delivery() -> None:
+    h = Harness()
+    h.requests(h.schedule("a", NOW + 1), h.schedule("b", NOW + 2), h.schedule("c", NOW + 3))
+    assert h.tick(NOW + 2) == 2
+    assert h.fired() == ["a", "b"]
+    assert h.stores.stores[0].get(timer_key(NOW + 1, "a")) is None
+    assert h.pending() == 1
+    assert h.tick(NOW + 2) == 0  # the same second again, from a second oscillator
+    assert h.fired() == ["a", "b"]
+
+
+def test_ticks_of_several_partitions_share_one_flush() -> None:
+    h = Harness()
+    h.requests(*(h.schedule(f"t{p}", NOW + 1, p) for p in range(4)))
+    assert h.tick(NOW + 1, 0, 1, 2, 3) == 4
+    assert sorted(h.fired()) == ["t0", "t1", "t2", "t3"]
+
+
+def test_a_failed_flush_keeps_the_timers_and_the_next_tick_fires_them_again() -> None:
+    h = Harness()
+    h.requests(h.schedule("a", NOW + 1))
+    h.output.fail_flush = True
+    with pytest.raises(DeliveryFailure):
+        h.tick(NOW + 1)
+    assert h.fired() == []
+    assert h.stores.stores[0].get(timer_key(NOW + 1, "a")) is not None
+    assert h.tick(NOW + 2) == 1
+    assert h.fired() == ["a"]
+
+
+def test_a_request_for_a_second_already_ticked_fires_at_once() -> None:
+    h = Harness()
+    h.tick(NOW + 10)
+    h.requests(h.schedule("late", NOW + 3))
+    assert h.fired() == ["late"]
+    assert h.pending() == 0
+    assert h.stores.stores[0].get(timer_key(NOW + 3, "late")) is None
+    h.requests(h.schedule("late", NOW + 3))  # redelivered: recognised, not fired again
+    assert h.fired() == ["late"]
+
+
+def test_a_callback_the_broker_refuses_is_dead_lettered_and_the_rest_fire() -> None:
+    h = Harness()
+    h.output.refuse_topics = {"gone"}
+    h.requests(h.schedule("ok", NOW + 1), h.schedule("bad", NOW + 1, topic="gone"))
+    h.tick(NOW + 1)
+    assert h.output.durable.dead_timers == [] and ("bad", RejectReason.DELIVERY_FAILED) in (
+        h.output.pending.dead_timers
+    )
+    delivered = h.metrics.fired.labels(callback_topic="cb")._value.get()
+    assert delivered == 1
+    refused = h.metrics.rejected.labels(reason=RejectReason.DELIVERY_FAILED.value)._value.get()
+    assert refused == 1
+
+
+def test_cancel_removes_a_pending_timer_and_a_wrong_token_is_dead_lettered() -> None:
+    h = Harness()
+    h.requests(h.schedule("a", NOW + 5), h.schedule("b", NOW + 5))
+    h.requests(h.cancel("a"), h.cancel("b", token="wrong"))
+    outcomes = {(i, o) for i, _, o, _ in h.output.durable.cancels}
+    assert outcomes == {("a", "cancelled"), ("b", "wrong_token")}
+    assert [reason for _, reason, _ in h.output.durable.dead_letters] == [RejectReason.WRONG_TOKEN]
+    h.tick(NOW + 5)
+    assert h.fired() == ["b"]
+    assert h.pending() == 0
+
+
+def test_a_cancel_that_arrives_first_wins_when_the_request_comes() -> None:
+    h = Harness()
+    h.requests(h.cancel("early"))
+    h.requests(h.schedule("early", NOW + 1))
+    h.tick(NOW + 1)
+    assert h.fired() == []
+    assert [o for _, _, o, _ in h.output.durable.cancels] == ["cancelled_in_advance"]
+
+
+def test_invalid_requests_are_dead_lettered_with_a_reason_and_the_batch_goes_on() -> None:
+    h = Harness()
+    h.requests(
+        h.record(b"\xff\xff\xff"),
+        h.schedule("internal", NOW + 1, topic="__consumer_offsets"),
+        h.schedule("fine", NOW + 1),
+    )
+    reasons = [reason for _, reason, _ in h.output.durable.dead_letters]
+    assert reasons == [RejectReason.MALFORMED, RejectReason.TOPIC_NOT_ALLOWED]
+    h.tick(NOW + 1)
+    assert h.fired() == ["fine"]
+
+
+def test_exactly_once_an_aborted_tick_fires_nothing_and_the_next_tick_retries() -> None:
+    h = Harness(transactional=True)
+    h.requests(h.schedule("a", NOW + 1), h.schedule("b", NOW + 2))
+    h.output.abort_next_commit = True
+    assert h.tick(NOW + 2) == 0
+    assert h.fired() == []
+    assert h.stores.stores[0].get(timer_key(NOW + 1, "a")) is not None  # deletes held back
+    assert h.tick(NOW + 3) == 2
+    assert h.fired() == ["a", "b"]
+    assert h.stores.stores[0].get(timer_key(NOW + 1, "a")) is None
+
+
+def test_exactly_once_an_aborted_request_batch_stops_the_worker() -> None:
+    h = Harness(transactional=True)
+    h.output.abort_next_commit = True
+    with pytest.raises(DeliveryFailure):
+        h.requests(h.schedule("a", NOW + 1))
+    assert h.stores.stores[0].get(REQUEST_OFFSET) is None
+
+
+def test_a_forgotten_partition_is_reopened_from_its_store() -> None:
+    h = Harness()
+    h.requests(h.schedule("a", NOW + 5))
+    h.service.forget_partitions([0])
+    assert h.pending() == 0
+    h.tick(NOW + 5)  # reopened: its timers are found again
+    assert h.fired() == ["a"]
+    assert h.stores.opened == [0, 0]
