@@ -114,8 +114,10 @@ class RequestProgress:
                 self._position[tp.partition] = tp.offset
         now = self._clock()
         for p, position in self._position.items():
-            _, high = reader.get_watermark_offsets(TopicPartition(self._topic, p), cached=True)
-            if position is None or high == _INVALID:
+            low, high = reader.get_watermark_offsets(TopicPartition(self._topic, p), cached=True)
+            if position is None:  # started at the beginning, nothing returned yet
+                position = low
+            if position == _INVALID or high == _INVALID:
                 continue
             behind = max(0, high - position)
             self._metrics.request_lag_records.labels(partition=str(p)).set(behind)

@@ -235,6 +235,9 @@ def _exported_metric_names() -> set[str]:
     worker.rejected.labels(reason="r").inc()
     worker.last_tick.labels(partition="0").set(1)
     worker.clock_skew.labels(source="oscillator-1").set(0)
+    worker.request_lag_records.labels(partition="0").set(0)
+    worker.request_lag_seconds.labels(partition="0").set(0)
+    worker.request_group_lag.labels(partition="0").set(0)
     for registry in (worker.registry, oscillator.registry):
         for family in registry.collect():
             names.update(sample.name for sample in family.samples)
@@ -243,7 +246,7 @@ def _exported_metric_names() -> set[str]:
 
 _PROMQL_WORDS = {
     "sum", "by", "rate", "increase", "histogram_quantile", "time", "max", "min", "le",
-    "up", "without", "on", "and", "or", "unless", "avg", "count", "abs", "bool",
+    "up", "without", "on", "and", "or", "unless", "avg", "count", "abs", "bool", "deriv",
 }  # fmt: skip
 
 
@@ -267,12 +270,16 @@ def test_alert_rules_cover_the_required_failures_with_metrics_that_exist() -> No
         "KafkaTimersNoTicks",
         "KafkaTimersFireLatenessHigh",
         "KafkaTimersDeadLettersGrowing",
+        "KafkaTimersRequestLag",
     } <= set(rules)
     assert "kafka_timers_last_tick_seconds" in rules["KafkaTimersNoTicks"]["expr"]
     assert "> 5" in rules["KafkaTimersNoTicks"]["expr"]
     assert "histogram_quantile(0.99" in rules["KafkaTimersFireLatenessHigh"]["expr"]
     assert "> 2" in rules["KafkaTimersFireLatenessHigh"]["expr"]
     assert "kafka_timers_rejected_total" in rules["KafkaTimersDeadLettersGrowing"]["expr"]
+    lag = rules["KafkaTimersRequestLag"]["expr"]
+    assert "kafka_timers_request_lag_seconds" in lag
+    assert "kafka_timers_request_group_lag_records" in lag
     for name, rule in rules.items():
         unknown = _metric_names_in(rule["expr"]) - exported - {"up"}
         assert not unknown, f"{name} uses metrics no process exports: {unknown}"
@@ -316,6 +323,8 @@ def test_the_dashboard_shows_the_required_panels_from_metrics_that_exist() -> No
         "lateness p50 / p99": "kafka_timers_fire_lateness_seconds_bucket",
         "tick delay": "kafka_timers_oscillator_tick_delay_seconds_bucket",
         "rejected": "kafka_timers_rejected_total",
+        "request lag (records)": "kafka_timers_request_group_lag_records",
+        "request lag (seconds)": "kafka_timers_request_lag_seconds",
     }
     for words, metric in wanted.items():
         matching = [t for t in exprs if words in t.lower()]
