@@ -15,7 +15,10 @@ from typing import Any
 from app.telemetry import HealthCheck, HealthReport
 from oscillator.ticker import Oscillator
 
-__all__ = ["tick_liveness"]
+__all__ = ["LIVEZ_PATH", "tick_liveness"]
+
+#: Where the oscillator's metrics server answers the check (probes point here).
+LIVEZ_PATH = "/livez"
 
 
 def tick_liveness(

@@ -8,7 +8,7 @@ from app.kafka.config import confluent_producer
 from app.kafka.topics import ensure_topics
 from app.settings import Settings
 from app.telemetry import serve_metrics
-from oscillator.health import tick_liveness
+from oscillator.health import LIVEZ_PATH, tick_liveness
 from oscillator.metrics import OscillatorMetrics
 from oscillator.ticker import Oscillator
 
@@ -28,6 +28,6 @@ def run_oscillator(settings: Settings, stop: threading.Event, *, timeout: float 
     serve_metrics(
         settings.metrics_port,
         metrics.registry,
-        {"/livez": tick_liveness(oscillator, settings.liveness_timeout)},
+        {LIVEZ_PATH: tick_liveness(oscillator, settings.liveness_timeout)},
     )
     oscillator.run(stop)

@@ -29,6 +29,7 @@ import yaml
 from app.cli import build_parser
 from app.settings import SecuritySettings, Settings
 from app.worker.metrics import WorkerMetrics
+from oscillator.health import LIVEZ_PATH
 from oscillator.metrics import OscillatorMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +99,21 @@ def _effective_settings(svc: dict[str, Any]) -> tuple[Any, Settings]:
         metrics_port=getattr(args, "metrics_port", None),
     )
     return args, settings
+
+
+def _worker_health_paths() -> set[str]:
+    """The paths the worker's health views register on its web server."""
+    from app.status.health import register_health_views
+
+    paths: set[str] = set()
+
+    class App:
+        def page(self, path: str, name: str) -> Any:
+            paths.add(path)
+            return lambda handler: handler
+
+    register_health_views(App(), None, None)  # type: ignore[arg-type]
+    return paths
 
 
 def _container_ports(svc: dict[str, Any]) -> set[int]:
@@ -185,10 +201,11 @@ def test_workers_have_their_own_data_volume_and_ports_match_the_code(
             data_dirs[name] = mounts[settings.data_dir]
             assert mounts[settings.data_dir] in compose["volumes"]
             check = " ".join(svc["healthcheck"]["test"])
-            assert f"127.0.0.1:{settings.web_port}/status/data" in check
+            assert f"127.0.0.1:{settings.web_port}/readyz'" in check
+            assert "/readyz" in _worker_health_paths()
         else:
             check = " ".join(svc["healthcheck"]["test"])
-            assert f"127.0.0.1:{settings.metrics_port}/metrics" in check
+            assert f"127.0.0.1:{settings.metrics_port}{LIVEZ_PATH}'" in check
     assert len(set(data_dirs.values())) == len(data_dirs) == 2, "one RocksDB volume per worker"
     host_ports = [
         str(p).split(":")[0] for svc in compose["services"].values() for p in svc.get("ports", [])
