@@ -13,7 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.core.errors import ConfigurationError
+from app.core.errors import ConfigurationError, RejectedRequest
+from app.core.late import DEFAULT_POLICY, LatePolicy
 from app.core.policy import RequestPolicy
 
 __all__ = ["SecuritySettings", "Settings", "TopicNames"]
@@ -99,7 +100,17 @@ class Settings:
     #: due longer ago than this with no tick processed for as long, or an oscillator
     #: that sent no tick for as long (see docs/operations.md, Health endpoints).
     liveness_timeout: float = 30.0
+    #: The late-fire policy of every timer that does not name its own (or names only
+    #: half): ``fire`` or ``skip-after <duration>``, and ``coalesce`` or ``all``.
+    late_policy: str = DEFAULT_POLICY.text()
     security: SecuritySettings = field(default_factory=SecuritySettings)
+
+    def default_late_policy(self) -> LatePolicy:
+        """:attr:`late_policy` read, with what it leaves out from the built-in default."""
+        try:
+            return LatePolicy.parse(self.late_policy).over(DEFAULT_POLICY)
+        except RejectedRequest as exc:
+            raise ConfigurationError(f"{PREFIX}LATE_POLICY: {exc.detail}") from exc
 
     @property
     def request_group(self) -> str:
@@ -153,6 +164,7 @@ class Settings:
             PREFIX + "EXACTLY_ONCE": "true" if self.exactly_once else "false",
             PREFIX + "CLOCK_SKEW_WARN_SECONDS": str(self.clock_skew_warn_seconds),
             PREFIX + "LIVENESS_TIMEOUT": str(self.liveness_timeout),
+            PREFIX + "LATE_POLICY": self.late_policy,
             PREFIX + "SECURITY_PROTOCOL": self.security.protocol,
         }
         if self.metrics_port is not None:
@@ -228,10 +240,12 @@ class Settings:
                 "CLOCK_SKEW_WARN_SECONDS", float, defaults.clock_skew_warn_seconds
             ),
             liveness_timeout=number("LIVENESS_TIMEOUT", float, defaults.liveness_timeout),
+            late_policy=get("LATE_POLICY") or defaults.late_policy,
             security=security,
         )
         if settings.partitions < 1:
             raise ConfigurationError(f"{PREFIX}PARTITIONS must be at least 1")
+        settings.default_late_policy()  # a typo is refused at start, not at the first fire
         _check_security(settings.security)
         return settings
 

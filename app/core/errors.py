@@ -61,6 +61,18 @@ class RejectReason(str, Enum):
     WRONG_TOKEN = "wrong_token"
     #: The callback could not be delivered (the broker refused it).
     DELIVERY_FAILED = "delivery_failed"
+    #: A cron expression that cannot be parsed (fields, ranges, names).
+    INVALID_CRON = "invalid_cron"
+    #: A time zone that is not an IANA name known to the worker's tz database.
+    UNKNOWN_TIME_ZONE = "unknown_time_zone"
+    #: A recurrence that cannot be a series: no interval or cron, both, a bad interval,
+    #: end before start, a count below 1, or a due time given as well.
+    INVALID_RECURRENCE = "invalid_recurrence"
+    #: A valid recurrence with no occurrence from now to its end.
+    NO_OCCURRENCE = "no_occurrence"
+    #: A late-fire policy that is not ``fire``, ``skip-after <duration>``, ``coalesce``
+    #: or ``all``.
+    INVALID_LATE_POLICY = "invalid_late_policy"
 
 
 class RejectedRequest(KafkaTimersError):

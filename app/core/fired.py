@@ -1,9 +1,12 @@
 """The record the worker writes to the fired topic: the one definition of that format.
 
-One JSON record per delivered callback (``event: fired``) and per cancel request
-(``event: cancel``, with what the cancel did), keyed by timer id. The audit reconciles
-these against the requests; clients read a cancel's outcome back from them. Fields a
-kind does not use are left out of the JSON.
+One JSON record per delivered callback (``event: fired``), per fire the late-fire policy
+did not deliver (``event: skipped``, with why) and per cancel request (``event:
+cancel``, with what the cancel did), keyed by timer id. A series' records carry the
+occurrence's ``seq``; ``coalesced`` counts the earlier occurrences a record also stands
+for (``seq - coalesced`` to ``seq - 1``), folded into it by the ``coalesce`` policy.
+The audit reconciles these against the requests; clients read a cancel's outcome back
+from them. Fields a kind does not use are left out of the JSON.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Any
 
 from app.core.timer import Timer
 
-__all__ = ["FIRED_RECORD_DDL", "FiredKind", "FiredRecord"]
+__all__ = ["FIRED_RECORD_DDL", "FiredKind", "FiredRecord", "SkipReason"]
 
 
 class FiredKind(str, Enum):
@@ -25,6 +28,18 @@ class FiredKind(str, Enum):
     FIRED = "fired"
     #: A cancel request was applied; ``outcome`` says what it did.
     CANCEL = "cancel"
+    #: A fire the late-fire policy did not deliver; ``reason`` says why.
+    SKIPPED = "skipped"
+
+
+class SkipReason(str, Enum):
+    """Why a fire was not delivered (``reason`` of a skipped record)."""
+
+    #: Later than the timer's ``skip-after``.
+    LATE = "late"
+    #: Folded by ``coalesce`` into a fire of a later occurrence (reported on its own only
+    #: when catching up took more than one tick).
+    COALESCED = "coalesced"
 
 
 @dataclass(frozen=True)
@@ -49,11 +64,20 @@ class FiredRecord:
     topic: str | None = None
     #: A :class:`app.core.wheel.CancelOutcome` value (cancel only).
     outcome: str | None = None
-    #: The worker's clock when it applied the cancel, epoch ms (cancel only).
+    #: The worker's clock when it applied the cancel or skipped the fire, epoch ms
+    #: (cancel and skipped only).
     at_ms: int | None = None
+    #: The occurrence's number in its series, from 1 (series only).
+    seq: int | None = None
+    #: Earlier occurrences folded into this record by ``coalesce`` (series, when any).
+    coalesced: int | None = None
+    #: A :class:`SkipReason` value (skipped only).
+    reason: str | None = None
 
     @classmethod
-    def fired(cls, timer: Timer, *, partition: int, worker: str, fired_at_ms: int) -> FiredRecord:
+    def fired(
+        cls, timer: Timer, *, partition: int, worker: str, fired_at_ms: int, coalesced: int = 0
+    ) -> FiredRecord:
         """The record of ``timer``'s callback, produced at ``fired_at_ms``."""
         return cls(
             FiredKind.FIRED,
@@ -64,6 +88,34 @@ class FiredRecord:
             due=timer.due,
             fired_at_ms=fired_at_ms,
             topic=timer.topic,
+            seq=timer.seq or None,
+            coalesced=coalesced or None,
+        )
+
+    @classmethod
+    def skipped(
+        cls,
+        timer: Timer,
+        reason: SkipReason,
+        *,
+        partition: int,
+        worker: str,
+        at_ms: int,
+        coalesced: int = 0,
+    ) -> FiredRecord:
+        """The record of a fire of ``timer`` that was not delivered, for ``reason``."""
+        return cls(
+            FiredKind.SKIPPED,
+            timer.id,
+            timer.token,
+            partition,
+            worker,
+            due=timer.due,
+            topic=timer.topic,
+            at_ms=at_ms,
+            seq=timer.seq or None,
+            coalesced=coalesced or None,
+            reason=reason.value,
         )
 
     @classmethod

@@ -12,6 +12,14 @@ The schema, field-compatible with the original article's ``Future`` (fields 1-3)
         int64  due           = 6;   // epoch second (absent: the record key, as in the article)
         repeated Header headers = 7;
         Action action        = 8;   // SCHEDULE = 0, CANCEL = 1
+        // A recurring timer: cron (with tz) or every, instead of due.
+        string cron          = 9;   // 5 fields, or 6 with the seconds first
+        string tz            = 10;  // IANA time zone of the cron times (default UTC)
+        int64  every         = 11;  // interval, seconds
+        int64  start         = 12;  // epoch second: no occurrence before it
+        int64  end           = 13;  // epoch second: no occurrence after it
+        int64  count         = 14;  // at most this many occurrences
+        string late          = 15;  // late-fire policy: "skip-after 5s", "all", ...
     }
 
 Unknown fields are skipped, as protobuf requires, so newer producers stay readable.
@@ -45,6 +53,13 @@ class Future:
     due: int | None = None
     headers: list[tuple[str, bytes]] = field(default_factory=list)
     action: int = ACTION_SCHEDULE
+    cron: str | None = None
+    tz: str | None = None
+    every: int | None = None
+    start: int | None = None
+    end: int | None = None
+    count: int | None = None
+    late: str | None = None
 
 
 def _varint(value: int) -> bytes:
@@ -88,6 +103,16 @@ def encode(future: Future) -> bytes:
         parts.append(_len_field(7, _len_field(1, name.encode()) + _len_field(2, value)))
     if future.action:
         parts.append(_tag(8, _VARINT) + _varint(future.action))
+    for number, text in ((9, future.cron), (10, future.tz)):
+        if text is not None:
+            parts.append(_len_field(number, text.encode()))
+    for number, num in ((11, future.every), (12, future.start), (13, future.end)):
+        if num is not None:
+            parts.append(_tag(number, _VARINT) + _varint(num))
+    if future.count is not None:
+        parts.append(_tag(14, _VARINT) + _varint(future.count))
+    if future.late is not None:
+        parts.append(_len_field(15, future.late.encode()))
     return b"".join(parts)
 
 
@@ -179,4 +204,18 @@ def decode(data: bytes) -> Future:
             future.headers.append((name, header_value))
         elif number == 8:
             future.action = _int64(value, "action")
+        elif number == 9:
+            future.cron = _text(value, "cron")
+        elif number == 10:
+            future.tz = _text(value, "tz")
+        elif number == 11:
+            future.every = _int64(value, "every")
+        elif number == 12:
+            future.start = _int64(value, "start")
+        elif number == 13:
+            future.end = _int64(value, "end")
+        elif number == 14:
+            future.count = _int64(value, "count")
+        elif number == 15:
+            future.late = _text(value, "late")
     return future

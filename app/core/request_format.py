@@ -10,6 +10,12 @@ Three formats share the topic; they are told apart like this, in order:
 3. **protobuf** — anything else: the ``Future`` message of :mod:`app.core.protowire`. A record
    holding only fields 1-3 and keyed by its expiry second, exactly what the original
    article's producers send, is a valid timer.
+
+A JSON or protobuf request may be **recurring**: a cron expression (with a time zone)
+or an interval instead of a due time, with an optional start, end and count. Its first
+occurrence is fixed here, from the start and the record's timestamp (see
+:meth:`app.core.recurrence.Recurrence.anchored`), so the worker and the audit agree on
+it. A request may also carry its own late-fire policy (:mod:`app.core.late`).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from typing import Any
 from app.core import protowire
 from app.core.due import due_second, parse_at, parse_duration
 from app.core.errors import InvalidTimeSpec, RejectedRequest, RejectReason
+from app.core.late import LatePolicy
+from app.core.recurrence import Recurrence
 from app.core.timer import Cancel, Header, Timer
 
 __all__ = ["RawRecord", "derived_id", "parse_request"]
@@ -135,7 +143,21 @@ def _from_protobuf(record: RawRecord) -> Timer | Cancel:
         return Cancel(id=future.id, token=future.token or "")
     if future.action != protowire.ACTION_SCHEDULE:
         raise RejectedRequest(RejectReason.UNKNOWN_FORMAT, f"unknown action {future.action}")
-    due = future.due if future.due is not None else _due_from_key(record)
+    recurrence = _recurrence(
+        record,
+        cron=future.cron or None,
+        tz=future.tz or None,
+        every=future.every or None,
+        start=future.start,
+        end=future.end,
+        count=future.count,
+        has_due=future.due is not None,
+    )
+    if recurrence is not None:
+        assert recurrence.start is not None
+        due = recurrence.start
+    else:
+        due = future.due if future.due is not None else _due_from_key(record)
     return Timer(
         id=future.id or derived_id(record),
         due=due,
@@ -144,7 +166,60 @@ def _from_protobuf(record: RawRecord) -> Timer | Cancel:
         value=future.callback if future.callback is not None else b"",
         token=future.token or "",
         headers=tuple(future.headers),
+        recurrence=recurrence,
+        seq=1 if recurrence is not None else 0,
+        late=_late(future.late),
     )
+
+
+def _late(text: str | None) -> LatePolicy | None:
+    if not text:
+        return None
+    policy = LatePolicy.parse(text)
+    return None if policy.is_empty else policy
+
+
+def _sent_second(record: RawRecord) -> int:
+    """The second a request was sent (its timestamp, rounded up): where a series starts."""
+    return -(-record.timestamp_ms // 1000)
+
+
+def _recurrence(
+    record: RawRecord,
+    *,
+    cron: str | None,
+    tz: str | None,
+    every: int | None,
+    start: int | None,
+    end: int | None,
+    count: int | None,
+    has_due: bool,
+) -> Recurrence | None:
+    """The request's recurrence, anchored at its first occurrence; ``None`` for a one-shot."""
+    if cron is None and every is None:
+        if tz is not None or start is not None or end is not None or count is not None:
+            raise RejectedRequest(
+                RejectReason.INVALID_RECURRENCE,
+                "tz, start, end and count need a recurrence (cron or every)",
+            )
+        return None
+    if cron is not None and every is not None:
+        raise RejectedRequest(RejectReason.INVALID_RECURRENCE, "give cron or every, not both")
+    if has_due:
+        raise RejectedRequest(
+            RejectReason.INVALID_RECURRENCE,
+            "a recurring timer takes start/end/count, not a due time (at, in, due)",
+        )
+    if cron is not None:
+        recurrence = Recurrence.cron_series(cron, tz, start=start, end=end, count=count)
+    else:
+        if tz is not None:
+            raise RejectedRequest(
+                RejectReason.INVALID_RECURRENCE, "tz applies to cron, not to every"
+            )
+        assert every is not None
+        recurrence = Recurrence.interval(every, start=start, end=end, count=count)
+    return recurrence.anchored(_sent_second(record))
 
 
 def _from_json(record: RawRecord) -> Timer | Cancel:
@@ -158,14 +233,26 @@ def _from_json(record: RawRecord) -> Timer | Cancel:
     try:
         if "cancel" in doc:
             return Cancel(id=_json_str(doc, "cancel"), token=_json_str(doc, "token", ""))
+        recurrence = _json_recurrence(doc, record)
+        late = doc.get("late")
+        if late is not None and not isinstance(late, str):
+            raise TypeError('\'late\' must be a string such as "skip-after 5m" or "all"')
+        if recurrence is not None:
+            assert recurrence.start is not None
+            due = recurrence.start
+        else:
+            due = _json_due(doc, record)
         return Timer(
             id=_json_str(doc, "id", "") or derived_id(record),
-            due=_json_due(doc, record),
+            due=due,
             topic=_json_str(doc, "topic", ""),
             key=_json_bytes(doc, "key"),
             value=_json_bytes(doc, "value") or b"",
             token=_json_str(doc, "token", ""),
             headers=_json_headers(doc),
+            recurrence=recurrence,
+            seq=1 if recurrence is not None else 0,
+            late=_late(late),
         )
     except (TypeError, ValueError, binascii.Error) as exc:
         raise RejectedRequest(RejectReason.UNKNOWN_FORMAT, f"bad JSON request: {exc}") from exc
@@ -210,3 +297,58 @@ def _json_due(doc: dict[str, Any], record: RawRecord) -> int:
     except InvalidTimeSpec as exc:
         raise RejectedRequest(RejectReason.MISSING_DUE, str(exc)) from exc
     return _due_from_key(record)
+
+
+def _json_recurrence(doc: dict[str, Any], record: RawRecord) -> Recurrence | None:
+    """``cron``/``tz`` or ``every`` (a duration), with ``start``/``end`` (epoch seconds or
+    ISO 8601) and ``count``."""
+    every_text = doc.get("every")
+    every: int | None = None
+    try:
+        if every_text is not None:
+            seconds = parse_duration(str(every_text))
+            if seconds != int(seconds):
+                raise RejectedRequest(
+                    RejectReason.INVALID_RECURRENCE,
+                    f"every {every_text!r}: use whole seconds (the service's resolution)",
+                )
+            every = int(seconds)
+            if every < 1:
+                raise RejectedRequest(
+                    RejectReason.INVALID_RECURRENCE, f"every {every_text!r}: at least 1s"
+                )
+        start = _json_instant(doc, "start", up=True)
+        end = _json_instant(doc, "end", up=False)
+    except InvalidTimeSpec as exc:
+        raise RejectedRequest(RejectReason.INVALID_RECURRENCE, str(exc)) from exc
+    count = doc.get("count")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int)):
+        raise TypeError("'count' must be a whole number")
+    cron = doc.get("cron")
+    tz = doc.get("tz")
+    if cron is not None and not isinstance(cron, str):
+        raise TypeError("'cron' must be a string such as \"0 0 9 * * MON-FRI\"")
+    if tz is not None and not isinstance(tz, str):
+        raise TypeError("'tz' must be an IANA time zone name such as \"Europe/Paris\"")
+    return _recurrence(
+        record,
+        cron=cron,
+        tz=tz,
+        every=every,
+        start=start,
+        end=end,
+        count=count,
+        has_due="at" in doc or "in" in doc,
+    )
+
+
+def _json_instant(doc: dict[str, Any], name: str, *, up: bool) -> int | None:
+    """An epoch second from epoch seconds or ISO 8601: rounded up for a start (never
+    early), down for an end (never past it)."""
+    value = doc.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TypeError(f"{name!r} must be epoch seconds or an ISO 8601 string")
+    moment = parse_at(str(value))
+    return due_second(moment) if up else int(moment.to_integral_value(rounding="ROUND_FLOOR"))

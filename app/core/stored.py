@@ -2,19 +2,43 @@
 
 A private, versioned, length-prefixed layout rather than the request's own bytes: it is
 exact for binary keys and headers, and cheap to pack and unpack on the hot path.
+
+Version 1 is a one-shot timer; version 2 adds, after the headers, the occurrence's
+sequence number and the count delivered before it, the recurrence and the timer's own
+late-fire policy. A timer that has none of those is still written as version 1, so
+stores of one-shot timers stay readable by releases before version 2; both versions
+are read.
 """
 
 from __future__ import annotations
 
 import struct
 
+from app.core.late import CatchUp, LatePolicy
+from app.core.recurrence import Recurrence
 from app.core.timer import Timer
 
 __all__ = ["pack_timer", "unpack_timer"]
 
-_VERSION = 1
+_V1, _V2 = 1, 2
 _HEAD = struct.Struct(">Bq")
 _LEN = struct.Struct(">i")
+#: seq, fired_before, recurrence kind (0 none, 1 cron, 2 interval), late-policy flags
+#: (bit 0: skip_after_ms present, bits 1-2: catch_up 0 none / 1 coalesce / 2 all).
+_SERIES = struct.Struct(">qqBB")
+#: every (interval; 0 for cron), start, end, count, skip_after_ms: -1 for "none".
+_NUMBERS = struct.Struct(">qqqqq")
+_RECURRENCE_NONE, _RECURRENCE_CRON, _RECURRENCE_INTERVAL = 0, 1, 2
+_CATCH_UP_CODES = {None: 0, CatchUp.COALESCE: 1, CatchUp.ALL: 2}
+_CATCH_UPS = {code: value for value, code in _CATCH_UP_CODES.items()}
+
+
+def _opt(value: int | None) -> int:
+    return -1 if value is None else value
+
+
+def _unopt(value: int) -> int | None:
+    return None if value == -1 else value
 
 
 def _put(parts: list[bytes], data: bytes | None) -> None:
@@ -26,8 +50,9 @@ def _put(parts: list[bytes], data: bytes | None) -> None:
 
 
 def pack_timer(timer: Timer) -> bytes:
-    """Serialize ``timer`` for storage."""
-    parts = [_HEAD.pack(_VERSION, timer.due)]
+    """Serialize ``timer`` for storage (version 1 unless it needs version 2)."""
+    plain = timer.recurrence is None and timer.seq == 0 and timer.late is None
+    parts = [_HEAD.pack(_V1 if plain else _V2, timer.due)]
     for text in (timer.id, timer.token, timer.topic):
         _put(parts, text.encode())
     _put(parts, timer.key)
@@ -36,13 +61,41 @@ def pack_timer(timer: Timer) -> bytes:
     for name, value in timer.headers:
         _put(parts, name.encode())
         _put(parts, value)
+    if not plain:
+        _pack_series(parts, timer)
     return b"".join(parts)
+
+
+def _pack_series(parts: list[bytes], timer: Timer) -> None:
+    rec, late = timer.recurrence, timer.late or LatePolicy()
+    kind = (
+        _RECURRENCE_NONE
+        if rec is None
+        else _RECURRENCE_INTERVAL
+        if rec.every is not None
+        else _RECURRENCE_CRON
+    )
+    flags = (late.skip_after_ms is not None) | _CATCH_UP_CODES[late.catch_up] << 1
+    parts.append(_SERIES.pack(timer.seq, timer.fired_before, kind, flags))
+    parts.append(
+        _NUMBERS.pack(
+            (rec.every or 0) if rec else 0,
+            _opt(rec.start) if rec else -1,
+            _opt(rec.end) if rec else -1,
+            _opt(rec.count) if rec else -1,
+            _opt(late.skip_after_ms),
+        )
+    )
+    if kind == _RECURRENCE_CRON:
+        assert rec is not None and rec.cron is not None
+        _put(parts, rec.cron.encode())
+        _put(parts, rec.tz.encode())
 
 
 def unpack_timer(data: bytes) -> Timer:
     """Inverse of :func:`pack_timer`."""
     version, due = _HEAD.unpack_from(data, 0)
-    if version != _VERSION:
+    if version not in (_V1, _V2):
         raise ValueError(f"stored timer has unknown layout version {version}")
     pos = _HEAD.size
 
@@ -65,6 +118,36 @@ def unpack_timer(data: bytes) -> Timer:
     for _ in range(count):
         name = (take() or b"").decode()
         headers.append((name, take() or b""))
+    if version == _V2:
+        seq, fired_before, kind, flags = _SERIES.unpack_from(data, pos)
+        pos += _SERIES.size
+        every, start, end, count, skip_ms = _NUMBERS.unpack_from(data, pos)
+        pos += _NUMBERS.size
+        recurrence: Recurrence | None = None
+        if kind == _RECURRENCE_INTERVAL:
+            recurrence = Recurrence(
+                every=every, start=_unopt(start), end=_unopt(end), count=_unopt(count)
+            )
+        elif kind == _RECURRENCE_CRON:
+            cron = (take() or b"").decode()
+            tz = (take() or b"").decode()
+            recurrence = Recurrence(
+                cron=cron, tz=tz, start=_unopt(start), end=_unopt(end), count=_unopt(count)
+            )
+        late = LatePolicy(skip_ms if flags & 1 else None, _CATCH_UPS[flags >> 1 & 3])
+        return Timer(
+            id=timer_id,
+            due=due,
+            topic=topic,
+            key=key,
+            value=value,
+            token=token,
+            headers=tuple(headers),
+            recurrence=recurrence,
+            seq=seq,
+            fired_before=fired_before,
+            late=None if late.is_empty else late,
+        )
     return Timer(
         id=timer_id,
         due=due,

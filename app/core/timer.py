@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from app.core.late import LatePolicy
+from app.core.recurrence import Recurrence
+
 __all__ = ["Cancel", "Header", "Timer"]
 
 #: One Kafka record header: a name and raw bytes.
@@ -12,7 +15,11 @@ Header = tuple[str, bytes]
 
 @dataclass(frozen=True)
 class Timer:
-    """A request to deliver one record to ``topic`` at (or after) epoch second ``due``."""
+    """A request to deliver one record to ``topic`` at (or after) epoch second ``due``.
+
+    A recurring timer (``recurrence`` set) is stored as its next occurrence: ``due`` and
+    ``seq`` are that occurrence's, and after each fire the next one replaces it.
+    """
 
     #: Stable id of the timer; receivers de-duplicate callbacks on it.
     id: str
@@ -28,6 +35,23 @@ class Timer:
     token: str = ""
     #: Headers copied onto the callback, after the service's own ``timer-*`` headers.
     headers: tuple[Header, ...] = field(default_factory=tuple)
+    #: The series this timer is an occurrence of; ``None`` for a one-shot timer. Its
+    #: ``start`` is occurrence 1's due second: with the token, the version's identity.
+    recurrence: Recurrence | None = None
+    #: This occurrence's number in its series, from 1 (0 for a one-shot timer).
+    seq: int = 0
+    #: Occurrences of the series delivered before this one (for status).
+    fired_before: int = 0
+    #: The timer's own late-fire policy; ``None`` (or what it leaves out): the service's.
+    late: LatePolicy | None = None
+
+    @property
+    def version_due(self) -> int:
+        """The due second that, with the token, identifies this version of the timer:
+        its own for a one-shot timer, occurrence 1's for a series."""
+        if self.recurrence is not None and self.recurrence.start is not None:
+            return self.recurrence.start
+        return self.due
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,21 @@ holds the state of the newest version of each timer — ``P`` pending, ``F`` fir
 ``C`` cancelled — with its due second and token: reschedules and cancels find the
 pending entry through it, and late duplicates are recognised.
 
+A series (a timer with a recurrence) is stored as its next occurrence only. Its index
+entry stays ``P`` for as long as the series lives, with the second its occurrence is
+stored under; after each fire :meth:`PartitionWheel.finish_tick` stores the next
+occurrence in place of the fired one (same unit of work), and only when the series ends
+does the entry become ``F``, with occurrence 1's due second (the version's identity).
+An occurrence stored already due (catch-up left for the next tick) is keyed under the
+next tick's second, since scans only go forward, and keeps its true due in its value.
+
 Nothing here knows about Kafka or Faust; :mod:`app.worker.partition_store` adapts this to a
 Faust RocksDB table and its changelog, and the unit tests use an in-memory store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
@@ -124,17 +132,30 @@ class PartitionWheel:
         #: Ahead of ``fired_through`` while a tick's timers are being delivered.
         self.ticked_through: int | None = self.fired_through
         self._in_flight: set[str] = set()
+        #: The series among them: a cancel still stops those.
+        self._in_flight_series: set[str] = set()
+        #: Keys of in-flight catch-up occurrences stored under a later second than their
+        #: due: ``(id, due) -> second`` (see :meth:`_slot_for`).
+        self._slots: dict[tuple[str, int], int] = {}
 
     # -- requests ---------------------------------------------------------------
 
     def schedule(self, timer: Timer) -> Accepted:
-        """Store ``timer`` (replacing an older version of its id), or say to fire it now."""
+        """Store ``timer`` (replacing an older version of its id), or say to fire it now.
+
+        For a series, "fire it now" means its first occurrence; the caller then stores
+        the next one with :meth:`store_successor`.
+        """
         index = self._index(timer.id)
         replaced = False
         if index is not None:
             if index.state == _CANCELLED and index.token == timer.token:
                 return Accepted(Scheduled.CANCELLED_EARLIER)
-            if index.state == _FIRED and index.token == timer.token and index.due == timer.due:
+            if (
+                index.state == _FIRED
+                and index.token == timer.token
+                and index.due == timer.version_due
+            ):
                 return Accepted(Scheduled.DUPLICATE)
             if index.state == _PENDING:
                 self._kv.delete(timer_key(index.due, timer.id))
@@ -155,7 +176,11 @@ class PartitionWheel:
                 return CancelOutcome.NOT_FOUND
             self._kv.put(index_key(cancel.id), _IndexEntry(_CANCELLED, 0, cancel.token).encode())
             return CancelOutcome.CANCELLED_IN_ADVANCE
-        if index.state == _FIRED or cancel.id in self._in_flight:
+        if index.state == _FIRED or (
+            cancel.id in self._in_flight and cancel.id not in self._in_flight_series
+        ):
+            # A series being delivered is still cancelled: the occurrence on its way
+            # goes out, the ones after it never do (finish_tick stores no successor).
             return CancelOutcome.ALREADY_FIRED
         if cancel.check_token and cancel.token != index.token:
             return CancelOutcome.WRONG_TOKEN
@@ -164,8 +189,30 @@ class PartitionWheel:
         return CancelOutcome.CANCELLED
 
     def mark_fired(self, timer: Timer) -> None:
-        """Record that ``timer`` (fired at once, never stored) has been delivered."""
-        self._kv.put(index_key(timer.id), _IndexEntry(_FIRED, timer.due, timer.token).encode())
+        """Record that ``timer`` (fired at once, never stored) has been delivered; for a
+        series, that it ended at once (otherwise :meth:`store_successor` keeps it)."""
+        self._kv.put(
+            index_key(timer.id), _IndexEntry(_FIRED, timer.version_due, timer.token).encode()
+        )
+
+    def store_successor(self, successor: Timer) -> None:
+        """Store the next occurrence of a series fired at once (never stored before)."""
+        self._store_occurrence(successor, self._slot_for(successor.due))
+
+    def _slot_for(self, due: int) -> int:
+        """The second to key an occurrence due at ``due`` under: its own, or the next
+        tick's if that second has been ticked already (scans never look back)."""
+        if self.ticked_through is not None and due <= self.ticked_through:
+            return self.ticked_through + 1
+        return due
+
+    def _store_occurrence(self, occurrence: Timer, slot: int) -> None:
+        # The new key before the index that points at it: a crash in between leaves an
+        # occurrence that fires, never an index entry that points nowhere.
+        self._kv.put(timer_key(slot, occurrence.id), pack_timer(occurrence))
+        self._kv.put(
+            index_key(occurrence.id), _IndexEntry(_PENDING, slot, occurrence.token).encode()
+        )
 
     # -- ticks ------------------------------------------------------------------
 
@@ -181,25 +228,52 @@ class PartitionWheel:
             return None
         start = 0 if self.fired_through is None else self.fired_through + 1
         self.ticked_through = second
-        timers = [
-            unpack_timer(v) for _, v in self._kv.scan(bucket_floor(start), bucket_floor(second + 1))
-        ]
+        timers = []
+        slots: dict[tuple[str, int], int] = {}
+        series: set[str] = set()
+        for key, value in self._kv.scan(bucket_floor(start), bucket_floor(second + 1)):
+            timer = unpack_timer(value)
+            timers.append(timer)
+            if timer.recurrence is not None:
+                series.add(timer.id)
+                slot = parse_timer_key(key)[0]
+                if slot != timer.due:  # a catch-up occurrence keyed under a later second
+                    slots[(timer.id, timer.due)] = slot
         self._in_flight = {t.id for t in timers}
+        self._in_flight_series = series
+        self._slots = slots
         return timers
 
-    def finish_tick(self, second: int, fired: list[Timer]) -> None:
-        """Forget ``fired`` (all delivered) and advance ``fired_through`` to ``second``."""
+    def finish_tick(
+        self, second: int, fired: list[Timer], successors: Mapping[str, Timer] | None = None
+    ) -> None:
+        """Forget ``fired`` (all delivered) and advance ``fired_through`` to ``second``.
+
+        ``successors`` holds, by id, the next occurrence of each fired series that goes
+        on: it replaces the fired one (and its index entry stays ``P``). A series
+        without one has ended.
+        """
         for timer in fired:
-            self._kv.delete(timer_key(timer.due, timer.id))
+            slot = self._slots.get((timer.id, timer.due), timer.due)
+            key = timer_key(slot, timer.id)
             index = self._index(timer.id)
-            if (
+            current = (
                 index is not None
                 and index.state == _PENDING
-                and index.due == timer.due
+                and index.due == slot
                 and index.token == timer.token
-            ):
+            )
+            # else a reschedule or cancel while it was being delivered already removed it
+            successor = successors.get(timer.id) if current and successors else None
+            if successor is not None:
+                self._store_occurrence(successor, max(successor.due, second + 1))
+                self._kv.delete(key)  # after its successor is written: never neither
+                continue
+            self._kv.delete(key)
+            if current:
                 self._kv.put(
-                    index_key(timer.id), _IndexEntry(_FIRED, timer.due, timer.token).encode()
+                    index_key(timer.id),
+                    _IndexEntry(_FIRED, timer.version_due, timer.token).encode(),
                 )
         persisted = self._persisted_through
         if fired or persisted is None or second - persisted >= WATERMARK_PERSIST_INTERVAL:
@@ -207,10 +281,14 @@ class PartitionWheel:
             self._persisted_through = second
         self.fired_through = second
         self._in_flight = set()
+        self._in_flight_series = set()
+        self._slots = {}
 
     def abort_tick(self) -> None:
         """Delivery failed: keep it all pending; the next tick retries from ``fired_through``."""
         self._in_flight = set()
+        self._in_flight_series = set()
+        self._slots = {}
 
     def iter_pending(self, from_second: int = 0) -> Iterator[Timer]:
         """Pending timers in due order from ``from_second`` on (read-only, for status)."""

@@ -187,6 +187,7 @@ def build_worker(settings: Settings) -> WorkerApp:
         metrics=metrics,
         stores=RocksDBStores(db_for_partition, output, settings.changelog_topic, catchup_conf),
         clock_skew_warn_seconds=settings.clock_skew_warn_seconds,
+        late_policy=settings.default_late_policy(),
     )
 
     async def handle_request_batch(records: list[RawRecord]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from app.core.errors import RejectReason
+from app.core.fired import SkipReason
 
 __all__ = ["LATENESS_BUCKETS", "WorkerMetrics"]
 
@@ -58,6 +59,15 @@ class WorkerMetrics:
         # dead letter of a series that appears already at 1, so the DLQ alert would miss it.
         for reason in RejectReason:
             self.rejected.labels(reason=reason.value)
+        self.skipped = Counter(
+            "kafka_timers_skipped",
+            "Fires not delivered by the late-fire policy: later than skip-after (late), "
+            "or series occurrences folded into one fire (coalesced).",
+            ["reason"],
+            registry=r,
+        )
+        for skip in SkipReason:
+            self.skipped.labels(reason=skip.value)
         self.pending = Gauge("kafka_timers_pending", "Timers waiting to fire.", registry=r)
         self.lateness = Histogram(
             "kafka_timers_fire_lateness_seconds",

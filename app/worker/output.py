@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from app.core.errors import RejectReason
-from app.core.fired import FiredRecord
+from app.core.fired import FiredRecord, SkipReason
 from app.core.request_format import RawRecord
 from app.core.timer import Timer
 
@@ -48,7 +48,13 @@ class Output(Protocol):
     #: Highest changelog offset acknowledged, per changelog partition.
     changelog_acked: dict[int, int]
 
-    def callback(self, timer: Timer, *, partition: int, fired_at_ms: int) -> None: ...
+    def callback(
+        self, timer: Timer, *, partition: int, fired_at_ms: int, coalesced: int = 0
+    ) -> None: ...
+
+    def skipped(
+        self, timer: Timer, reason: SkipReason, *, partition: int, coalesced: int = 0
+    ) -> None: ...
 
     def cancel_outcome(self, timer_id: str, token: str, outcome: str, partition: int) -> None: ...
 
@@ -135,15 +141,25 @@ class OutputProducer:
             except BufferError:
                 self._producer.poll(0.05)  # local queue full: let deliveries drain, then retry
 
-    def callback(self, timer: Timer, *, partition: int, fired_at_ms: int) -> None:
-        """Produce ``timer``'s callback and its audit record on the fired topic."""
+    def callback(
+        self, timer: Timer, *, partition: int, fired_at_ms: int, coalesced: int = 0
+    ) -> None:
+        """Produce ``timer``'s callback and its audit record on the fired topic.
+
+        A series occurrence also carries ``timer-seq``, and ``timer-coalesced`` when the
+        ``coalesce`` policy folded earlier occurrences into it.
+        """
         headers: HeaderList = [
             ("timer-id", timer.id.encode()),
             ("timer-token", timer.token.encode()),
             ("timer-due", b"%d" % timer.due),
             ("timer-fired-at", b"%d" % fired_at_ms),
-            *timer.headers,
         ]
+        if timer.seq:
+            headers.append(("timer-seq", b"%d" % timer.seq))
+            if coalesced:
+                headers.append(("timer-coalesced", b"%d" % coalesced))
+        headers.extend(timer.headers)
 
         def delivered(err: KafkaError | None, _msg: Message) -> None:
             if err is not None:
@@ -151,9 +167,27 @@ class OutputProducer:
 
         self._produce(timer.topic, timer.value, timer.key, headers=headers, on_delivery=delivered)
         audit = FiredRecord.fired(
-            timer, partition=partition, worker=self._worker_id, fired_at_ms=fired_at_ms
+            timer,
+            partition=partition,
+            worker=self._worker_id,
+            fired_at_ms=fired_at_ms,
+            coalesced=coalesced,
         )
         self._produce(self._fired_topic, audit.to_json(), timer.id.encode())
+
+    def skipped(
+        self, timer: Timer, reason: SkipReason, *, partition: int, coalesced: int = 0
+    ) -> None:
+        """Report on the fired topic a fire of ``timer`` that the policy did not deliver."""
+        record = FiredRecord.skipped(
+            timer,
+            reason,
+            partition=partition,
+            worker=self._worker_id,
+            at_ms=int(self._clock() * 1000),
+            coalesced=coalesced,
+        )
+        self._produce(self._fired_topic, record.to_json(), timer.id.encode())
 
     def cancel_outcome(self, timer_id: str, token: str, outcome: str, partition: int) -> None:
         """Report what a cancel did, so the audit can tell cancels from missing fires."""

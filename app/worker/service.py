@@ -13,11 +13,15 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.clock_check import ClockSkewMonitor
 from app.core.errors import RejectedRequest, RejectReason
+from app.core.fired import SkipReason
+from app.core.firing import StepKind, plan
 from app.core.keys import REQUEST_OFFSET
+from app.core.late import DEFAULT_POLICY, LatePolicy
 from app.core.policy import RequestPolicy
 from app.core.request_format import RawRecord, parse_request
 from app.core.timer import Cancel, Timer
@@ -29,6 +33,14 @@ from app.worker.stores import PartitionStore, StoreFactory
 __all__ = ["TimerService"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Fired:
+    """What one partition's tick delivered, and the successor of each series that goes on."""
+
+    delivered: list[Timer] = field(default_factory=list)
+    successors: dict[str, Timer] = field(default_factory=dict)
 
 
 class _Partition:
@@ -51,8 +63,11 @@ class TimerService:
         stores: StoreFactory,
         clock: Callable[[], float] = time.time,
         clock_skew_warn_seconds: float = 2.0,
+        late_policy: LatePolicy = DEFAULT_POLICY,
     ) -> None:
         self._policy = policy
+        #: The service's late-fire policy: what a timer's own policy leaves out.
+        self._late = late_policy
         self._output = output
         self._metrics = metrics
         self._stores = stores
@@ -111,6 +126,7 @@ class TimerService:
 
     async def _handle_requests(self, records: Sequence[RawRecord]) -> None:
         fired_now: list[tuple[_Partition, Timer]] = []
+        delivered: list[Timer] = []
         now = self._clock()
         for record in records:
             await self._partition(record.partition)  # load (and catch up) before the unit
@@ -133,11 +149,19 @@ class TimerService:
                     self._adjust_pending(record.partition, +1)
             elif accepted.outcome is Scheduled.FIRE_NOW:
                 self._metrics.scheduled.inc()
+                through = part.wheel.ticked_through
+                assert through is not None  # FIRE_NOW means its second has been ticked
+                sent, successor = self._fire(request, through, record.partition, self._now_ms())
+                delivered.extend(sent)
+                if successor is not None:
+                    # A series goes on: its next occurrence is stored in this unit, with
+                    # the fire (never after it: a crash in between would end the series).
+                    part.wheel.store_successor(successor)
+                    if not accepted.replaced:
+                        self._adjust_pending(record.partition, +1)
+                    continue
                 if accepted.replaced:
                     self._adjust_pending(record.partition, -1)
-                self._output.callback(
-                    request, partition=record.partition, fired_at_ms=self._now_ms()
-                )
                 fired_now.append((part, request))
         if self._output.transactional:
             for part, timer in fired_now:  # atomically with the callbacks
@@ -160,7 +184,7 @@ class TimerService:
         if not self._output.transactional:
             for part, timer in fired_now:  # only once delivered; durable with the next unit
                 part.wheel.mark_fired(timer)
-        self._account_fired([t for _, t in fired_now])
+        self._account_fired(delivered)
         self._record_persisted()
 
     def _cancel(self, part: _Partition, record: RawRecord, cancel: Cancel) -> None:
@@ -215,30 +239,68 @@ class TimerService:
     async def _fire_at_least_once(self, newest: dict[int, int]) -> int:
         """Deliver the callbacks of every partition's tick with one flush, then forget the
         timers: a crash in between fires them again."""
-        began: list[tuple[int, _Partition, int, list[Timer]]] = []
+        began: list[tuple[int, _Partition, int, list[Timer], _Fired]] = []
         for partition, second in newest.items():
             part = await self._partition(partition)
             timers = part.wheel.begin_tick(second)
             if timers is None:
                 continue
-            began.append((partition, part, second, timers))
-            fired_at_ms = self._now_ms()
-            for timer in timers:
-                self._output.callback(timer, partition=partition, fired_at_ms=fired_at_ms)
-        if any(timers for _, _, _, timers in began):
+            began.append(
+                (partition, part, second, timers, self._fire_all(partition, second, timers))
+            )
+        if any(timers for _, _, _, timers, _ in began):
             try:
                 await self._output.flush()
             except DeliveryFailure:
-                for _, part, _, _ in began:
+                for _, part, _, _, _ in began:
                     part.wheel.abort_tick()
                 raise
-        for partition, part, second, timers in began:
-            # The forgetting rides with the next flush; lost in a crash, it means a duplicate.
-            part.wheel.finish_tick(second, timers)
-            self._ticked(partition, second, timers)
-        fired = sum(len(timers) for _, _, _, timers in began)
-        if fired:
+        for partition, part, second, timers, fired in began:
+            # The forgetting rides with the next flush; lost in a crash, it means a
+            # duplicate. A series' next occurrence is written before its fired one is
+            # deleted, so a crash loses neither (finish_tick).
+            part.wheel.finish_tick(second, timers, fired.successors)
+            self._ticked(partition, second, timers, fired)
+        count = sum(len(fired.delivered) for _, _, _, _, fired in began)
+        if any(timers for _, _, _, timers, _ in began):
             self._record_persisted()
+        return count
+
+    def _fire(
+        self, timer: Timer, through: int, partition: int, now_ms: int
+    ) -> tuple[list[Timer], Timer | None]:
+        """Produce what ``timer``, due by tick ``through``, does now: its callbacks and
+        skipped records. Return the occurrences delivered and the series' successor."""
+        if timer.recurrence is None and timer.late is None and not self._late.skip_after_ms:
+            self._output.callback(timer, partition=partition, fired_at_ms=now_ms)  # hot path
+            return [timer], None
+        policy = self._late if timer.late is None else timer.late.over(self._late)
+        steps = plan(timer, through, now_ms, policy)
+        delivered: list[Timer] = []
+        for step in steps.steps:
+            folded = step.coalesced + (step.kind is StepKind.FOLD)
+            if folded:
+                self._metrics.skipped.labels(reason=SkipReason.COALESCED.value).inc(folded)
+            if step.kind is StepKind.DELIVER:
+                self._output.callback(
+                    step.timer, partition=partition, fired_at_ms=now_ms, coalesced=step.coalesced
+                )
+                delivered.append(step.timer)
+                continue
+            reason = SkipReason.LATE if step.kind is StepKind.SKIP_LATE else SkipReason.COALESCED
+            if reason is SkipReason.LATE:
+                self._metrics.skipped.labels(reason=reason.value).inc()
+            self._output.skipped(step.timer, reason, partition=partition, coalesced=step.coalesced)
+        return delivered, steps.successor
+
+    def _fire_all(self, partition: int, second: int, timers: list[Timer]) -> _Fired:
+        fired = _Fired()
+        now_ms = self._now_ms()
+        for timer in timers:
+            sent, successor = self._fire(timer, second, partition, now_ms)
+            fired.delivered.extend(sent)
+            if successor is not None:
+                fired.successors[timer.id] = successor
         return fired
 
     async def _tick_in_transaction(self, partition: int, second: int) -> int:
@@ -248,30 +310,32 @@ class TimerService:
             timers = part.wheel.begin_tick(second)
             if timers is None:
                 return 0
-            if not await self._fire_in_transaction(partition, part, second, timers):
+            fired = await self._fire_in_transaction(partition, part, second, timers)
+            if fired is None:
                 return 0
-        self._ticked(partition, second, timers)
+        self._ticked(partition, second, timers, fired)
         if timers:
             self._record_persisted()
-        return len(timers)
+        return len(fired.delivered)
 
-    def _ticked(self, partition: int, second: int, timers: list[Timer]) -> None:
+    def _ticked(self, partition: int, second: int, timers: list[Timer], fired: _Fired) -> None:
         """The metrics and pending count after ``partition`` fired ``timers`` for ``second``."""
-        if timers:
-            self._account_fired(timers)
-            self._adjust_pending(partition, -len(timers))
+        if fired.delivered:
+            self._account_fired(fired.delivered)
+        ended = len(timers) - len(fired.successors)  # a series that goes on stays pending
+        if ended:
+            self._adjust_pending(partition, -ended)
         self._metrics.last_tick.labels(partition=str(partition)).set(second)
 
     async def _fire_in_transaction(
         self, partition: int, part: _Partition, second: int, timers: list[Timer]
-    ) -> bool:
-        """Callbacks, audit records and the forgetting in one transaction; False if aborted."""
+    ) -> _Fired | None:
+        """Callbacks, audit records, the forgetting and each series' next occurrence in
+        one transaction; ``None`` if aborted."""
         self._output.begin()
         part.kv.defer_local_writes()
-        fired_at_ms = self._now_ms()
-        for timer in timers:
-            self._output.callback(timer, partition=partition, fired_at_ms=fired_at_ms)
-        part.wheel.finish_tick(second, timers)
+        fired = self._fire_all(partition, second, timers)
+        part.wheel.finish_tick(second, timers, fired.successors)
         try:
             await self._output.commit()
         except TransactionAborted as exc:
@@ -283,9 +347,9 @@ class TimerService:
             )
             part.kv.discard_deferred()
             self.forget_partitions([partition])  # reload the wheel from RocksDB as it was
-            return False
+            return None
         part.kv.apply_deferred()
-        return True
+        return fired
 
     # -- bookkeeping ----------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from app.core.errors import RejectReason
+from app.core.fired import SkipReason
 from app.core.request_format import RawRecord
 from app.core.timer import Timer
 from app.worker.output import DeliveryFailure, TransactionAborted
@@ -26,6 +27,10 @@ class Produced:
     """Everything the service produced, in order, by kind."""
 
     callbacks: list[tuple[Timer, int]] = field(default_factory=list)
+    #: Skipped fires: (timer, reason, coalesced).
+    skipped: list[tuple[Timer, SkipReason, int]] = field(default_factory=list)
+    #: ``coalesced`` of each callback, by (id, seq), when not 0.
+    coalesced: dict[tuple[str, int], int] = field(default_factory=dict)
     cancels: list[tuple[str, str, str, int]] = field(default_factory=list)
     dead_letters: list[tuple[bytes | None, RejectReason, str]] = field(default_factory=list)
     dead_timers: list[tuple[str, RejectReason]] = field(default_factory=list)
@@ -54,10 +59,19 @@ class FakeOutput:
         self._failed: list[tuple[Timer, str]] = []
         self._offsets: dict[int, int] = {}
 
-    def callback(self, timer: Timer, *, partition: int, fired_at_ms: int) -> None:
+    def callback(
+        self, timer: Timer, *, partition: int, fired_at_ms: int, coalesced: int = 0
+    ) -> None:
         self.pending.callbacks.append((timer, fired_at_ms))
+        if coalesced:
+            self.pending.coalesced[(timer.id, timer.seq)] = coalesced
         if timer.topic in self.refuse_topics:
             self._failed.append((timer, f"topic {timer.topic} refused"))
+
+    def skipped(
+        self, timer: Timer, reason: SkipReason, *, partition: int, coalesced: int = 0
+    ) -> None:
+        self.pending.skipped.append((timer, reason, coalesced))
 
     def cancel_outcome(self, timer_id: str, token: str, outcome: str, partition: int) -> None:
         self.pending.cancels.append((timer_id, token, outcome, partition))
@@ -78,8 +92,9 @@ class FakeOutput:
             self.in_transaction = True
 
     def _make_durable(self) -> None:
-        for name in ("callbacks", "cancels", "dead_letters", "dead_timers", "changelog"):
+        for name in ("callbacks", "skipped", "cancels", "dead_letters", "dead_timers", "changelog"):
             getattr(self.durable, name).extend(getattr(self.pending, name))
+        self.durable.coalesced.update(self.pending.coalesced)
         for p, _, _ in self.pending.changelog:
             self._offsets[p] = self._offsets.get(p, -1) + 1
             self.changelog_acked[p] = self._offsets[p]

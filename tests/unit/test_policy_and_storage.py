@@ -1,7 +1,9 @@
 import pytest
 
 from app.core.errors import RejectedRequest, RejectReason
+from app.core.late import LatePolicy
 from app.core.policy import RequestPolicy
+from app.core.recurrence import Recurrence
 from app.core.stored import pack_timer, unpack_timer
 from app.core.timer import Timer
 
@@ -79,3 +81,27 @@ def test_storage_round_trip_keeps_binary_and_absent_fields() -> None:
     assert unpack_timer(pack_timer(original)) == original
     keyless = Timer(id="x", due=1, topic="t", key=None, value=b"")
     assert unpack_timer(pack_timer(keyless)) == keyless
+
+
+def test_storage_of_a_series_is_version_2_and_a_one_shot_timer_stays_version_1() -> None:
+    cron = Recurrence.cron_series("0 0 9 * * MON-FRI", "Europe/Paris", count=10).anchored(NOW)
+    occurrence = Timer(
+        id="s",
+        due=NOW + 86400,
+        topic="t",
+        key=None,
+        value=b"v",
+        token="tok",
+        recurrence=cron,
+        seq=4,
+        fired_before=2,
+        late=LatePolicy.parse("skip-after 5m, all"),
+    )
+    packed = pack_timer(occurrence)
+    assert packed[0] == 2 and unpack_timer(packed) == occurrence
+    every = Timer("e", NOW, "t", None, b"", recurrence=Recurrence.interval(30).anchored(NOW), seq=1)
+    assert unpack_timer(pack_timer(every)) == every
+    policy_only = Timer("p", NOW, "t", None, b"", late=LatePolicy.parse("fire"))
+    assert unpack_timer(pack_timer(policy_only)) == policy_only
+    plain = Timer("o", NOW, "t", None, b"")
+    assert pack_timer(plain)[0] == 1  # readable by releases before series

@@ -142,3 +142,74 @@ def test_etf1_bad_epoch() -> None:
     with pytest.raises(RejectedRequest) as info:
         parse_request(record(b"x", headers=(("scheduler-epoch", b"soon"),)))
     assert info.value.reason is RejectReason.MISSING_DUE
+
+
+# -- recurring timers ------------------------------------------------------------------
+
+SENT_MS = 1_767_225_600_300  # 2026-01-01 00:00:00.3 UTC, a Thursday
+
+
+def test_json_cron_series_in_a_time_zone_starts_at_its_first_occurrence() -> None:
+    doc = {"topic": "cb", "cron": "0 0 9 * * MON-FRI", "tz": "Europe/Paris", "count": 5}
+    timer = parse_request(record(json.dumps(doc).encode(), ts=SENT_MS))
+    assert isinstance(timer, Timer) and timer.recurrence is not None
+    assert (timer.due, timer.seq) == (1_767_254_400, 1)  # 09:00 Paris = 08:00 UTC that day
+    assert timer.recurrence.start == timer.due and timer.recurrence.count == 5
+
+
+def test_json_interval_with_start_end_and_policy() -> None:
+    doc = {
+        "topic": "cb",
+        "every": "30s",
+        "start": "2026-01-01T00:10:00Z",
+        "end": 1_767_230_000.9,
+        "late": "skip-after 5m, all",
+    }
+    timer = parse_request(record(json.dumps(doc).encode(), ts=SENT_MS))
+    assert isinstance(timer, Timer) and timer.recurrence is not None
+    assert timer.due == 1_767_225_600 + 600
+    assert (timer.recurrence.every, timer.recurrence.end) == (30, 1_767_230_000)
+    assert timer.late is not None and timer.late.text() == "skip-after 300s, all"
+    without_start = parse_request(record(b'{"topic": "cb", "every": "2s"}', ts=SENT_MS))
+    assert isinstance(without_start, Timer) and without_start.due == 1_767_225_601 + 2
+
+
+def test_protobuf_series_fields_9_to_15() -> None:
+    future = protowire.Future(
+        callback_topic="cb", id="s", token="t", cron="*/10 * * * * *", tz="UTC", late="all"
+    )
+    assert protowire.decode(protowire.encode(future)) == future
+    timer = parse_request(record(protowire.encode(future), ts=SENT_MS))
+    assert isinstance(timer, Timer) and timer.recurrence is not None
+    assert timer.due == 1_767_225_610 and timer.late is not None
+    every = protowire.Future(callback_topic="cb", id="e", every=60, count=3, start=1_767_225_900)
+    timer = parse_request(record(protowire.encode(every), ts=SENT_MS))
+    assert isinstance(timer, Timer) and timer.recurrence is not None
+    assert (timer.due, timer.recurrence.count) == (1_767_225_900, 3)
+
+
+@pytest.mark.parametrize(
+    ("doc", "reason"),
+    [
+        ({"topic": "cb", "cron": "0 0 9 * * NOPE"}, RejectReason.INVALID_CRON),
+        (
+            {"topic": "cb", "cron": "0 9 * * *", "tz": "Europe/Pariss"},
+            RejectReason.UNKNOWN_TIME_ZONE,
+        ),
+        (
+            {"topic": "cb", "every": "30s", "start": 2_000_000_000, "end": 1_900_000_000},
+            RejectReason.INVALID_RECURRENCE,
+        ),
+        ({"topic": "cb", "every": "30s", "end": 1_000_000_000}, RejectReason.NO_OCCURRENCE),
+        ({"topic": "cb", "every": "30s", "at": 1_800_000_000}, RejectReason.INVALID_RECURRENCE),
+        ({"topic": "cb", "every": "30s", "cron": "* * * * *"}, RejectReason.INVALID_RECURRENCE),
+        ({"topic": "cb", "every": "1.5s"}, RejectReason.INVALID_RECURRENCE),
+        ({"topic": "cb", "in": "5s", "count": 3}, RejectReason.INVALID_RECURRENCE),
+        ({"topic": "cb", "in": "5s", "late": "later"}, RejectReason.INVALID_LATE_POLICY),
+        ({"topic": "cb", "cron": 5}, RejectReason.UNKNOWN_FORMAT),
+    ],
+)
+def test_bad_recurrences_are_refused_with_a_reason(doc: dict, reason: RejectReason) -> None:
+    with pytest.raises(RejectedRequest) as refused:
+        parse_request(record(json.dumps(doc).encode(), ts=SENT_MS))
+    assert refused.value.reason is reason

@@ -16,6 +16,7 @@ import pytest
 from app.core import protowire
 from app.core.errors import RejectReason
 from app.core.keys import REQUEST_OFFSET, timer_key
+from app.core.late import LatePolicy
 from app.core.policy import RequestPolicy
 from app.core.request_format import RawRecord
 from app.worker.metrics import WorkerMetrics
@@ -75,6 +76,36 @@ class Harness:
         )
         return self.record(protowire.encode(future), partition)
 
+    def series(
+        self,
+        timer_id: str,
+        *,
+        every: int | None = None,
+        cron: str | None = None,
+        count: int | None = None,
+        late: str | None = None,
+        start: int | None = None,
+        token: str = "tok",
+    ) -> RawRecord:
+        future = protowire.Future(
+            callback_topic="cb",
+            callback=timer_id.encode(),
+            id=timer_id,
+            token=token,
+            every=every,
+            cron=cron,
+            count=count,
+            late=late,
+            start=start,
+        )
+        return self.record(protowire.encode(future))
+
+    def one_shot(self, timer_id: str, due: int, late: str) -> RawRecord:
+        future = protowire.Future(
+            callback_topic="cb", callback=b"v", id=timer_id, token="tok", due=due, late=late
+        )
+        return self.record(protowire.encode(future))
+
     def cancel(self, timer_id: str, token: str = "tok", partition: int = 0) -> RawRecord:
         future = protowire.Future(id=timer_id, token=token, action=protowire.ACTION_CANCEL)
         return self.record(protowire.encode(future), partition)
@@ -89,6 +120,13 @@ class Harness:
     def fired(self) -> list[str]:
         """Ids of the callbacks made durable, in order."""
         return [timer.id for timer, _ in self.output.durable.callbacks]
+
+    def occurrences(self) -> list[tuple[int, int]]:
+        """``(seq, due - NOW)`` of the durable callbacks, in order."""
+        return [(t.seq, t.due - NOW) for t, _ in self.output.durable.callbacks]
+
+    def skipped(self, reason: str) -> float:
+        return float(self.metrics.skipped.labels(reason=reason)._value.get())
 
     def pending(self) -> int:
         return int(self.metrics.pending._value.get())
@@ -232,3 +270,126 @@ def test_a_forgotten_partition_is_reopened_from_its_store() -> None:
     h.tick(NOW + 5)  # reopened: its timers are found again
     assert h.fired() == ["a"]
     assert h.stores.opened == [0, 0]
+
+
+# -- series and the late-fire policy ---------------------------------------------------
+
+
+def test_a_series_fires_each_occurrence_and_stays_pending_until_its_count() -> None:
+    h = Harness()
+    h.requests(h.series("s", every=2, count=3))  # sent at NOW: first due NOW + 2
+    assert h.pending() == 1
+    for second in range(NOW + 1, NOW + 9):
+        h.tick(second)
+    assert h.occurrences() == [(1, 2), (2, 4), (3, 6)]
+    assert h.pending() == 0
+    assert [t.fired_before for t, _ in h.output.durable.callbacks] == [0, 1, 2]
+
+
+def test_the_next_occurrence_is_written_before_the_fired_one_is_forgotten() -> None:
+    h = Harness()
+    h.requests(h.series("s", every=2))
+    h.tick(NOW + 2)
+    h.tick(NOW + 4)  # the forgetting of tick NOW + 2 rides with this tick's flush
+    changes = [(key, value is None) for _, key, value in h.output.durable.changelog]
+    put_next = changes.index((timer_key(NOW + 4, "s"), False))
+    delete_fired = changes.index((timer_key(NOW + 2, "s"), True))
+    assert put_next < delete_fired, "a crash between them must leave an occurrence, not none"
+
+
+def test_a_series_due_at_once_fires_and_its_next_occurrence_is_in_the_same_flush() -> None:
+    h = Harness()
+    h.tick(NOW + 10)
+    h.clock.now = NOW + 10
+    h.requests(h.series("s", every=5, start=NOW + 10))
+    assert h.occurrences() == [(1, 10)]
+    assert (0, timer_key(NOW + 15, "s"), False) in [
+        (p, k, v is None) for p, k, v in h.output.durable.changelog
+    ]
+    assert h.pending() == 1
+    h.tick(NOW + 15)
+    assert h.occurrences() == [(1, 10), (2, 15)]
+
+
+def test_cancel_stops_a_series() -> None:
+    h = Harness()
+    h.requests(h.series("s", every=2))
+    h.tick(NOW + 2)
+    h.requests(h.cancel("s"))
+    for second in range(NOW + 3, NOW + 10):
+        h.tick(second)
+    assert h.occurrences() == [(1, 2)]
+    assert h.pending() == 0
+    assert [o for _, _, o, _ in h.output.durable.cancels] == ["cancelled"]
+
+
+def test_skip_after_reports_a_late_fire_as_skipped_and_counts_it() -> None:
+    h = Harness()
+    h.requests(h.one_shot("strict", NOW + 5, "skip-after 5s"), h.schedule("lenient", NOW + 5))
+    h.clock.now = NOW + 25  # the oscillators were down: the tick comes 20 s late
+    h.tick(NOW + 25)
+    assert h.fired() == ["lenient"]
+    assert [(t.id, r.value) for t, r, _ in h.output.durable.skipped] == [("strict", "late")]
+    assert h.skipped("late") == 1
+    assert h.pending() == 0
+
+
+def test_coalesce_after_an_outage_fires_once_then_on_schedule() -> None:
+    h = Harness()
+    h.requests(h.series("s", every=2))
+    h.tick(NOW + 2)
+    h.clock.now = NOW + 31
+    h.tick(NOW + 31)  # occurrences due at +4 ... +30 missed: one fire, as the newest
+    h.clock.now = NOW + 32
+    h.tick(NOW + 32)
+    assert h.occurrences() == [(1, 2), (15, 30), (16, 32)]
+    assert h.output.durable.coalesced == {("s", 15): 13}
+    assert h.skipped("coalesced") == 13
+
+
+def test_all_fires_every_missed_occurrence() -> None:
+    h = Harness()
+    h.requests(h.series("s", every=2, late="all"))
+    h.clock.now = NOW + 9
+    h.tick(NOW + 9)
+    assert h.occurrences() == [(1, 2), (2, 4), (3, 6), (4, 8)]
+
+
+def test_the_service_default_policy_applies_where_a_timer_names_none() -> None:
+    h = Harness()
+    h.service = TimerService(
+        policy=h.service._policy,
+        output=h.output,
+        metrics=h.metrics,
+        stores=h.stores,
+        clock=h.clock,
+        late_policy=LatePolicy.parse("skip-after 10s, all"),
+    )
+    h.requests(h.schedule("plain", NOW + 1), h.one_shot("own", NOW + 1, "fire"))
+    h.clock.now = NOW + 30
+    h.tick(NOW + 30)
+    assert h.fired() == ["own"]
+    assert [t.id for t, _, _ in h.output.durable.skipped] == ["plain"]
+
+
+def test_bad_recurrences_are_dead_lettered_with_their_reason() -> None:
+    h = Harness()
+    h.requests(
+        h.series("cron", cron="61 * * * *"),
+        h.series("zone", cron="* * * * *", late="whenever"),
+        h.series("both", every=5, cron="* * * * *"),
+    )
+    reasons = [reason.value for _, reason, _ in h.output.durable.dead_letters]
+    assert reasons == ["invalid_cron", "invalid_late_policy", "invalid_recurrence"]
+    assert h.metrics.rejected.labels(reason="invalid_cron")._value.get() == 1
+
+
+def test_exactly_once_a_series_fires_and_stores_its_next_occurrence_in_one_transaction() -> None:
+    h = Harness(transactional=True)
+    h.requests(h.series("s", every=2))
+    h.output.abort_next_commit = True
+    assert h.tick(NOW + 2) == 0
+    assert h.occurrences() == []
+    assert h.tick(NOW + 3) == 1  # retried: occurrence 1, and only once
+    h.tick(NOW + 4)
+    assert h.occurrences() == [(1, 2), (2, 4)]

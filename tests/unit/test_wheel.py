@@ -1,3 +1,7 @@
+from app.core.firing import plan
+from app.core.keys import timer_key
+from app.core.late import DEFAULT_POLICY, CatchUp, LatePolicy
+from app.core.recurrence import Recurrence
 from app.core.timer import Cancel, Timer
 from app.core.wheel import CancelOutcome, PartitionWheel, Scheduled
 from tests.support.memkv import MemoryKV
@@ -184,3 +188,106 @@ def test_status_reads_keys_and_point_lookups() -> None:
     assert wheel.get_pending("a") is None
     assert wheel.lookup("a") == ("fired", 100, "t")
     assert wheel.get_pending("nope") is None
+
+
+# -- series ----------------------------------------------------------------------------
+
+
+def series_timer(
+    timer_id: str, first: int, every: int = 2, count: int | None = None, token: str = "tok"
+) -> Timer:
+    rec = Recurrence.interval(every, start=first, count=count).anchored(first - 1)
+    return Timer(timer_id, first, "cb", None, b"v", token, recurrence=rec, seq=1)
+
+
+def fire_series(wheel: PartitionWheel, second: int) -> list[tuple[str, int, int]]:
+    """Fire like the service does: each due occurrence, then its successor stored."""
+    due = wheel.begin_tick(second)
+    assert due is not None
+    successors = {}
+    fired = []
+    for t in due:
+        steps = plan(t, second, second * 1000, DEFAULT_POLICY)
+        fired += [(s.timer.id, s.timer.seq, s.timer.due) for s in steps.steps]
+        if steps.successor is not None:
+            successors[t.id] = steps.successor
+    wheel.finish_tick(second, due, successors)
+    return fired
+
+
+def test_a_series_keeps_one_occurrence_pending_and_fires_each_on_its_second() -> None:
+    wheel = PartitionWheel(MemoryKV())
+    wheel.schedule(series_timer("s", 100, count=3))
+    assert fire_series(wheel, 99) == []
+    assert fire_series(wheel, 100) == [("s", 1, 100)]
+    assert wheel.count_pending() == 1 and wheel.lookup("s") == ("pending", 102, "tok")
+    assert fire_series(wheel, 101) == []
+    assert fire_series(wheel, 102) == [("s", 2, 102)]
+    assert fire_series(wheel, 104) == [("s", 3, 104)]
+    assert wheel.count_pending() == 0
+    # ended: remembered as fired, under occurrence 1's second (the version's identity)
+    assert wheel.lookup("s") == ("fired", 100, "tok")
+    assert wheel.schedule(series_timer("s", 100, count=3)).outcome is Scheduled.DUPLICATE
+
+
+def test_cancel_stops_a_series_and_a_new_schedule_replaces_it() -> None:
+    wheel = PartitionWheel(MemoryKV())
+    wheel.schedule(series_timer("s", 100))
+    fire_series(wheel, 100)
+    assert wheel.cancel(Cancel("s", "tok")) is CancelOutcome.CANCELLED
+    assert fire_series(wheel, 102) == [] and wheel.count_pending() == 0
+    wheel.schedule(series_timer("r", 200, token="v1"))
+    accepted = wheel.schedule(series_timer("r", 300, every=5, token="v2"))
+    assert accepted.replaced and wheel.count_pending() == 1
+    assert fire_series(wheel, 200) == []
+    assert fire_series(wheel, 300) == [("r", 1, 300)]
+
+
+def test_a_cancel_while_an_occurrence_is_delivered_stops_the_rest() -> None:
+    wheel = PartitionWheel(MemoryKV())
+    wheel.schedule(series_timer("s", 100))
+    due = wheel.begin_tick(100)
+    assert due is not None
+    # the occurrence is on its way; the cancel must still stop the series
+    assert wheel.cancel(Cancel("s", "tok")) is CancelOutcome.CANCELLED
+    successor = plan(due[0], 100, 100_000, DEFAULT_POLICY).successor
+    assert successor is not None
+    wheel.finish_tick(100, due, {"s": successor})
+    assert wheel.count_pending() == 0 and wheel.lookup("s") == ("cancelled", 100, "tok")
+    assert fire_series(wheel, 102) == []
+
+
+def test_catch_up_left_for_the_next_tick_is_keyed_forward_and_keeps_its_true_due() -> None:
+    kv = MemoryKV()
+    wheel = PartitionWheel(kv)
+    wheel.schedule(series_timer("s", 100, every=1))
+    due = wheel.begin_tick(150)
+    assert due is not None
+    policy = LatePolicy(0, CatchUp.ALL)
+    steps = plan(due[0], 150, 150_000, policy, budget=10)
+    assert steps.successor is not None and steps.successor.due == 110
+    wheel.finish_tick(150, due, {"s": steps.successor})
+    # stored under second 151 (the scan starts there), with its own due second 110
+    assert [key for key in kv.data if key.startswith(b"T")] == [timer_key(151, "s")]
+    assert wheel.get_pending("s") == steps.successor
+    assert wheel.begin_tick(150) is None  # an old tick fires nothing
+    nxt = wheel.begin_tick(151)
+    assert nxt is not None and [(t.seq, t.due) for t in nxt] == [(11, 110)]
+    rest = plan(nxt[0], 151, 151_000, policy, budget=1000)
+    wheel.finish_tick(151, nxt, {"s": rest.successor} if rest.successor else {})
+    assert [s.timer.seq for s in rest.steps] == list(range(11, 53))
+    assert [key for key in kv.data if key.startswith(b"T")] == [timer_key(152, "s")]
+    assert wheel.cancel(Cancel("s", "tok")) is CancelOutcome.CANCELLED
+    assert not [key for key in kv.data if key.startswith(b"T")]
+
+
+def test_a_series_due_at_once_fires_and_its_successor_is_stored() -> None:
+    wheel = PartitionWheel(MemoryKV())
+    fire(wheel, 100)
+    first = series_timer("s", 99)
+    assert wheel.schedule(first).outcome is Scheduled.FIRE_NOW
+    successor = plan(first, 100, 100_000, DEFAULT_POLICY).successor
+    assert successor is not None and successor.due == 101
+    wheel.store_successor(successor)
+    assert wheel.lookup("s") == ("pending", 101, "tok")
+    assert fire_series(wheel, 101) == [("s", 2, 101)]
