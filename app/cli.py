@@ -102,6 +102,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 def cmd_schedule(args: argparse.Namespace) -> int:
     from app.client import TimerClient
     from app.core.due import parse_at, parse_duration
+    from app.core.late import LatePolicy
 
     settings = _settings(args)
     headers = []
@@ -112,6 +113,18 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         headers.append((name, value.encode()))
     at: Decimal | None = parse_at(args.at) if args.at is not None else None
     delay = parse_duration(args.in_) if args.in_ is not None else None
+    if args.cron is not None or args.every is not None:  # refused before any broker is asked
+        TimerClient.build_recurrence(
+            args.cron, args.tz, args.every, args.start, args.end, args.count
+        )
+    if args.late is not None:
+        LatePolicy.parse(args.late)
+    if args.cron is None and args.every is None:
+        for flag, value in (("--tz", args.tz), ("--start", args.start), ("--end", args.end)):
+            if value is not None:
+                raise KafkaTimersError(f"{flag} needs --cron or --every")
+        if args.count is not None:
+            raise KafkaTimersError("--count needs --cron or --every")
     from app.kafka.topics import wait_for_broker
 
     wait_for_broker(settings, timeout=args.timeout)
@@ -122,12 +135,22 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         args.key,
         at=at,
         delay=delay,
+        cron=args.cron,
+        tz=args.tz,
+        every=args.every,
+        start=args.start,
+        end=args.end,
+        count=args.count,
+        late=args.late,
         timer_id=args.timer_id,
         token=args.token,
         headers=headers,
     )
     client.flush(args.timeout)
-    print(json.dumps({"id": timer.id, "token": timer.token, "due": timer.due}))
+    out: dict[str, Any] = {"id": timer.id, "token": timer.token, "due": timer.due}
+    if timer.recurrence is not None:
+        out["series"] = timer.recurrence.describe()
+    print(json.dumps(out))
     return 0
 
 
@@ -192,13 +215,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=15.0)
     p.set_defaults(func=cmd_worker)
 
-    p = sub.add_parser("schedule", help="schedule one timer and print its id, token and due second")
+    p = sub.add_parser(
+        "schedule", help="schedule a timer or a series; print its id, token and (first) due second"
+    )
     p.add_argument("--topic", required=True, help="callback topic")
     p.add_argument("--key", help="callback key")
     p.add_argument("--value", default="", help="callback value (text)")
     when = p.add_mutually_exclusive_group(required=True)
     when.add_argument("--at", help="epoch seconds or ISO 8601 (UTC if no zone)")
     when.add_argument("--in", dest="in_", help="delay: 30s, 5m, 2h, 3d")
+    when.add_argument(
+        "--cron",
+        help="recurring: cron, 5 fields or 6 with the seconds first ('0 0 9 * * MON-FRI')",
+    )
+    when.add_argument("--every", help="recurring: a fixed interval, e.g. 30s, 5m, 1d")
+    p.add_argument("--tz", help="IANA time zone of the --cron times (default UTC)")
+    p.add_argument("--start", help="recurring: no occurrence before (epoch s or ISO 8601)")
+    p.add_argument("--end", help="recurring: no occurrence after (epoch s or ISO 8601)")
+    p.add_argument("--count", type=int, help="recurring: at most this many occurrences")
+    p.add_argument(
+        "--late",
+        help="late-fire policy: fire | skip-after <duration>, and for a series coalesce | all "
+        "(comma-separated; default: the service's)",
+    )
     p.add_argument("--id", dest="timer_id", help="timer id (scheduling an id again replaces it)")
     p.add_argument("--token", help="cancellation token (default: random)")
     p.add_argument("--header", action="append", help="callback header name=value (repeatable)")

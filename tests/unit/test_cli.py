@@ -45,6 +45,15 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
             "no Kafka broker answered",
         ),
         (["frobnicate"], "invalid choice"),
+        (["schedule", "--topic", "t", "--cron", "0 0 25 * * *"], "invalid_cron: cron '0 0 25"),
+        (
+            ["schedule", "--topic", "t", "--cron", "0 9 * * *", "--tz", "Europe/Pariss"],
+            "unknown time zone 'Europe/Pariss'",
+        ),
+        (["schedule", "--topic", "t", "--every", "0s"], "interval 0s"),
+        (["schedule", "--topic", "t", "--every", "5s", "--in", "5s"], "not allowed with"),
+        (["schedule", "--topic", "t", "--in", "5s", "--count", "3"], "--count needs --cron"),
+        (["schedule", "--topic", "t", "--in", "5s", "--late", "later"], "late-fire policy"),
     ],
 )
 def test_errors_are_one_line(args: list[str], expected: str) -> None:
