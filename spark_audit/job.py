@@ -177,6 +177,7 @@ def _run(
         histogram=fire_stats.histogram,
         fires_per_minute=fire_stats.per_minute,
         output_dir=options.output_dir,
+        occurrences=stats.occurrence_counts(timers),
     )
     phase("aggregate")
     write_tables(options.tables_uri or str(Path(options.output_dir).resolve()), timers, violations)

@@ -12,20 +12,23 @@ from itertools import pairwise
 
 import pyarrow as pa
 
-from spark_audit.reconcile import CancelReport, FireEvent, RequestEvent, Rules, judge
+from spark_audit.parsing import series_from_json
+from spark_audit.reconcile import CancelReport, FireEvent, RequestEvent, Rules, SkipEvent, judge
 
 __all__ = [
     "EVENT_FIELDS",
     "SOURCE_FIRE",
     "SOURCE_REPORT",
     "SOURCE_REQUEST",
+    "SOURCE_SKIP",
     "VERDICT_DDL",
     "VERDICT_TYPE",
     "judge_arrays",
 ]
 
-#: ``src`` of an event: a request record, a ``fired`` record, a ``cancel`` outcome record.
-SOURCE_REQUEST, SOURCE_FIRE, SOURCE_REPORT = 0, 1, 2
+#: ``src`` of an event: a request record, a ``fired`` record, a ``cancel`` outcome record,
+#: a ``skipped`` record.
+SOURCE_REQUEST, SOURCE_FIRE, SOURCE_REPORT, SOURCE_SKIP = 0, 1, 2, 3
 
 #: Fields of one event, in the order Spark sorts them (``src`` first, then ``seq``).
 EVENT_FIELDS = (
@@ -39,6 +42,9 @@ EVENT_FIELDS = (
     "topic",
     "outcome",
     "worker",
+    "series",
+    "occurrence",
+    "coalesced",
 )
 
 _FIRE_TYPE = pa.struct(
@@ -76,6 +82,9 @@ VERDICT_TYPE = pa.struct(
         ("fire_times", pa.list_(pa.int64())),
         ("fires", pa.list_(_FIRE_TYPE)),
         ("violations", pa.list_(_VIOLATION_TYPE)),
+        ("occurrences_fired", pa.int64()),
+        ("occurrences_skipped", pa.int64()),
+        ("occurrences_coalesced", pa.int64()),
     ]
 )
 #: The same type in Spark's DDL.
@@ -85,7 +94,8 @@ VERDICT_DDL = (
     "fire_count:int,fire_times:array<bigint>,"
     "fires:array<struct<token:string,due:bigint,fired_at_ms:bigint,topic:string,"
     "worker:string,lateness_ms:bigint,first:boolean>>,"
-    "violations:array<struct<kind:string,token:string,due:bigint,at_ms:bigint,detail:string>>>"
+    "violations:array<struct<kind:string,token:string,due:bigint,at_ms:bigint,detail:string>>,"
+    "occurrences_fired:bigint,occurrences_skipped:bigint,occurrences_coalesced:bigint>"
 )
 
 
@@ -100,11 +110,13 @@ def judge_arrays(events: pa.Array, rules: Rules) -> pa.StructArray:
     kind, token, due = columns["kind"], columns["token"], columns["due"]
     check_token, topic = columns["check_token"], columns["topic"]
     outcome, worker = columns["outcome"], columns["worker"]
+    series, occurrence, coalesced = columns["series"], columns["occurrence"], columns["coalesced"]
     verdicts = []
     for start, end in pairwise(offsets):
         requests: list[RequestEvent] = []
         fires: list[FireEvent] = []
         reports: list[CancelReport] = []
+        skips: list[SkipEvent] = []
         for i in range(start - base, end - base):
             if src[i] == SOURCE_REQUEST:
                 requests.append(
@@ -116,11 +128,33 @@ def judge_arrays(events: pa.Array, rules: Rules) -> pa.StructArray:
                         due[i],
                         check_token[i] is not False,
                         topic[i],
+                        series_from_json(series[i]) if series[i] else None,
                     )
                 )
             elif src[i] == SOURCE_FIRE:
-                fires.append(FireEvent(token[i] or "", due[i], ts_ms[i], topic[i], worker[i]))
+                fires.append(
+                    FireEvent(
+                        token[i] or "",
+                        due[i],
+                        ts_ms[i],
+                        topic[i],
+                        worker[i],
+                        occurrence[i],
+                        coalesced[i] or 0,
+                    )
+                )
+            elif src[i] == SOURCE_SKIP:
+                skips.append(
+                    SkipEvent(
+                        token[i] or "",
+                        due[i],
+                        ts_ms[i],
+                        outcome[i] or "",
+                        occurrence[i],
+                        coalesced[i] or 0,
+                    )
+                )
             else:
                 reports.append(CancelReport(token[i] or "", outcome[i], ts_ms[i]))
-        verdicts.append(judge(requests, fires, reports, rules).to_dict())
+        verdicts.append(judge(requests, fires, reports, rules, skips).to_dict())
     return pa.array(verdicts, VERDICT_TYPE)

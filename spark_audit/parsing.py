@@ -11,6 +11,8 @@ per call (an Arrow UDF) instead of one Python call per row.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +20,7 @@ import pyarrow as pa
 
 from app.core.errors import RejectedRequest
 from app.core.policy import RequestPolicy
+from app.core.recurrence import Recurrence
 from app.core.request_format import RawRecord, parse_request
 from app.core.timer import Cancel
 from app.settings import Settings
@@ -30,6 +33,8 @@ __all__ = [
     "ParsedColumns",
     "parse_request_arrays",
     "policy_for",
+    "series_from_json",
+    "series_json",
 ]
 
 #: ``kind`` of a request that schedules (or reschedules) a timer.
@@ -47,13 +52,24 @@ PARSED_REQUEST_TYPE = pa.struct(
         ("due", pa.int64()),
         ("check_token", pa.bool_()),
         ("callback_topic", pa.string()),
+        ("series", pa.string()),
     ]
 )
 #: The same type in Spark's DDL.
 PARSED_REQUEST_DDL = (
     "struct<reject:string,kind:string,id:string,token:string,due:bigint,"
-    "check_token:boolean,callback_topic:string>"
+    "check_token:boolean,callback_topic:string,series:string>"
 )
+
+
+def series_json(recurrence: Recurrence) -> str:
+    """A recurrence as the JSON the audit carries through Spark (see :func:`series_from_json`)."""
+    return json.dumps(dataclasses.asdict(recurrence), separators=(",", ":"))
+
+
+def series_from_json(text: str) -> Recurrence:
+    """Inverse of :func:`series_json`."""
+    return Recurrence(**json.loads(text))
 
 
 def policy_for(settings: Settings) -> RequestPolicy:
@@ -72,10 +88,11 @@ class ParsedColumns:
     due: list[int | None]
     check_token: list[bool | None]
     callback_topic: list[str | None]
+    series: list[str | None]
 
     @classmethod
     def empty(cls) -> ParsedColumns:
-        return cls([], [], [], [], [], [], [])
+        return cls([], [], [], [], [], [], [], [])
 
     def add(
         self,
@@ -86,6 +103,7 @@ class ParsedColumns:
         due: int | None = None,
         check_token: bool | None = None,
         callback_topic: str | None = None,
+        series: str | None = None,
     ) -> None:
         self.reject.append(reject)
         self.kind.append(kind)
@@ -94,6 +112,7 @@ class ParsedColumns:
         self.due.append(due)
         self.check_token.append(check_token)
         self.callback_topic.append(callback_topic)
+        self.series.append(series)
 
     def to_arrow(self) -> pa.StructArray:
         return pa.StructArray.from_arrays(
@@ -105,6 +124,7 @@ class ParsedColumns:
                 pa.array(self.due, pa.int64()),
                 pa.array(self.check_token, pa.bool_()),
                 pa.array(self.callback_topic, pa.string()),
+                pa.array(self.series, pa.string()),
             ],
             fields=list(PARSED_REQUEST_TYPE),
         )
@@ -150,5 +170,6 @@ def parse_request_arrays(
         except RejectedRequest as rejected:
             out.add(rejected.reason.value)
             continue
-        out.add(None, SCHEDULE, request.id, request.token, request.due, None, request.topic)
+        series = None if request.recurrence is None else series_json(request.recurrence)
+        out.add(None, SCHEDULE, request.id, request.token, request.due, None, request.topic, series)
     return out.to_arrow()

@@ -24,6 +24,7 @@ from spark_audit.judging import (
     SOURCE_FIRE,
     SOURCE_REPORT,
     SOURCE_REQUEST,
+    SOURCE_SKIP,
     VERDICT_DDL,
     judge_arrays,
 )
@@ -89,7 +90,14 @@ def parse_fired(raw: DataFrame) -> DataFrame:
     cancel_ok = (
         (F.col("event") == "cancel") & F.col("outcome").isNotNull() & F.col("at_ms").isNotNull()
     )
-    return parsed.withColumn("readable", F.coalesce(common & (fired_ok | cancel_ok), F.lit(False)))
+    skipped_ok = (
+        (F.col("event") == "skipped")
+        & F.col("due").isNotNull()
+        & F.col("at_ms").isNotNull()
+        & F.col("reason").isNotNull()
+    )
+    readable = common & (fired_ok | cancel_ok | skipped_ok)
+    return parsed.withColumn("readable", F.coalesce(readable, F.lit(False)))
 
 
 def _event(
@@ -103,7 +111,11 @@ def _event(
     topic: Column,
     outcome: Column,
     worker: Column,
+    series: Column | None = None,
+    occurrence: Column | None = None,
+    coalesced: Column | None = None,
 ) -> Column:
+    null = F.lit(None)
     return F.struct(
         F.lit(src).alias("src"),
         seq.cast("bigint").alias("seq"),
@@ -115,6 +127,9 @@ def _event(
         topic.cast("string").alias("topic"),
         outcome.cast("string").alias("outcome"),
         worker.cast("string").alias("worker"),
+        (null if series is None else series).cast("string").alias("series"),
+        (null if occurrence is None else occurrence).cast("bigint").alias("occurrence"),
+        (null if coalesced is None else coalesced).cast("bigint").alias("coalesced"),
     )
 
 
@@ -136,6 +151,7 @@ def timer_events(requests: DataFrame, fired: DataFrame) -> DataFrame:
             F.col("callback_topic"),
             null,
             null,
+            F.col("series"),
         ).alias("ev"),
     )
     readable = fired.where(F.col("readable"))
@@ -153,6 +169,28 @@ def timer_events(requests: DataFrame, fired: DataFrame) -> DataFrame:
             F.col("topic"),
             null,
             F.col("worker"),
+            None,
+            F.col("seq"),
+            F.col("coalesced"),
+        ).alias("ev"),
+    )
+    skip_events = readable.where(F.col("event") == "skipped").select(
+        "partition",
+        "id",
+        _event(
+            SOURCE_SKIP,
+            F.col("at_ms"),
+            F.col("at_ms"),
+            F.lit("skipped"),
+            F.col("token"),
+            F.col("due"),
+            null,
+            F.col("topic"),
+            F.col("reason"),
+            F.col("worker"),
+            None,
+            F.col("seq"),
+            F.col("coalesced"),
         ).alias("ev"),
     )
     report_events = readable.where(F.col("event") == "cancel").select(
@@ -171,7 +209,9 @@ def timer_events(requests: DataFrame, fired: DataFrame) -> DataFrame:
             F.col("worker"),
         ).alias("ev"),
     )
-    return request_events.unionByName(fire_events).unionByName(report_events)
+    return (
+        request_events.unionByName(fire_events).unionByName(report_events).unionByName(skip_events)
+    )
 
 
 def judge_timers(events: DataFrame, rules: Rules) -> DataFrame:

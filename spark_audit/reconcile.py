@@ -28,6 +28,16 @@ at the request's timestamp when there is no report. Then every fire is judged:
 
 Identical fire records (same version, time and worker) are one fire written twice by a
 producer retry, not two fires.
+
+A **series** (a schedule with a recurrence) is one version — its token and its first
+occurrence's due second — whose occurrences are each reconciled as a timer of their
+own, by sequence number: a fire of occurrence *n* must carry *n*'s due second (else it
+is unrequested), must not be early, must not come after the series was cancelled or
+replaced, and must happen once; every occurrence due (plus grace) before the audit's
+as-of time and before the series was cancelled or replaced must be accounted for — fired,
+skipped by ``skip-after`` or folded by ``coalesce`` — or it is **missing**. Skipped and
+coalesced occurrences are counted, not judged. A one-shot timer the policy skipped is
+``skipped``, not missing.
 """
 
 from __future__ import annotations
@@ -38,11 +48,15 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple, TypeVar
 
+from app.core.recurrence import Recurrence
+
 __all__ = [
+    "MAX_OCCURRENCES_WALKED",
     "CancelReport",
     "FireEvent",
     "RequestEvent",
     "Rules",
+    "SkipEvent",
     "Status",
     "Verdict",
     "Violation",
@@ -54,6 +68,9 @@ __all__ = [
 Version = tuple[str, int]
 
 _NO_EFFECT = frozenset({"already_fired", "wrong_token", "not_found"})
+#: Most occurrences of one series the audit walks (an every-second series over the
+#: default 7-day window is about 600,000).
+MAX_OCCURRENCES_WALKED = 2_000_000
 
 
 class ViolationKind(str, Enum):
@@ -86,6 +103,8 @@ class Status(str, Enum):
     MISSING = "missing"
     #: Only cancels were requested for this id.
     CANCEL_ONLY = "cancel_only"
+    #: The late-fire policy skipped its fire (one-shot timers).
+    SKIPPED = "skipped"
     #: Fired without any request.
     UNREQUESTED = "unrequested"
 
@@ -105,6 +124,8 @@ class RequestEvent(NamedTuple):
     check_token: bool = True
     #: Callback topic (schedules only).
     topic: str | None = None
+    #: The series, for a recurring schedule (its ``start`` is ``due``).
+    recurrence: Recurrence | None = None
 
 
 class FireEvent(NamedTuple):
@@ -115,6 +136,23 @@ class FireEvent(NamedTuple):
     fired_at_ms: int
     topic: str | None = None
     worker: str | None = None
+    #: The occurrence's number, for a series.
+    seq: int | None = None
+    #: Earlier occurrences folded into this fire by ``coalesce``.
+    coalesced: int = 0
+
+
+class SkipEvent(NamedTuple):
+    """One ``skipped`` record: a fire the late-fire policy did not deliver."""
+
+    token: str
+    due: int
+    at_ms: int
+    #: ``late`` (skip-after) or ``coalesced``.
+    reason: str
+    seq: int | None = None
+    #: Earlier occurrences this record also stands for.
+    coalesced: int = 0
 
 
 class CancelReport(NamedTuple):
@@ -179,6 +217,11 @@ class Verdict:
     #: Every distinct fire of any version, with its lateness and whether it came first.
     fires: list[dict[str, Any]] = field(default_factory=list)
     violations: list[Violation] = field(default_factory=list)
+    #: Occurrences (a one-shot timer is one) delivered, skipped by ``skip-after`` and
+    #: folded by ``coalesce``: the policy's work, counted, not violations.
+    occurrences_fired: int = 0
+    occurrences_skipped: int = 0
+    occurrences_coalesced: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -194,6 +237,9 @@ class Verdict:
             "fire_times": self.fire_times,
             "fires": self.fires,
             "violations": [v.to_dict() for v in self.violations],
+            "occurrences_fired": self.occurrences_fired,
+            "occurrences_skipped": self.occurrences_skipped,
+            "occurrences_coalesced": self.occurrences_coalesced,
         }
 
 
@@ -228,6 +274,9 @@ class _Replay:
         self.first_requested: dict[Version, int] = {}
         #: When each version last became pending (the base of "missing").
         self.live_since: dict[Version, int] = {}
+        #: The recurrence of each series version, and the series versions by token.
+        self.series: dict[Version, Recurrence] = {}
+        self.series_by_token: dict[str, list[Version]] = defaultdict(list)
         self.dead: dict[Version, list[_Dead]] = defaultdict(list)
         self._reports: dict[str, deque[CancelReport]] = defaultdict(deque)
         for report in _distinct(reports, lambda r: r.at_ms):
@@ -251,6 +300,9 @@ class _Replay:
         version = (request.token, request.due)
         self.final = request
         self.first_requested.setdefault(version, request.ts_ms)
+        if request.recurrence is not None and version not in self.series:
+            self.series[version] = request.recurrence
+            self.series_by_token[request.token].append(version)
         if self.pending is None and self.cancelled_token == request.token:
             # The wheel drops it: cancelled before it arrived.
             self.live_since.setdefault(version, request.ts_ms)
@@ -280,6 +332,17 @@ class _Replay:
         self.cancelled_token = self.pending[0]
         self.pending = None
 
+    def version_of(self, token: str, due: int, seq: int | None, at_ms: int) -> Version:
+        """The version a fire or skip record belongs to: a series occurrence (``seq``
+        set) to the series with its token requested last before ``at_ms``."""
+        if seq is None:
+            return (token, due)
+        candidates = self.series_by_token.get(token)
+        if not candidates:
+            return (token, -1)  # no series with this token: unrequested
+        before = [v for v in candidates if self.first_requested[v] <= at_ms]
+        return before[-1] if before else candidates[0]
+
     def dead_span(self, version: Version, at_ms: int) -> _Dead | None:
         for span in self.dead.get(version, ()):
             if span.start <= at_ms and (span.end is None or at_ms < span.end):
@@ -292,6 +355,7 @@ def judge(
     fires: Iterable[FireEvent],
     reports: Iterable[CancelReport],
     rules: Rules,
+    skips: Iterable[SkipEvent] = (),
 ) -> Verdict:
     """The verdict on one timer; ``requests`` must be in offset order."""
     requests = list(requests)
@@ -302,18 +366,19 @@ def judge(
         else:
             replay.cancel(request)
     distinct = _distinct(fires, lambda f: (f.fired_at_ms, f.token, f.due))
-    by_version: dict[Version, list[FireEvent]] = defaultdict(list)
-    for fire in distinct:
-        by_version[(fire.token, fire.due)].append(fire)
+    # A fire's version, and its occurrence within it (a series' due; a one-shot's own).
+    versions = [replay.version_of(f.token, f.due, f.seq, f.fired_at_ms) for f in distinct]
+    by_occurrence: dict[tuple[Version, int], list[FireEvent]] = defaultdict(list)
+    for fire, version in zip(distinct, versions, strict=True):
+        by_occurrence[(version, fire.due)].append(fire)
 
     violations: list[Violation] = []
     fire_rows: list[dict[str, Any]] = []
-    for fire in distinct:
-        version = (fire.token, fire.due)
+    for fire, version in zip(distinct, versions, strict=True):
         due_ms = fire.due * 1000
         since = replay.first_requested.get(version)
         lateness = fire.fired_at_ms - max(due_ms, since if since is not None else due_ms)
-        first = by_version[version][0] is fire
+        first = by_occurrence[(version, fire.due)][0] is fire
         fire_rows.append(
             {
                 "token": fire.token,
@@ -353,7 +418,9 @@ def judge(
                     fire.token,
                     fire.due,
                     fire.fired_at_ms,
-                    "this version (token, due) was never requested",
+                    "this version (token, due) was never requested"
+                    if fire.seq is None
+                    else "no series with this token was requested",
                 )
             )
             continue
@@ -369,19 +436,23 @@ def judge(
                     f"fired {fire.fired_at_ms - span.start} ms after it was {what}",
                 )
             )
-    for (token, due), version_fires in by_version.items():
-        if len(version_fires) > 1:
-            times = ", ".join(str(f.fired_at_ms) for f in version_fires)
+    for ((token, _), due), occurrence_fires in by_occurrence.items():
+        if len(occurrence_fires) > 1:
+            times = ", ".join(str(f.fired_at_ms) for f in occurrence_fires)
+            seq = occurrence_fires[0].seq
+            which = "" if seq is None else f"occurrence {seq} "
             violations.append(
                 Violation(
                     ViolationKind.DUPLICATE,
                     token,
                     due,
-                    version_fires[1].fired_at_ms,
-                    f"fired {len(version_fires)} times (at {times} ms)",
+                    occurrence_fires[1].fired_at_ms,
+                    f"{which}fired {len(occurrence_fires)} times (at {times} ms)",
                 )
             )
 
+    skips = _distinct(skips, lambda s: (s.at_ms, s.token, s.due))
+    skip_versions = [replay.version_of(k.token, k.due, k.seq, k.at_ms) for k in skips]
     final = replay.final
     if final is None:
         status = Status.UNREQUESTED if distinct else Status.CANCEL_ONLY
@@ -391,16 +462,37 @@ def judge(
     since = replay.live_since[version]
     spans = replay.dead.get(version)
     cancel_at = spans[-1].start if spans and spans[-1].end is None else None
-    final_fires = [f.fired_at_ms for f in by_version.get(version, [])]
+    final_fires = [f.fired_at_ms for f, v in zip(distinct, versions, strict=True) if v == version]
+    verdict = Verdict(
+        status=Status.PENDING,
+        requests=len(requests),
+        final_token=final.token,
+        final_due=final.due,
+        final_topic=final.topic,
+        final_requested_ms=since,
+        fire_count=len(final_fires),
+        fire_times=final_fires,
+        fires=fire_rows,
+        violations=violations,
+    )
+    recurrence = replay.series.get(version)
+    if recurrence is not None:
+        mine = [f for f, v in zip(distinct, versions, strict=True) if v == version]
+        my_skips = [k for k, v in zip(skips, skip_versions, strict=True) if v == version]
+        _judge_series(verdict, recurrence, since, cancel_at, mine, my_skips, rules)
+        return verdict
     expected_ms = max(final.due * 1000, since)
     if final_fires and cancel_at is not None and final_fires[0] < cancel_at:
         cancel_at = None  # the cancel came after the fire: too late, nothing to cancel
+    skipped = any(v == version for v in skip_versions)
     if cancel_at is not None:
-        status = Status.CANCELLED
+        verdict.status = Status.CANCELLED
     elif final_fires:
-        status = Status.FIRED
+        verdict.status = Status.FIRED
+    elif skipped:
+        verdict.status = Status.SKIPPED
     elif expected_ms + rules.grace_ms < rules.as_of_ms:
-        status = Status.MISSING
+        verdict.status = Status.MISSING
         violations.append(
             Violation(
                 ViolationKind.MISSING,
@@ -410,19 +502,99 @@ def judge(
                 f"not fired {(rules.as_of_ms - expected_ms) / 1000:.1f} s after it was due",
             )
         )
+    verdict.cancelled = cancel_at is not None
+    verdict.cancel_at_ms = cancel_at
+    verdict.occurrences_fired = 1 if final_fires else 0
+    verdict.occurrences_skipped = 1 if skipped and not final_fires else 0
+    return verdict
+
+
+def _judge_series(
+    verdict: Verdict,
+    recurrence: Recurrence,
+    live_since: int,
+    ended_ms: int | None,
+    fires: list[FireEvent],
+    skips: list[SkipEvent],
+    rules: Rules,
+) -> None:
+    """Reconcile each occurrence of the final series version (see the module doc)."""
+    assert verdict.final_due is not None
+    fired: dict[int, FireEvent] = {}
+    skipped: set[int] = set()
+    coalesced: set[int] = set()
+    for fire in fires:
+        if fire.seq is not None:
+            fired.setdefault(fire.seq, fire)
+            coalesced.update(range(fire.seq - fire.coalesced, fire.seq))
+    for skip in skips:
+        if skip.seq is None:
+            continue
+        if skip.reason == "coalesced":
+            coalesced.update(range(skip.seq - skip.coalesced, skip.seq + 1))
+        else:
+            skipped.add(skip.seq)
+            coalesced.update(range(skip.seq - skip.coalesced, skip.seq))
+    last_recorded = max([*fired, *skipped, *coalesced], default=0)
+    missing: list[tuple[int, int]] = []
+    ended = False
+    walked = 0
+    for seq, due in recurrence.occurrences(verdict.final_due, 1):
+        walked += 1
+        got = fired.get(seq)
+        if got is not None and got.due != due:
+            verdict.violations.append(
+                Violation(
+                    ViolationKind.UNREQUESTED,
+                    got.token,
+                    got.due,
+                    got.fired_at_ms,
+                    f"occurrence {seq} is due at {due}, not {got.due}",
+                )
+            )
+        due_ms = due * 1000
+        expected = (ended_ms is None or due_ms + rules.grace_ms < ended_ms) and max(
+            due_ms, live_since
+        ) + rules.grace_ms < rules.as_of_ms
+        if expected and got is None and seq not in skipped and seq not in coalesced:
+            missing.append((seq, due))
+        if not expected and seq > last_recorded:
+            break
+        if walked >= MAX_OCCURRENCES_WALKED:
+            break
     else:
-        status = Status.PENDING
-    return Verdict(
-        status=status,
-        requests=len(requests),
-        final_token=final.token,
-        final_due=final.due,
-        final_topic=final.topic,
-        final_requested_ms=since,
-        cancelled=cancel_at is not None,
-        cancel_at_ms=cancel_at,
-        fire_count=len(final_fires),
-        fire_times=final_fires,
-        fires=fire_rows,
-        violations=violations,
-    )
+        ended = True  # the series ran out of occurrences (count or end)
+    beyond = [f for s, f in fired.items() if s > walked]
+    for fire in beyond if ended else ():
+        verdict.violations.append(
+            Violation(
+                ViolationKind.UNREQUESTED,
+                fire.token,
+                fire.due,
+                fire.fired_at_ms,
+                f"occurrence {fire.seq}: the series has only {walked}",
+            )
+        )
+    for seq, due in missing[:100]:  # one violation each; a long outage lists the first 100
+        more = len(missing) - 100 if (seq, due) == missing[-1] or len(missing) <= 100 else 0
+        verdict.violations.append(
+            Violation(
+                ViolationKind.MISSING,
+                verdict.final_token,
+                due,
+                max(due * 1000, live_since),
+                f"occurrence {seq} not fired" + (f" (and {more} more)" if more > 0 else ""),
+            )
+        )
+    accounted = fired.keys() | skipped | coalesced
+    verdict.cancelled = ended_ms is not None
+    verdict.cancel_at_ms = ended_ms
+    verdict.occurrences_fired = len(fired)
+    verdict.occurrences_skipped = len(skipped - fired.keys())
+    verdict.occurrences_coalesced = len(coalesced - fired.keys() - skipped)
+    if missing:
+        verdict.status = Status.MISSING
+    elif ended_ms is not None:
+        verdict.status = Status.CANCELLED
+    elif ended and all(seq in accounted for seq in range(1, walked + 1)):
+        verdict.status = Status.FIRED  # every occurrence of a finished series

@@ -85,6 +85,8 @@ def console_summary(summary: AuditSummary, max_violations: int = 20) -> str:
         f"  timers: {summary.timers}  "
         + "  ".join(f"{k}={v}" for k, v in sorted(summary.statuses.items())),
         "  violations: " + "  ".join(f"{k}={summary.violation_counts.get(k, 0)}" for k in _KINDS),
+        "  occurrences (not violations): "
+        + "  ".join(f"{k}={v}" for k, v in summary.occurrences.items()),
         "",
         f"  {'lateness (ms)':<32} {'fires':>9}  {'p50':>9}  {'p90':>9}  {'p99':>9}  {'max':>9}",
     ]
@@ -152,6 +154,7 @@ def html_report(summary: AuditSummary) -> str:
         ["violation", "count"], [[k, summary.violation_counts.get(k, 0)] for k in _KINDS]
     )
     statuses = _table(["status", "timers"], sorted(map(list, summary.statuses.items())))
+    occurrences = _table(["occurrences", "count"], [[k, v] for k, v in summary.occurrences.items()])
     histogram = bar_chart(
         summary.histogram,
         "Lateness of first fires",
@@ -199,6 +202,9 @@ Read {reads.request_records} request records from <code>{escape(summary.requests
 with the {escape(summary.source)} source, in {summary.elapsed_s:.1f} s.</p>
 <h2>Violations</h2>{counts}
 <h2>Timers</h2>{statuses}
+<p>Occurrences (a one-shot timer is one): fired, skipped by <code>skip-after</code> and
+folded by a series' <code>coalesce</code> policy. Skipped and coalesced ones are the
+late-fire policy at work, not violations.</p>{occurrences}
 <h2>Lateness</h2>
 <p>First fire of each version, from its due second (or from its request, when that came
 later). The red bar counts early fires.</p>

@@ -28,6 +28,7 @@ __all__ = [
     "fire_stats",
     "fires",
     "histogram_labels",
+    "occurrence_counts",
     "violation_sample",
     "violations",
 ]
@@ -79,6 +80,17 @@ def counts(timers: DataFrame, violations: DataFrame) -> tuple[dict[str, int], di
         target = statuses if row["k"].startswith("s:") else kinds
         target[row["k"][2:]] = int(row["count"])
     return statuses, kinds
+
+
+def occurrence_counts(timers: DataFrame) -> dict[str, int]:
+    """Occurrences fired, skipped (``skip-after``) and coalesced, over every timer: the
+    late-fire policy's work, reported beside the violations, never as one."""
+    row = timers.agg(
+        F.sum("occurrences_fired").alias("fired"),
+        F.sum("occurrences_skipped").alias("skipped"),
+        F.sum("occurrences_coalesced").alias("coalesced"),
+    ).collect()[0]
+    return {name: int(row[name] or 0) for name in ("fired", "skipped", "coalesced")}
 
 
 def violation_sample(violations: DataFrame, limit: int) -> list[dict[str, Any]]:

@@ -67,6 +67,9 @@ class AuditSummary:
     fires_per_minute: list[tuple[int, int]]
     elapsed_s: float = 0.0
     output_dir: str = ""
+    #: Occurrences (a one-shot timer is one) ``fired``, ``skipped`` by ``skip-after`` and
+    #: ``coalesced`` by a series' ``coalesce`` policy: counted, not violations.
+    occurrences: dict[str, int] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

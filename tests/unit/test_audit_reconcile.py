@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from app.core.recurrence import Recurrence
 from spark_audit.reconcile import (
     CancelReport,
     FireEvent,
     RequestEvent,
     Rules,
+    SkipEvent,
     Status,
     Verdict,
     ViolationKind,
@@ -187,3 +189,103 @@ def test_fires_nobody_asked_for_are_unrequested() -> None:
 def test_an_id_with_only_cancels_is_nothing_to_fire() -> None:
     verdict = judge([cancel(0)], [], [CancelReport("k1", "cancelled_in_advance", T0 * 1000)], AS_OF)
     assert (verdict.status, kinds(verdict)) == (Status.CANCEL_ONLY, [])
+
+
+# -- series: each occurrence reconciled as a timer -------------------------------------
+
+EVERY = 10
+START = T0 + 100  # occurrence n is due at START + (n - 1) * EVERY
+
+
+def series_request(
+    offset: int = 0, token: str = "s1", count: int | None = None, ts_s: float = T0
+) -> RequestEvent:
+    rec = Recurrence.interval(EVERY, start=START, count=count).anchored(int(ts_s))
+    return RequestEvent(offset, int(ts_s * 1000), "schedule", token, START, True, "cb", rec)
+
+
+def occurrence(seq: int, late_ms: int = 30, token: str = "s1", coalesced: int = 0) -> FireEvent:
+    due = START + (seq - 1) * EVERY
+    return FireEvent(token, due, due * 1000 + late_ms, "cb", "w1", seq, coalesced)
+
+
+def skip(seq: int, reason: str = "late", coalesced: int = 0) -> SkipEvent:
+    due = START + (seq - 1) * EVERY
+    return SkipEvent("s1", due, due * 1000 + 9000, reason, seq, coalesced)
+
+
+def test_a_finished_series_fired_on_every_occurrence_is_clean() -> None:
+    verdict = judge([series_request(count=4)], [occurrence(n) for n in (1, 2, 3, 4)], [], AS_OF)
+    assert (verdict.status, kinds(verdict)) == (Status.FIRED, [])
+    assert verdict.occurrences_fired == 4 and verdict.fire_count == 4
+
+
+def test_a_running_series_is_pending_and_only_occurrences_due_plus_grace_are_expected() -> None:
+    as_of = Rules(as_of_ms=(START + 100) * 1000, grace_ms=60_000)  # occurrences 1-5 expected
+    verdict = judge([series_request()], [occurrence(n) for n in range(1, 6)], [], as_of)
+    assert (verdict.status, kinds(verdict)) == (Status.PENDING, [])
+
+
+def test_a_missing_occurrence_is_a_violation_named_by_its_number() -> None:
+    fires = [occurrence(n) for n in (1, 2, 4)]
+    verdict = judge([series_request(count=4)], fires, [], AS_OF)
+    assert verdict.status is Status.MISSING
+    assert kinds(verdict) == [ViolationKind.MISSING]
+    assert verdict.violations[0].due == START + 2 * EVERY
+    assert "occurrence 3" in verdict.violations[0].detail
+
+
+def test_a_duplicate_and_an_early_occurrence_are_violations() -> None:
+    fires = [occurrence(1), occurrence(2), occurrence(2, late_ms=800), occurrence(3, late_ms=-5)]
+    verdict = judge([series_request(count=3)], fires, [], AS_OF)
+    assert sorted(kinds(verdict)) == sorted([ViolationKind.DUPLICATE, ViolationKind.EARLY])
+
+
+def test_an_occurrence_with_the_wrong_due_second_was_never_requested() -> None:
+    wrong = FireEvent("s1", START + 5, (START + 5) * 1000, "cb", "w1", 1)
+    verdict = judge([series_request(count=1)], [wrong], [], AS_OF)
+    assert ViolationKind.UNREQUESTED in kinds(verdict)
+
+
+def test_a_cancelled_series_expects_nothing_after_the_cancel_and_forbids_fires_then() -> None:
+    cancel_s = START + 25  # occurrences 1-3 due before it
+    requests = [series_request(), cancel(1, token="s1", ts_s=cancel_s)]
+    report = CancelReport("s1", "cancelled", cancel_s * 1000 + 3)
+    clean = judge(requests, [occurrence(n) for n in (1, 2, 3)], [report], AS_OF)
+    assert (clean.status, kinds(clean)) == (Status.CANCELLED, [])
+    after = judge(requests, [occurrence(n) for n in (1, 2, 3, 4)], [report], AS_OF)
+    assert kinds(after) == [ViolationKind.FIRE_AFTER_CANCEL]
+    # occurrence 1 was due more than the grace before the cancel: it had to fire
+    long_cancel = [series_request(), cancel(1, token="s1", ts_s=START + 100)]
+    report = CancelReport("s1", "cancelled", (START + 100) * 1000)
+    lost = judge(long_cancel, [occurrence(n) for n in (2, 3, 4)], [report], AS_OF)
+    assert kinds(lost) == [ViolationKind.MISSING]
+
+
+def test_skipped_and_coalesced_occurrences_are_counted_not_violations() -> None:
+    fires = [occurrence(1), occurrence(6, late_ms=900, coalesced=3), occurrence(7)]
+    skips = [skip(2)]  # 2 skipped as late; 3-5 folded into 6
+    verdict = judge([series_request(count=7)], fires, [], AS_OF, skips)
+    assert (verdict.status, kinds(verdict)) == (Status.FIRED, [])
+    assert (verdict.occurrences_fired, verdict.occurrences_skipped) == (3, 1)
+    assert verdict.occurrences_coalesced == 3
+    # a catch-up longer than a tick reports folded occurrences on their own record
+    folded = [skip(3, reason="coalesced", coalesced=1)]
+    verdict = judge(
+        [series_request(count=5)], [occurrence(1), occurrence(5, coalesced=1)], [], AS_OF, folded
+    )
+    assert (verdict.status, kinds(verdict), verdict.occurrences_coalesced) == (Status.FIRED, [], 3)
+
+
+def test_a_replaced_series_must_not_fire_afterwards() -> None:
+    replaced_at = START + 15
+    requests = [series_request(), series_request(1, token="s2", ts_s=replaced_at)]
+    stale = occurrence(3)  # the old series' occurrence 3, due after the replacement
+    verdict = judge(requests, [occurrence(1), occurrence(2), stale], [], AS_OF)
+    assert ViolationKind.SUPERSEDED in kinds(verdict)
+
+
+def test_a_one_shot_timer_skipped_by_its_policy_is_skipped_not_missing() -> None:
+    skipped = SkipEvent("k1", DUE, DUE * 1000 + 9000, "late")
+    verdict = judge([schedule(0)], [], [], AS_OF, [skipped])
+    assert (verdict.status, kinds(verdict), verdict.occurrences_skipped) == (Status.SKIPPED, [], 1)

@@ -7,10 +7,18 @@ import re
 import pyarrow as pa
 import pytest
 
+from app.core.recurrence import Recurrence
 from spark_audit.charts import bar_chart
 from spark_audit.errors import AuditError
-from spark_audit.judging import EVENT_FIELDS, SOURCE_FIRE, SOURCE_REQUEST, judge_arrays
+from spark_audit.judging import (
+    EVENT_FIELDS,
+    SOURCE_FIRE,
+    SOURCE_REQUEST,
+    SOURCE_SKIP,
+    judge_arrays,
+)
 from spark_audit.options import parse_options
+from spark_audit.parsing import series_json
 from spark_audit.reading import SourceKind
 from spark_audit.reconcile import Rules
 from spark_audit.report import console_summary, fire_rate_bars, html_report, verdict_line
@@ -144,8 +152,18 @@ def test_the_fire_rate_chart_shows_quiet_minutes_and_widens_bars_for_long_spans(
 
 
 def test_judge_arrays_turns_grouped_events_into_verdicts() -> None:
-    def event(src: int, seq: int, kind: str, token: str, due: int | None) -> dict[str, object]:
-        values = [src, seq, seq, kind, token, due, True, "cb", None, "w1"]
+    def event(
+        src: int,
+        seq: int,
+        kind: str,
+        token: str,
+        due: int | None,
+        series: str | None = None,
+        occurrence: int | None = None,
+        outcome: str | None = None,
+    ) -> dict[str, object]:
+        values = [src, seq, seq, kind, token, due, True, "cb", outcome, "w1"]
+        values += [series, occurrence, None]
         return dict(zip(EVENT_FIELDS, values, strict=True))
 
     due = 1767225600
@@ -154,6 +172,13 @@ def test_judge_arrays_turns_grouped_events_into_verdicts() -> None:
         event(SOURCE_FIRE, due * 1000 + 5, "fired", "k", due),
     ]
     timer_b = [event(SOURCE_REQUEST, 1, "schedule", "k", due)]
+    every = series_json(Recurrence.interval(10, count=3).anchored(due - 10))
+    timer_c = [
+        event(SOURCE_REQUEST, 2, "schedule", "k", due, series=every),
+        event(SOURCE_FIRE, due * 1000 + 5, "fired", "k", due, occurrence=1),
+        event(SOURCE_FIRE, (due + 20) * 1000 + 5, "fired", "k", due + 20, occurrence=3),
+        event(SOURCE_SKIP, (due + 10) * 1000 + 9000, "skipped", "k", due + 10, None, 2, "late"),
+    ]
     struct = pa.struct(
         [
             ("src", pa.int32()),
@@ -166,10 +191,15 @@ def test_judge_arrays_turns_grouped_events_into_verdicts() -> None:
             ("topic", pa.string()),
             ("outcome", pa.string()),
             ("worker", pa.string()),
+            ("series", pa.string()),
+            ("occurrence", pa.int64()),
+            ("coalesced", pa.int64()),
         ]
     )
-    events = pa.array([[], timer_a, timer_b], pa.list_(struct)).slice(1)
+    events = pa.array([[], timer_a, timer_b, timer_c], pa.list_(struct)).slice(1)
     verdicts = judge_arrays(events, Rules(as_of_ms=(due + 3600) * 1000)).to_pylist()
-    assert [v["status"] for v in verdicts] == ["fired", "missing"]
+    assert [v["status"] for v in verdicts] == ["fired", "missing", "fired"]
+    assert (verdicts[2]["occurrences_fired"], verdicts[2]["occurrences_skipped"]) == (2, 1)
+    assert verdicts[2]["violations"] == []
     assert verdicts[0]["fires"][0]["lateness_ms"] == 5
     assert [x["kind"] for x in verdicts[1]["violations"]] == ["missing"]
