@@ -10,11 +10,13 @@ clocks are moved forward (``tests/support/clock.py``: time-machine from a
 What a moved clock does not move: record timestamps librdkafka sets itself. So "when
 did it fire" is read from the worker: the ``fired_at_ms`` of its audit record and the
 ``timer-fired-at`` header of the callback, which the callback's record timestamp must
-now equal (the worker sets it, see ``OutputProducer.callback``).
+now equal (the worker sets it, see ``OutputProducer.callback``); likewise each tick's
+record timestamp is the oscillator's send time, so the worker sees no clock skew.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 
@@ -83,6 +85,15 @@ def test_timers_fire_at_their_second_on_moved_clocks(stack: Stack, offset: int) 
         assert sent_real_ms <= fire.fired_at_ms - offset * 1000 <= done_real_ms, fire
         assert due_ms <= fire.fired_at_ms, f"fired before its second: {fire}"
         assert fire.fired_at_ms - due_ms < MAX_LATENESS_MS, f"not at its second: {fire}"
+    with TopicReader(stack.settings, stack.settings.topics.ticks) as tick_reader:
+        ticks = tick_reader.read_to_end()
+    read_real_ms = int(time.time() * 1000)
+    assert ticks, "the oscillator ticked"
+    for tick in ticks:  # on the moved clock, stamped with it: no clock skew for the worker
+        sent_ms = json.loads(tick.value or b"{}")["sent_ms"]
+        assert tick.timestamp_ms == sent_ms
+        assert int(tick.key or b"0") * 1000 <= sent_ms
+        assert sent_real_ms - 120_000 <= sent_ms - offset * 1000 <= read_real_ms
     for record in callbacks:
         timer = timers[(record.header("timer-id") or b"").decode()]
         fired_at = int(record.header("timer-fired-at") or 0)
