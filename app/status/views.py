@@ -12,7 +12,10 @@ Served by the worker's own Faust web server (``KAFKA_TIMERS_WEB_PORT``):
     the next ``N`` pending timers on this worker, in due order (``N`` <= 1000).
 ``GET /timers/{id}``
     one timer's state (``pending``, ``fired``, ``cancelled``), due second and
-    partition; 404 if no partition this worker holds knows it.
+    partition; 404 if no partition this worker holds knows it. A pending series also
+    shows ``series``: its recurrence, its next occurrence (due second and number) and
+    how many occurrences have fired so far; a series that has ended is ``fired``, under
+    its first occurrence's second.
 
 Handlers run on the worker's event loop, between ticks, so each is bounded: the
 by-due histogram reads at most :data:`PENDING_SCAN_LIMIT` timers and is cached for a
@@ -81,7 +84,7 @@ def _text_or_b64(data: bytes | None, name: str) -> dict[str, Any]:
 
 def timer_json(partition: int, timer: Timer) -> dict[str, Any]:
     """What the endpoints say about a pending timer: never its token, nor its payload."""
-    return {
+    doc: dict[str, Any] = {
         "id": timer.id,
         "due": timer.due,
         "partition": partition,
@@ -90,6 +93,25 @@ def timer_json(partition: int, timer: Timer) -> dict[str, Any]:
         "value_bytes": None if timer.value is None else len(timer.value),
         "headers": [name for name, _ in timer.headers],
     }
+    if timer.late is not None:
+        doc["late"] = timer.late.text()
+    if timer.recurrence is not None:
+        rec = timer.recurrence
+        doc["series"] = {
+            "recurrence": rec.describe(),
+            "cron": rec.cron,
+            "tz": rec.tz if rec.cron else None,
+            "every": rec.every,
+            "first_due": rec.start,
+            "end": rec.end,
+            "count": rec.count,
+            "next_due": timer.due,
+            "next_seq": timer.seq,
+            #: delivered; the rest of seq - 1 were skipped or coalesced by the policy
+            "fired": timer.fired_before,
+            "occurrences_before": timer.seq - 1,
+        }
+    return doc
 
 
 def _by_partition(metrics: WorkerMetrics, name: str) -> dict[str, float]:

@@ -140,7 +140,8 @@ function renderNext(list) {
   for (const t of list.timers) {
     const tr = tbody.insertRow();
     tr.dataset.id = t.id;
-    for (const v of [utc(t.due), Math.round(t.due - now) + " s", t.id, t.partition, t.topic, t.key === null ? "" : t.key, t.value_bytes])
+    const series = t.series ? "#" + t.series.next_seq + " of " + t.series.recurrence + " (" + t.series.fired + " fired)" : "";
+    for (const v of [utc(t.due), Math.round(t.due - now) + " s", t.id, t.partition, t.topic, t.key === null ? "" : t.key, t.value_bytes, series])
       tr.insertCell().textContent = v;
   }
 }
