@@ -14,8 +14,9 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from app.client import TimerClient
 from app.core import protowire
-from app.core.fired import FiredRecord
+from app.core.fired import FiredKind, FiredRecord
 from app.core.timer import Timer
+from app.dev.stack import wait_until_firing
 from app.kafka.config import confluent_producer
 from app.kafka.records import TopicReader
 from app.settings import Settings
@@ -23,7 +24,9 @@ from spark_audit.errors import AuditError, AuditSetupError
 from spark_audit.main import main as audit_main
 from spark_audit.reading import read_topic
 from spark_audit.session import audit_session
+from tests.support.faults import deliberate_fault_window
 from tests.support.stack import Stack
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -366,3 +369,46 @@ def test_the_audit_of_a_real_run_finds_no_violations(
     assert code == 0
     assert summary["statuses"] == {"fired": len(expected), "cancelled": 1}
     assert summary["lateness_overall"]["fires"] == len(expected)
+
+
+@pytest.mark.fault
+def test_a_kill_9_in_the_middle_of_a_series_loses_no_occurrence_and_the_audit_is_clean(
+    spark: Any, stack: Stack, tmp_path: Path
+) -> None:
+    settings = stack.settings
+    topic = stack.callback_topic("series-audited")
+    stack.oscillator()
+    workers = {name: stack.worker(name) for name in ("worker-1", "worker-2")}
+    client = TimerClient(settings)
+    wait_until_firing(settings, client, topic, probes=8, timeout=FIRE_TIMEOUT + 30)
+    series = client.schedule(topic, b"beat", every="2s", count=15, late="all")
+    client.flush()
+
+    def fires() -> list[FiredRecord]:
+        with TopicReader(settings, settings.topics.fired) as reader:
+            records = [FiredRecord.from_json(r.value or b"{}") for r in reader.read_to_end()]
+        return [r for r in records if r.event is FiredKind.FIRED and r.id == series.id]
+
+    wait_until(lambda: len(fires()) >= 3, FIRE_TIMEOUT, "3 occurrences")
+    holder = fires()[0].worker
+    deliberate_fault_window(1.0)  # between two fires, not during one
+    workers[holder].kill()
+    # the survivor takes the partition over (session timeout, rebalance, catch-up) and,
+    # with "all", fires every occurrence missed meanwhile, late, then the rest on time
+    wait_until(
+        lambda: {r.seq for r in fires()} >= set(range(1, 16)),
+        FIRE_TIMEOUT + 30,
+        "all 15 occurrences",
+    )
+    deliberate_fault_window(2.0)  # a duplicate on its way would arrive in this time
+    done = fires()
+
+    assert sorted(r.seq or 0 for r in done) == list(range(1, 16)), "each once, none lost"
+    assert {r.worker for r in done} == {"worker-1", "worker-2"}, "the series moved"
+    for r in done:
+        assert r.due == series.due + 2 * ((r.seq or 0) - 1)
+        assert r.fired_at_ms is not None and r.fired_at_ms >= r.due * 1000, "never early"
+    code, summary = run_audit(settings, tmp_path)
+    assert summary["violations"] == [] and code == 0
+    assert summary["statuses"] == {"fired": 9}  # 8 probes and the finished series
+    assert summary["occurrences"] == {"fired": 8 + 15, "skipped": 0, "coalesced": 0}
