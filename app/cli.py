@@ -1,6 +1,7 @@
 """The ``kafka-timers`` command: one entry point, one subcommand per process or action.
 
-Errors the user can fix are one line on stderr and exit status 2, never a traceback.
+Errors the user can fix are one line on stderr and exit status 2, never a traceback
+(3 for a cancel that was sent but not answered in time: see ``CancelNotAnswered``).
 """
 
 from __future__ import annotations
@@ -283,7 +284,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="how far back to search the fired topic when no worker gives a due second "
         f"(default {DEFAULT_GET_SINCE})",
     )
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds for the whole lookup")
+    p.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds for reading the fired topic"
+    )
     p.set_defaults(func=cmd_get)
 
     # Everything after "audit" (flags included) belongs to the audit's own parser.

@@ -11,6 +11,7 @@ from that end until the record that names that offset.
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
@@ -48,7 +49,11 @@ class ScheduledTimer:
 class TimerClient:
     """Schedules timers. Requests are keyed by timer id, so timers due in the same
     second spread over all partitions, and a cancel or reschedule of an id lands on the
-    partition that holds it (murmur2, like Java and Faust)."""
+    partition that holds it (murmur2, like Java and Faust).
+
+    Threads may share a client; cancels that wait for their answers take turns (one
+    reader of the fired topic per client), so give each busy thread its own client.
+    """
 
     def __init__(
         self,
@@ -65,6 +70,8 @@ class TimerClient:
         #: Made on the first cancel that waits for its answer, then reused.
         self._answers: FiredPartitionReader | None = None
         self._request_partitions: int | None = None
+        #: One reader, so one wait at a time: threads sharing a client take turns.
+        self._wait_lock = threading.Lock()
 
     def _on_delivery(self, err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
@@ -177,7 +184,16 @@ class TimerClient:
             return None
         if wait <= 0:
             raise KafkaTimersError(f"wait must be a positive number of seconds, not {wait}")
-        return self._send_and_wait(timer_id, value, time.monotonic() + wait, wait)
+        deadline = time.monotonic() + wait
+        if not self._wait_lock.acquire(timeout=wait):
+            raise KafkaTimersError(
+                f"the cancel of timer {timer_id!r} was not sent: other cancels of this "
+                f"client waited for their answers for all of {wait:g}s"
+            )
+        try:
+            return self._send_and_wait(timer_id, value, deadline, wait)
+        finally:
+            self._wait_lock.release()
 
     def _send_and_wait(
         self, timer_id: str, value: bytes | None, deadline: float, wait: float
