@@ -8,6 +8,7 @@ from app.kafka.config import confluent_producer
 from app.kafka.topics import ensure_topics
 from app.settings import Settings
 from app.telemetry import serve_metrics
+from oscillator.health import LIVEZ_PATH, tick_liveness
 from oscillator.metrics import OscillatorMetrics
 from oscillator.ticker import Oscillator
 
@@ -18,10 +19,15 @@ def run_oscillator(settings: Settings, stop: threading.Event, *, timeout: float 
     """Tick the tick topic of ``settings`` until ``stop`` is set (SIGTERM, Ctrl-C)."""
     ensure_topics(settings, [settings.topics.ticks], timeout=timeout)
     metrics = OscillatorMetrics()
-    serve_metrics(settings.metrics_port, metrics.registry)
-    Oscillator(
+    oscillator = Oscillator(
         confluent_producer(settings),
         settings.topics.ticks,
         oscillator_id=settings.worker_id,
         metrics=metrics,
-    ).run(stop)
+    )
+    serve_metrics(
+        settings.metrics_port,
+        metrics.registry,
+        {LIVEZ_PATH: tick_liveness(oscillator, settings.liveness_timeout)},
+    )
+    oscillator.run(stop)

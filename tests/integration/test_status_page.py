@@ -214,6 +214,9 @@ def test_status_data_counts_what_was_scheduled(scene: Scene) -> None:
     )
     assert history[0][1] == 0 and all(rate >= 0 for _, rate in history)
     assert fired_in(history) == pytest.approx(len(scene.fired))
+    # Every request was applied: no partition this worker holds is behind.
+    assert {int(p) for p in d["request_lag"]} == set(range(scene.partitions))
+    assert all(lag == {"records": 0, "seconds": 0} for lag in d["request_lag"].values())
 
 
 def test_a_timer_is_looked_up_by_id_and_its_token_is_never_shown(scene: Scene) -> None:
@@ -349,6 +352,8 @@ def test_status_page_in_headless_chromium_shows_what_was_scheduled(
             assert list(ages) == [f"p{p}" for p in range(scene.partitions)]
             assert all(0 <= age < 3 for age in ages.values()), ages
             assert page.eval_on_selector_all("#chart-ticks rect.bar.bad", "rs => rs.length") == 0
+            lag = page.eval_on_selector_all("#chart-request-lag rect.bar", BARS_JS)
+            assert lag == {f"p{p}": 0 for p in range(scene.partitions)}
             assert page.get_attribute("#chart-fires polyline", "data-points") not in (None, "0")
             since_start = page.inner_text("#lateness-table tbody tr:nth-child(2)")
             assert since_start.split("\t")[-1].strip() == str(len(scene.fired))
