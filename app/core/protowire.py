@@ -1,26 +1,12 @@
-"""Protobuf wire encoding of the ``Future`` message, by hand, so no code generator is needed.
+"""Protobuf wire encoding of the ``Future`` request, by hand: what the client encodes with.
 
-The schema, field-compatible with the original article's ``Future`` (fields 1-3)::
-
-    message Header { string name = 1; bytes value = 2; }
-    message Future {
-        string callBackTopic = 1;   // where the callback goes
-        string callBackKey   = 2;   // its key
-        bytes  callBack      = 3;   // its value, unchanged
-        string id            = 4;   // timer id (absent: derived from topic/partition/offset)
-        string token         = 5;   // cancellation token
-        int64  due           = 6;   // epoch second (absent: the record key, as in the article)
-        repeated Header headers = 7;
-        Action action        = 8;   // SCHEDULE = 0, CANCEL = 1
-        // A recurring timer: cron (with tz) or every, instead of due.
-        string cron          = 9;   // 5 fields, or 6 with the seconds first
-        string tz            = 10;  // IANA time zone of the cron times (default UTC)
-        int64  every         = 11;  // interval, seconds
-        int64  start         = 12;  // epoch second: no occurrence before it
-        int64  end           = 13;  // epoch second: no occurrence after it
-        int64  count         = 14;  // at most this many occurrences
-        string late          = 15;  // late-fire policy: "skip-after 5s", "all", ...
-    }
+The schema of record is ``app/core/proto/kafka_timers/v1/future.proto`` (shipped with the
+package; see the README, "Request formats"): fields 1-3 are the original article's
+``Future``, fields 4-8 ours, 9-15 recurring timers and the late-fire policy. This codec
+follows it exactly, ``None`` standing for an absent field, and
+tests/unit/test_future_proto.py checks it against code generated from that file in
+both directions. The worker decodes requests with the protobuf runtime
+(:mod:`app.core.proto`); :func:`decode` stays as the reference those tests use.
 
 Unknown fields are skipped, as protobuf requires, so newer producers stay readable.
 """
@@ -106,11 +92,14 @@ def encode(future: Future) -> bytes:
     for number, text in ((9, future.cron), (10, future.tz)):
         if text is not None:
             parts.append(_len_field(number, text.encode()))
-    for number, num in ((11, future.every), (12, future.start), (13, future.end)):
+    for number, num in (
+        (11, future.every),
+        (12, future.start),
+        (13, future.end),
+        (14, future.count),
+    ):
         if num is not None:
             parts.append(_tag(number, _VARINT) + _varint(num))
-    if future.count is not None:
-        parts.append(_tag(14, _VARINT) + _varint(future.count))
     if future.late is not None:
         parts.append(_len_field(15, future.late.encode()))
     return b"".join(parts)
@@ -168,16 +157,18 @@ def _text(value: int | bytes, name: str) -> str:
         raise DecodeError(f"{name} is not UTF-8") from exc
 
 
-def _int64(value: int | bytes, name: str) -> int:
-    if not isinstance(value, int):
+def _signed(value: int | bytes, wire_type: int, name: str, bits: int) -> int:
+    """A varint read as a ``bits``-wide signed integer, truncated as protobuf does."""
+    if wire_type != _VARINT or not isinstance(value, int):
         raise DecodeError(f"{name} must be a varint")
-    return value - (1 << 64) if value >= 1 << 63 else value
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >= 1 << (bits - 1) else value
 
 
 def decode(data: bytes) -> Future:
     """Parse ``data`` as a ``Future``; raise :class:`DecodeError` if it is not one."""
     future = Future()
-    for number, _wire_type, value in _fields(data):
+    for number, wire_type, value in _fields(data):
         if number == 1:
             future.callback_topic = _text(value, "callBackTopic")
         elif number == 2:
@@ -191,7 +182,7 @@ def decode(data: bytes) -> Future:
         elif number == 5:
             future.token = _text(value, "token")
         elif number == 6:
-            future.due = _int64(value, "due")
+            future.due = _signed(value, wire_type, "due", 64)
         elif number == 7:
             if not isinstance(value, bytes):
                 raise DecodeError("headers must be length-delimited")
@@ -203,19 +194,19 @@ def decode(data: bytes) -> Future:
                     header_value = sub_value
             future.headers.append((name, header_value))
         elif number == 8:
-            future.action = _int64(value, "action")
+            future.action = _signed(value, wire_type, "action", 32)  # an enum: int32
         elif number == 9:
             future.cron = _text(value, "cron")
         elif number == 10:
             future.tz = _text(value, "tz")
         elif number == 11:
-            future.every = _int64(value, "every")
+            future.every = _signed(value, wire_type, "every", 64)
         elif number == 12:
-            future.start = _int64(value, "start")
+            future.start = _signed(value, wire_type, "start", 64)
         elif number == 13:
-            future.end = _int64(value, "end")
+            future.end = _signed(value, wire_type, "end", 64)
         elif number == 14:
-            future.count = _int64(value, "count")
+            future.count = _signed(value, wire_type, "count", 64)
         elif number == 15:
             future.late = _text(value, "late")
     return future

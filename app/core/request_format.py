@@ -7,9 +7,10 @@ Three formats share the topic; they are told apart like this, in order:
    ``scheduler-target-key``. A tombstone cancels the schedule with that key.
 2. **JSON** — the value's first non-blank byte is ``{``. Protobuf can never start
    with that byte for our schema (it would be field 15 as a deprecated group).
-3. **protobuf** — anything else: the ``Future`` message of :mod:`app.core.protowire`. A record
-   holding only fields 1-3 and keyed by its expiry second, exactly what the original
-   article's producers send, is a valid timer.
+3. **protobuf** — anything else: the ``Future`` message of
+   ``app/core/proto/kafka_timers/v1/future.proto``, decoded by the protobuf runtime
+   (:mod:`app.core.proto`). A record holding only fields 1-3 and keyed by its expiry
+   second, exactly what the original article's producers send, is a valid timer.
 
 A JSON or protobuf request may be **recurring**: a cron expression (with a time zone)
 or an interval instead of a due time, with an optional start, end and count. Its first
@@ -27,7 +28,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from app.core import protowire
+from google.protobuf.message import DecodeError as ProtobufDecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
+
+from app.core import proto
 from app.core.due import due_second, parse_at, parse_duration
 from app.core.errors import InvalidTimeSpec, RejectedRequest, RejectReason
 from app.core.late import LatePolicy
@@ -39,6 +43,8 @@ __all__ = ["RawRecord", "derived_id", "parse_request"]
 ETF1_EPOCH = "scheduler-epoch"
 ETF1_TARGET_TOPIC = "scheduler-target-topic"
 ETF1_TARGET_KEY = "scheduler-target-key"
+
+_parse_future = proto.Future.FromString
 
 
 @dataclass(frozen=True)
@@ -134,41 +140,49 @@ def _utf8(raw: bytes, name: str) -> str:
 def _from_protobuf(record: RawRecord) -> Timer | Cancel:
     assert record.value is not None
     try:
-        future = protowire.decode(record.value)
-    except protowire.DecodeError as exc:
+        future: Any = _parse_future(record.value)
+    except ProtobufDecodeError as exc:
         raise RejectedRequest(RejectReason.MALFORMED, f"not protobuf or JSON: {exc}") from exc
-    if future.action == protowire.ACTION_CANCEL:
+    if len(UnknownFieldSet(future)):
+        _refuse_misread_fields(future, proto.LAST_FIELD_NUMBER)
+    action = future.action  # an open enum: values other than 0 and 1 come through
+    if action == proto.CANCEL:
         if not future.id:
             raise RejectedRequest(RejectReason.MALFORMED, "cancel without a timer id")
-        return Cancel(id=future.id, token=future.token or "")
-    if future.action != protowire.ACTION_SCHEDULE:
-        raise RejectedRequest(RejectReason.UNKNOWN_FORMAT, f"unknown action {future.action}")
-    recurrence = _recurrence(
-        record,
-        cron=future.cron or None,
-        tz=future.tz or None,
-        every=future.every or None,
-        start=future.start,
-        end=future.end,
-        count=future.count,
-        has_due=future.due is not None,
-    )
+        return Cancel(id=future.id, token=future.token)
+    if action != proto.SCHEDULE:
+        raise RejectedRequest(RejectReason.UNKNOWN_FORMAT, f"unknown action {action}")
+    headers = future.headers
+    has = future.HasField
+    recurrence = None
+    if has("cron") or has("every") or has("tz") or has("start") or has("end") or has("count"):
+        recurrence = _recurrence(
+            record,
+            cron=future.cron if has("cron") else None,
+            tz=future.tz or None,
+            every=future.every if has("every") else None,
+            start=future.start if has("start") else None,
+            end=future.end if has("end") else None,
+            count=future.count if has("count") else None,
+            has_due=has("due"),
+        )
     if recurrence is not None:
         assert recurrence.start is not None
         due = recurrence.start
     else:
-        due = future.due if future.due is not None else _due_from_key(record)
+        # Absent and empty are the same for every field but the key (null or empty) and due.
+        due = future.due if has("due") else _due_from_key(record)
     return Timer(
         id=future.id or derived_id(record),
         due=due,
-        topic=future.callback_topic or "",
-        key=None if future.callback_key is None else future.callback_key.encode(),
-        value=future.callback if future.callback is not None else b"",
-        token=future.token or "",
-        headers=tuple(future.headers),
+        topic=future.callBackTopic,
+        key=future.callBackKey.encode() if has("callBackKey") else None,
+        value=future.callBack,
+        token=future.token,
+        headers=_headers(headers) if headers else (),
         recurrence=recurrence,
         seq=1 if recurrence is not None else 0,
-        late=_late(future.late),
+        late=_late(future.late) if has("late") else None,
     )
 
 
@@ -220,6 +234,32 @@ def _recurrence(
         assert every is not None
         recurrence = Recurrence.interval(every, start=start, end=end, count=count)
     return recurrence.anchored(_sent_second(record))
+
+
+def _headers(headers: Any) -> tuple[Header, ...]:
+    out = []
+    for header in headers:  # one pass: reading a header out of upb is what costs
+        if len(UnknownFieldSet(header)):
+            _refuse_misread_fields(header, 2)
+        out.append((header.name, header.value))
+    return tuple(out)
+
+
+def _refuse_misread_fields(message: Any, last_number: int) -> None:
+    """Dead-letter a field of the schema that was sent with the wrong wire type.
+
+    protobuf reads it as an unknown field and the field as absent: a ``due`` sent as
+    fixed64 would silently become "take the due second from the key". Such bytes come
+    from a broken producer, never from generated code, and belong in the DLQ. Unknown
+    fields above the schema's numbers are a newer producer's, and are skipped.
+    """
+    for unknown in UnknownFieldSet(message):
+        if unknown.field_number <= last_number:
+            raise RejectedRequest(
+                RejectReason.MALFORMED,
+                f"field {unknown.field_number} of {message.DESCRIPTOR.name} "
+                f"has wire type {unknown.wire_type}, not the schema's",
+            )
 
 
 def _from_json(record: RawRecord) -> Timer | Cancel:

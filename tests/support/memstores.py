@@ -32,6 +32,8 @@ class Produced:
     #: ``coalesced`` of each callback, by (id, seq), when not 0.
     coalesced: dict[tuple[str, int], int] = field(default_factory=dict)
     cancels: list[tuple[str, str, str, int]] = field(default_factory=list)
+    #: ``(id, partition, request offset)`` of each cancel answered, in the same order.
+    cancel_requests: list[tuple[str, int, int | None]] = field(default_factory=list)
     dead_letters: list[tuple[bytes | None, RejectReason, str]] = field(default_factory=list)
     dead_timers: list[tuple[str, RejectReason]] = field(default_factory=list)
     changelog: list[tuple[int, bytes, bytes | None]] = field(default_factory=list)
@@ -73,8 +75,16 @@ class FakeOutput:
     ) -> None:
         self.pending.skipped.append((timer, reason, coalesced))
 
-    def cancel_outcome(self, timer_id: str, token: str, outcome: str, partition: int) -> None:
+    def cancel_outcome(
+        self,
+        timer_id: str,
+        token: str,
+        outcome: str,
+        partition: int,
+        request_offset: int | None = None,
+    ) -> None:
         self.pending.cancels.append((timer_id, token, outcome, partition))
+        self.pending.cancel_requests.append((timer_id, partition, request_offset))
 
     def dead_letter(self, record: RawRecord, reason: RejectReason, detail: str) -> None:
         self.pending.dead_letters.append((record.value, reason, detail))
@@ -92,7 +102,15 @@ class FakeOutput:
             self.in_transaction = True
 
     def _make_durable(self) -> None:
-        for name in ("callbacks", "skipped", "cancels", "dead_letters", "dead_timers", "changelog"):
+        for name in (
+            "callbacks",
+            "skipped",
+            "cancels",
+            "cancel_requests",
+            "dead_letters",
+            "dead_timers",
+            "changelog",
+        ):
             getattr(self.durable, name).extend(getattr(self.pending, name))
         self.durable.coalesced.update(self.pending.coalesced)
         for p, _, _ in self.pending.changelog:
