@@ -31,6 +31,7 @@ SCENARIOS: dict[str, str] = {
     "baseline-raw": "bench.baseline_raw",
     "baseline-faust": "bench.baseline_faust",
     "ingest": "bench.ingest",  # and fire, on the bucket ingest stored
+    "series": "bench.series",  # the same for recurring timers, set beside ingest's figures
     "steady": "bench.steady",
     "burst": "bench.burst",
     "capacity": "bench.capacity",

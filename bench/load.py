@@ -43,21 +43,31 @@ class TimerSpec:
     #: Request partition, where a scenario must place timers on one worker's partitions;
     #: ``None`` (the normal case) hashes the id like the client does.
     partition: int | None = None
+    #: A series instead: its interval (seconds), first occurrence at ``due``, ``count``
+    #: occurrences.
+    every: int | None = None
+    count: int | None = None
 
 
 def request_record(spec: TimerSpec, callback_topic: str) -> bytes:
     """The protobuf request for ``spec``: a 100-byte value to ``callback_topic``, with a token."""
     value = (b'{"timer":"%s","pad":"' % spec.id.encode()).ljust(CALLBACK_VALUE_BYTES - 2, b"x")
-    return protowire.encode(
-        protowire.Future(
-            callback_topic=callback_topic,
-            callback_key=spec.id,
-            callback=value + b'"}',
-            id=spec.id,
-            token=f"{zlib.crc32(spec.id.encode()):08x}" * 2,
-            due=spec.due,
-        )
+    future = protowire.Future(
+        callback_topic=callback_topic,
+        callback_key=spec.id,
+        callback=value + b'"}',
+        id=spec.id,
+        token=f"{zlib.crc32(spec.id.encode()):08x}" * 2,
+        due=spec.due,
     )
+    if spec.every is not None:
+        future.due, future.every, future.start, future.count = (
+            None,
+            spec.every,
+            spec.due,
+            spec.count,
+        )
+    return protowire.encode(future)
 
 
 class RequestLoad:

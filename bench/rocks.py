@@ -16,17 +16,18 @@ from app.core.keys import PENDING
 __all__ = ["count_pending_keys"]
 
 
-def count_pending_keys(data_dir: Path) -> dict[int, int]:
-    """Pending-timer keys per partition, from every ``timers-<n>.db`` under ``data_dir``."""
+def count_pending_keys(data_dir: Path, prefix: bytes = PENDING) -> dict[int, int]:
+    """Pending-timer keys per partition, from every ``timers-<n>.db`` under ``data_dir``
+    (only those starting with ``prefix``, e.g. one due second's ``bucket_floor``)."""
     counts: dict[int, int] = {}
     for path in sorted(data_dir.glob("**/timers-*.db")):
         partition = int(path.name.removeprefix("timers-").removesuffix(".db"))
         db = Rdict(str(path), Options(raw_mode=True), access_type=AccessType.read_only())
         try:
             it = db.iter()
-            it.seek(PENDING)
+            it.seek(prefix)
             count = 0
-            while it.valid() and it.key()[:1] == PENDING:
+            while it.valid() and it.key()[: len(prefix)] == prefix:
                 count += 1
                 it.next()
             del it

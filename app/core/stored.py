@@ -134,7 +134,11 @@ def unpack_timer(data: bytes) -> Timer:
             recurrence = Recurrence(
                 cron=cron, tz=tz, start=_unopt(start), end=_unopt(end), count=_unopt(count)
             )
-        late = LatePolicy(skip_ms if flags & 1 else None, _CATCH_UPS[flags >> 1 & 3])
+        late = (
+            LatePolicy(skip_ms if flags & 1 else None, _CATCH_UPS[flags >> 1 & 3])
+            if flags
+            else None
+        )
         return Timer(
             id=timer_id,
             due=due,
@@ -146,7 +150,7 @@ def unpack_timer(data: bytes) -> Timer:
             recurrence=recurrence,
             seq=seq,
             fired_before=fired_before,
-            late=None if late.is_empty else late,
+            late=late,
         )
     return Timer(
         id=timer_id,

@@ -19,7 +19,7 @@ from typing import Any
 from app.core.clock_check import ClockSkewMonitor
 from app.core.errors import RejectedRequest, RejectReason
 from app.core.fired import SkipReason
-from app.core.firing import StepKind, plan
+from app.core.firing import StepKind, next_occurrence, plan
 from app.core.keys import REQUEST_OFFSET
 from app.core.late import DEFAULT_POLICY, LatePolicy
 from app.core.policy import RequestPolicy
@@ -273,9 +273,15 @@ class TimerService:
     ) -> tuple[list[Timer], Timer | None]:
         """Produce what ``timer``, due by tick ``through``, does now: its callbacks and
         skipped records. Return the occurrences delivered and the series' successor."""
-        if timer.recurrence is None and timer.late is None and not self._late.skip_after_ms:
-            self._output.callback(timer, partition=partition, fired_at_ms=now_ms)  # hot path
-            return [timer], None
+        if timer.late is None and not self._late.skip_after_ms:  # the hot paths: nothing to skip
+            rec = timer.recurrence
+            if rec is None:
+                self._output.callback(timer, partition=partition, fired_at_ms=now_ms)
+                return [timer], None
+            nxt = rec.after(timer.due, timer.seq)
+            if nxt is None or nxt > through:  # one occurrence due: nothing to catch up
+                self._output.callback(timer, partition=partition, fired_at_ms=now_ms)
+                return [timer], None if nxt is None else next_occurrence(timer, nxt)
         policy = self._late if timer.late is None else timer.late.over(self._late)
         steps = plan(timer, through, now_ms, policy)
         delivered: list[Timer] = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from app.core.errors import RejectedRequest, RejectReason
-from app.core.firing import MISFIRE_MS, StepKind, plan
+from app.core.firing import MISFIRE_MS, StepKind, next_occurrence, plan
 from app.core.late import DEFAULT_POLICY, CatchUp, LatePolicy
 from app.core.recurrence import Recurrence
 from app.core.timer import Timer
@@ -148,3 +148,8 @@ def test_catch_up_is_bounded_per_tick_and_goes_on_from_where_it_stopped() -> Non
     assert p.successor is not None and (p.successor.seq, p.successor.due) == (12, T0 + 11)
     p = plan(p.successor, T0 + 100, (T0 + 102) * 1000, FIRE_COALESCE, budget=1000)
     assert kinds(p) == [("deliver", 101, 100, 89)]
+
+
+def test_the_workers_shortcut_for_one_due_occurrence_is_the_plans_successor() -> None:
+    timer = series()
+    assert plan(timer, T0, T0 * 1000, FIRE_COALESCE).successor == next_occurrence(timer, T0 + 2)

@@ -1,0 +1,151 @@
+"""Series: what recurring timers cost against one-shot timers, in the same run.
+
+The ingest scenario's method, for one-shot timers and for series side by side: N
+requests (one-shot, or a series every day, 2 occurrences, the first due at one far
+second) are preloaded, one worker stores them, then that second's tick fires them — and
+for a series the worker computes occurrence 2 and stores it in the same unit as the
+fire. Ingest and fire rates are measured exactly as :mod:`bench.ingest` measures them.
+Six rounds, one-shot, series, series, one-shot, one-shot, series, each on a fresh
+broker and worker, and the median of each kind: measured alone, whichever of two
+scenarios ran second was up to 1.5x slower on this shared machine, as large as the
+difference sought. The worker's CPU time per timer (``/proc``, from its first stored
+request; for the fire, up to the forgetting written) is shown beside the rates: it is
+what a timer costs, and other jobs on the machine disturb it far less.
+The target: series cost at most 1.5x one-shot timers (rates at least two thirds).
+
+An interval series, not a cron one: the interval is the common case and its next
+occurrence is arithmetic; a cron occurrence adds the cronsim walk (~10-30 µs, see
+docs/performance.md) on top of what is measured here.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+from app.core.keys import bucket_floor
+from bench import fire
+from bench.context import RunContext, ScenarioResult
+from bench.load import RequestLoad, TimerSpec, timer_ids
+from bench.procstat import cpu_seconds
+from bench.report import Figure, fmt_rate
+from bench.rocks import count_pending_keys
+from bench.scan import read_topic, timestamp_ms
+from bench.stack import wait_until
+from bench.stats import rate
+
+__all__ = ["MAX_COST_RATIO", "run"]
+
+#: Series may cost at most this much more than one-shot timers (rates this much lower).
+MAX_COST_RATIO = 1.5
+DAY = 86400
+
+
+def _verdict(series: float, one_shot: float) -> tuple[str, str, bool]:
+    ratio = one_shot / series if series else float("inf")
+    baseline = f"one-shot {fmt_rate(one_shot)} (series cost {ratio:.2f}x)"
+    return baseline, f"≤ {MAX_COST_RATIO}x one-shot", ratio <= MAX_COST_RATIO
+
+
+def _measure(ctx: RunContext, kind: str, round_no: int) -> dict[str, Any]:
+    """Store ``count`` timers of ``kind`` (``one-shot`` or ``series``) with one worker,
+    then fire them all at one tick; the rates, and what was stored."""
+    count = ctx.config.ingest_requests
+    series = kind == "series"
+    with ctx.stack(f"series-{round_no}-{kind}") as stack:
+        callbacks = stack.topic("series-callbacks")
+        due = int(time.time()) + DAY
+        load = RequestLoad(stack, callbacks)
+        load.send(
+            TimerSpec(timer_id, due, every=DAY if series else None, count=2 if series else None)
+            for timer_id in timer_ids("s", count)
+        )
+        load.flush()
+        worker = stack.worker("worker-1")
+        # CPU from the first request stored (start-up and the group join excluded) ...
+        wait_until(lambda: worker.metric("kafka_timers_scheduled_total") > 0, 120, "a request")
+        cpu_start = cpu_seconds(worker.pid)
+        wait_until(
+            lambda: worker.metric("kafka_timers_scheduled_total") >= count,
+            60 + count / 500,
+            f"the worker to store {count:,} requests ({kind})",
+            0.05,
+        )
+        ingest_cpu = cpu_seconds(worker.pid) - cpu_start
+        stamps = read_topic(stack.settings, stack.changelog, timestamp_ms)
+        stored = sum(count_pending_keys(worker.data_dir).values())
+        cpu_start = cpu_seconds(worker.pid)
+        fired = fire.fire_bucket(stack, callbacks, due, count)
+        after = 0
+        if series:  # occurrence 2 stored in the same unit as occurrence 1's fire
+            next_bucket = bucket_floor(due + DAY)
+            wait_until(
+                lambda: sum(count_pending_keys(worker.data_dir, next_bucket).values()) >= count,
+                60,
+                "occurrence 2 of every series to be stored",
+                0.5,
+            )
+            after = sum(count_pending_keys(worker.data_dir).values())
+        # ... and for the fire, up to the forgetting (and each series' next) written
+        wait_until(
+            lambda: worker.metric("kafka_timers_pending") <= (count if series else 0),
+            60,
+            "the fired timers forgotten",
+        )
+        fire_cpu = cpu_seconds(worker.pid) - cpu_start
+    detail = {
+        "kind": kind,
+        "requests": count,
+        "ingest_rate": rate(count - 1, (max(stamps) - min(stamps)) / 1000),
+        "fire_rate": fired["rate"],
+        "ingest_cpu_us": ingest_cpu / count * 1e6,
+        "fire_cpu_us": fire_cpu / count * 1e6,
+        "changelog_records": len(stamps),
+        "in_rocksdb": stored,
+        "pending_after_fire": after,
+        "fire": fired,
+    }
+    if stored != count or len(stamps) < 2 * count or (series and after != count):
+        raise RuntimeError(f"not every timer was stored (and continued): {detail}")
+    ctx.say(
+        f"series round {round_no} {kind}: ingest {fmt_rate(detail['ingest_rate'])} "
+        f"({detail['ingest_cpu_us']:.0f} µs CPU each), fire {fmt_rate(fired['rate'])} "
+        f"({detail['fire_cpu_us']:.0f} µs CPU each)"
+    )
+    return detail
+
+
+def run(ctx: RunContext) -> ScenarioResult:
+    # A B B A A B: a machine that speeds up or slows down during the run (other jobs on
+    # it, caches warming) weighs on both kinds alike; the median of each kind's three.
+    order = ("one-shot", "series", "series", "one-shot", "one-shot", "series")
+    rounds = [_measure(ctx, kind, n) for n, kind in enumerate(order, 1)]
+
+    def median(kind: str, name: str) -> float:
+        return float(statistics.median(r[name] for r in rounds if r["kind"] == kind))
+
+    figures = []
+    for name, what in (
+        ("ingest", "series stored/s, 1 worker"),
+        ("fire", "occurrences fired (and next stored)/s, 1 worker"),
+    ):
+        series, one_shot = median("series", f"{name}_rate"), median("one-shot", f"{name}_rate")
+        baseline, target, met = _verdict(series, one_shot)
+        figures.append(
+            Figure("series", what, fmt_rate(series), baseline, target, met, value=series)
+        )
+        cpu_series, cpu_one = (
+            median("series", f"{name}_cpu_us"),
+            median("one-shot", f"{name}_cpu_us"),
+        )
+        figures.append(
+            Figure(
+                "series",
+                f"worker CPU per {'request stored' if name == 'ingest' else 'fire'}",
+                f"{cpu_series:.0f} µs",
+                f"one-shot {cpu_one:.0f} µs ({cpu_series / cpu_one:.2f}x)",
+                value=cpu_series,
+            )
+        )
+    return ScenarioResult(figures=figures, details={"rounds": rounds})
