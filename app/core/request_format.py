@@ -6,7 +6,10 @@ Three formats share the topic; they are told apart like this, in order:
    Key = schedule id, value = payload, target in ``scheduler-target-topic`` /
    ``scheduler-target-key``. A tombstone cancels the schedule with that key.
 2. **JSON** — the value's first non-blank byte is ``{``. Protobuf can never start
-   with that byte for our schema (it would be field 15 as a deprecated group).
+   with ``{`` itself (it would be field 15 as a deprecated group), but it can start
+   with a whitespace byte followed by ``{``: a 123-byte callback topic is encoded as
+   ``\n{``. So a value that is not literally ``{...`` and is not valid JSON is tried
+   as protobuf before it is refused.
 3. **protobuf** — anything else: the ``Future`` message of
    ``app/core/proto/kafka_timers/v1/future.proto``, decoded by the protobuf runtime
    (:mod:`app.core.proto`). A record holding only fields 1-3 and keyed by its expiry
@@ -77,8 +80,18 @@ def parse_request(record: RawRecord) -> Timer | Cancel:
         return _etf1_tombstone(record)
     if ETF1_EPOCH in headers:
         return _etf1_schedule(record, headers)
-    if record.value.lstrip()[:1] == b"{":
+    value = record.value
+    if value[:1] == b"{":
         return _from_json(record)
+    if value.lstrip()[:1] == b"{":
+        # JSON after leading whitespace, or protobuf whose first tag is a whitespace byte:
+        # field 1 (the callback topic) is tag "\n", and a 123-byte topic's length is "{".
+        try:
+            return _from_json(record)
+        except RejectedRequest as not_json:
+            if not_json.reason is not RejectReason.MALFORMED:
+                raise
+            return _from_protobuf(record)
     return _from_protobuf(record)
 
 
