@@ -64,9 +64,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    from app.kafka.topics import ensure_topics, service_topics
+    from app.kafka.topics import ensure_topics, resolve_partitions, service_topics
 
-    settings = _settings(args)
+    settings = resolve_partitions(_settings(args), timeout=args.timeout)
     ensure_topics(settings, timeout=args.timeout)
     print(json.dumps({"partitions": settings.partitions, "topics": list(service_topics(settings))}))
     return 0
@@ -82,12 +82,12 @@ def cmd_oscillator(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     import faust
 
-    from app.kafka.topics import ensure_topics
+    from app.kafka.topics import ensure_topics, resolve_partitions
     from app.status.views import register_status_views
     from app.telemetry import serve_metrics
     from app.worker.faust_app import build_worker
 
-    settings = _settings(args)
+    settings = resolve_partitions(_settings(args), timeout=args.timeout)
     ensure_topics(settings, timeout=args.timeout)
     worker_app = build_worker(settings)
     register_status_views(worker_app.app, worker_app.service, worker_app.metrics, settings)

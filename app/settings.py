@@ -22,6 +22,10 @@ PREFIX = "KAFKA_TIMERS_"
 #: Name of the worker's Faust table of timers; its changelog is named after it.
 TABLE_NAME = "timers"
 TEN_YEARS = 10 * 365 * 86400 + 3 * 86400
+#: Partitions of the topics the service creates when nothing says otherwise.
+DEFAULT_PARTITIONS = 8
+#: How long fired and cancelled ids are remembered by default (7 days).
+SEVEN_DAYS = 7 * 86400
 
 
 @dataclass(frozen=True)
@@ -64,8 +68,11 @@ class Settings:
 
     #: Kafka bootstrap address, ``host:port[,host:port]``.
     bootstrap_servers: str = "127.0.0.1:9092"
-    #: Partition count of every service topic (and the table changelog).
-    partitions: int = 8
+    #: Partition count of every service topic (and the table changelog); ``None`` when
+    #: ``KAFKA_TIMERS_PARTITIONS`` is unset: each entry point then adopts the request
+    #: topic's count if it exists, else :data:`DEFAULT_PARTITIONS`
+    #: (:func:`app.kafka.topics.resolve_partitions`).
+    partitions: int | None = None
     #: Replication factor for the topics the service creates.
     replication_factor: int = 1
     topics: TopicNames = field(default_factory=TopicNames)
@@ -96,6 +103,19 @@ class Settings:
     #: Clock skew against broker timestamps that is logged as a warning, seconds.
     clock_skew_warn_seconds: float = 2.0
     security: SecuritySettings = field(default_factory=SecuritySettings)
+    #: How long a fired or cancelled timer id is remembered, seconds: a redelivered
+    #: request or an early cancel within it is recognised; after it, the id is removed
+    #: from the table and its changelog.
+    remember_seconds: int = SEVEN_DAYS
+
+    @property
+    def partition_count(self) -> int:
+        """:attr:`partitions` once resolved; raise if an entry point forgot to resolve it."""
+        if self.partitions is None:
+            raise ConfigurationError(
+                "partition count not resolved: call app.kafka.topics.resolve_partitions first"
+            )
+        return self.partitions
 
     @property
     def changelog_topic(self) -> str:
@@ -120,7 +140,6 @@ class Settings:
         """The environment from which :meth:`from_env` rebuilds these settings (for children)."""
         env = {
             "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
-            PREFIX + "PARTITIONS": str(self.partitions),
             PREFIX + "REPLICATION_FACTOR": str(self.replication_factor),
             PREFIX + "TICK_TOPIC": self.topics.ticks,
             PREFIX + "REQUEST_TOPIC": self.topics.requests,
@@ -138,7 +157,10 @@ class Settings:
             PREFIX + "EXACTLY_ONCE": "true" if self.exactly_once else "false",
             PREFIX + "CLOCK_SKEW_WARN_SECONDS": str(self.clock_skew_warn_seconds),
             PREFIX + "SECURITY_PROTOCOL": self.security.protocol,
+            PREFIX + "REMEMBER_SECONDS": str(self.remember_seconds),
         }
+        if self.partitions is not None:
+            env[PREFIX + "PARTITIONS"] = str(self.partitions)
         if self.metrics_port is not None:
             env["METRICS_PORT"] = str(self.metrics_port)
         optional = {
@@ -212,9 +234,12 @@ class Settings:
                 "CLOCK_SKEW_WARN_SECONDS", float, defaults.clock_skew_warn_seconds
             ),
             security=security,
+            remember_seconds=number("REMEMBER_SECONDS", int, defaults.remember_seconds),
         )
-        if settings.partitions < 1:
+        if settings.partitions is not None and settings.partitions < 1:
             raise ConfigurationError(f"{PREFIX}PARTITIONS must be at least 1")
+        if settings.remember_seconds < 1:
+            raise ConfigurationError(f"{PREFIX}REMEMBER_SECONDS must be at least 1")
         _check_security(settings.security)
         return settings
 

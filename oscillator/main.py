@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 
 from app.kafka.config import confluent_producer
-from app.kafka.topics import ensure_topics
+from app.kafka.topics import ensure_topics, resolve_partitions
 from app.settings import Settings
 from app.telemetry import serve_metrics
 from oscillator.metrics import OscillatorMetrics
@@ -16,6 +16,7 @@ __all__ = ["run_oscillator"]
 
 def run_oscillator(settings: Settings, stop: threading.Event, *, timeout: float = 15.0) -> None:
     """Tick the tick topic of ``settings`` until ``stop`` is set (SIGTERM, Ctrl-C)."""
+    settings = resolve_partitions(settings, timeout=timeout)
     ensure_topics(settings, [settings.topics.ticks], timeout=timeout)
     metrics = OscillatorMetrics()
     serve_metrics(settings.metrics_port, metrics.registry)

@@ -116,7 +116,7 @@ def build_worker(settings: Settings) -> WorkerApp:
         web_enabled=True,
         web_port=settings.web_port,
         web_bind="0.0.0.0",
-        topic_partitions=settings.partitions,
+        topic_partitions=settings.partition_count,
         topic_replication_factor=settings.replication_factor,
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=settings.heartbeat_interval,
@@ -134,11 +134,11 @@ def build_worker(settings: Settings) -> WorkerApp:
         settings.topics.ticks,
         key_serializer="raw",
         value_serializer="raw",
-        partitions=settings.partitions,
+        partitions=settings.partition_count,
     )
     table = app.Table(
         TABLE_NAME,
-        partitions=settings.partitions,
+        partitions=settings.partition_count,
         # Faust derives the changelog's serializers from key_type/value_type, not from
         # schema: without these its recovery JSON-decodes our raw keys, fails on every
         # record, and never completes (the worker then fires nothing at all).

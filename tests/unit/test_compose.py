@@ -73,6 +73,7 @@ def _known_environment() -> set[str]:
     """Every variable :meth:`Settings.from_env` reads (what ``to_env`` writes, all set)."""
     full = replace(
         Settings(),
+        partitions=8,
         metrics_port=9100,
         security=SecuritySettings(
             protocol="SASL_SSL",
