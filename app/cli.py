@@ -82,14 +82,18 @@ def cmd_oscillator(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     import faust
 
+    from app.kafka.topic_config import tombstone_retention_seconds
     from app.kafka.topics import ensure_topics, resolve_partitions
     from app.status.views import register_status_views
     from app.telemetry import serve_metrics
     from app.worker.faust_app import build_worker
 
     settings = resolve_partitions(_settings(args), timeout=args.timeout)
-    ensure_topics(settings, timeout=args.timeout)
-    worker_app = build_worker(settings)
+    configs = ensure_topics(settings, timeout=args.timeout)
+    worker_app = build_worker(
+        settings,
+        tombstone_retention=tombstone_retention_seconds(configs[settings.changelog_topic]),
+    )
     register_status_views(worker_app.app, worker_app.service, worker_app.metrics, settings)
     serve_metrics(settings.metrics_port, worker_app.metrics.registry)
     worker = faust.Worker(worker_app.app, loglevel=args.loglevel, quiet=True)

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from app.core.errors import KafkaTimersError
 from app.settings import Settings
-from app.status.model import merge_snapshots
+from app.status.model import STORE_KEY_KINDS, merge_snapshots
 
 __all__ = ["fetch_json", "render_status", "status_main"]
 
@@ -117,6 +117,18 @@ def render_status(data: Mapping[str, Any]) -> str:
     for p, info in ticks:
         flag = "  STALE: no oscillator reaches it" if info["age"] > STALE_TICK_SECONDS else ""
         lines.append(f"  p{p:<4} {_hms(info['second'])}  {info['age']:6.1f} s ago{flag}")
+    lines.append("")
+    keys = data.get("store_keys_by_partition", {})
+    totals_keys = data.get("store_keys", {})
+    lines.append(
+        "store keys (RocksDB): "
+        + "   ".join(f"{kind} {_n(totals_keys.get(kind, 0))}" for kind in STORE_KEY_KINDS)
+    )
+    for p, counts in sorted(keys.items(), key=lambda kv: int(kv[0])):
+        lines.append(
+            f"  p{p:<4} "
+            + "  ".join(f"{kind} {counts.get(kind, 0):>9}" for kind in STORE_KEY_KINDS)
+        )
     lines.append("")
     lines += _rows("rejected by reason", sorted(data["rejected_by_reason"].items()), "none")
     lines += _rows("fired by callback topic", sorted(data["fired_by_topic"].items()), "none")

@@ -25,6 +25,7 @@ __all__ = [
     "FAR_BUCKETS",
     "SOON_BUCKET_SECONDS",
     "SOON_WINDOW_SECONDS",
+    "STORE_KEY_KINDS",
     "CounterSample",
     "PartitionScan",
     "SampleHistory",
@@ -34,6 +35,7 @@ __all__ = [
     "merge_sorted_dues",
     "pending_by_due",
     "read_sample",
+    "store_keys_summary",
 ]
 
 #: The "next minutes" chart: this many seconds ahead, in bars of this many seconds.
@@ -307,6 +309,31 @@ def lateness_summary(history: SampleHistory, window: float = 60.0) -> dict[str, 
     }
 
 
+#: Kinds of store keys, in the order they are shown.
+STORE_KEY_KINDS = ("pending", "remembered", "bookkeeping")
+
+
+def store_keys_summary(by_partition: Mapping[int, Mapping[str, int]]) -> dict[str, Any]:
+    """The ``store_keys`` (totals by kind) and ``store_keys_by_partition`` of a snapshot.
+
+    Pending timers take two keys each (the timer and its index entry), remembered
+    (fired or cancelled) ids two (the index entry and its expiry key); bookkeeping is
+    a few per partition. Once every remembered id's window has passed, only pending
+    timers and bookkeeping remain: state is O(pending), not O(history).
+    """
+    totals = dict.fromkeys(STORE_KEY_KINDS, 0)
+    for counts in by_partition.values():
+        for kind in STORE_KEY_KINDS:
+            totals[kind] += counts.get(kind, 0)
+    return {
+        "store_keys": totals,
+        "store_keys_by_partition": {
+            str(p): {kind: counts.get(kind, 0) for kind in STORE_KEY_KINDS}
+            for p, counts in sorted(by_partition.items())
+        },
+    }
+
+
 def merge_snapshots(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Add up the ``/status/data`` snapshots of several workers into one.
 
@@ -319,6 +346,7 @@ def merge_snapshots(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     rejected_by_reason: dict[str, float] = {}
     last_tick: dict[str, float] = {}
     pending_partitions: dict[str, int] = {}
+    store_keys: dict[int, dict[str, int]] = {}
     lateness: dict[float | None, float] = {}
     recent_rate = 0.0
     soon: dict[int, int] = {}
@@ -340,6 +368,10 @@ def merge_snapshots(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             last_tick[p] = max(last_tick.get(p, 0), info["second"])
         for p, n in snap.get("pending_by_partition", {}).items():
             pending_partitions[p] = pending_partitions.get(p, 0) + n
+        for p, counts in snap.get("store_keys_by_partition", {}).items():
+            mine = store_keys.setdefault(int(p), dict.fromkeys(STORE_KEY_KINDS, 0))
+            for kind in STORE_KEY_KINDS:
+                mine[kind] += counts.get(kind, 0)
         for b in snap.get("lateness", {}).get("buckets", []):
             lateness[b["le"]] = lateness.get(b["le"], 0) + b["count"]
         recent_rate += snap.get("fires_per_second_recent") or 0.0
@@ -373,6 +405,7 @@ def merge_snapshots(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "lateness": {"count": running, **_percentiles(cumulative)},
         "last_tick": {p: {"second": s, "age": now - s} for p, s in last_tick.items()},
         "pending_by_partition": pending_partitions,
+        **store_keys_summary(store_keys),
         "pending_by_due": {
             "overdue": overdue,
             "soon": {

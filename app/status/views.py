@@ -7,7 +7,9 @@ Served by the worker's own Faust web server (``KAFKA_TIMERS_WEB_PORT``):
     percentiles, last tick per partition, rejects by reason (charts drawn in the
     browser from ``/status/data``; no outside resources).
 ``GET /status/data``
-    everything the page shows, as JSON (also what ``kafka-timers status`` reads).
+    everything the page shows, as JSON (also what ``kafka-timers status`` reads),
+    including the store's keys per partition by kind (pending timers, remembered ids,
+    bookkeeping): state must stay O(pending), and this is where to see that it does.
 ``GET /timers/next?n=N``
     the next ``N`` pending timers on this worker, in due order (``N`` <= 1000).
 ``GET /timers/{id}``
@@ -39,6 +41,7 @@ from app.status.model import (
     merge_sorted_dues,
     pending_by_due,
     read_sample,
+    store_keys_summary,
 )
 from app.worker.metrics import WorkerMetrics
 from app.worker.service import TimerService
@@ -160,6 +163,7 @@ class StatusCollector:
                 str(p): n for p, n in sorted(self._service.pending_by_partition().items())
             },
             "pending_by_due": pending_by_due(self._scans(), now),
+            **store_keys_summary(self._service.store_keys_by_partition()),
         }
         self._cached = (mono, data)
         return data

@@ -23,6 +23,7 @@ import faust
 
 from app.core.request_format import RawRecord
 from app.kafka.config import confluent_consumer, confluent_producer
+from app.kafka.topic_config import BROKER_DEFAULT_DELETE_RETENTION_MS
 from app.settings import TABLE_NAME, Settings
 from app.worker.faust_config import faust_credentials
 from app.worker.faust_internals import (
@@ -33,7 +34,12 @@ from app.worker.faust_internals import (
 )
 from app.worker.metrics import WorkerMetrics
 from app.worker.output import DeliveryFailure, OutputProducer
-from app.worker.partition_store import RocksDBStores, catch_up_changelogs, persisted_offset
+from app.worker.partition_store import (
+    RocksDBStores,
+    catch_up_changelogs,
+    persisted_offset,
+    stale_after,
+)
 from app.worker.request_reader import RequestReader
 from app.worker.service import TimerService
 
@@ -103,8 +109,14 @@ def _exit_undurable(error: Exception) -> NoReturn:
     os._exit(EXIT_UNDURABLE)
 
 
-def build_worker(settings: Settings) -> WorkerApp:
-    """Assemble the Faust app, its table and agents, and the service behind them."""
+def build_worker(
+    settings: Settings, tombstone_retention: float = BROKER_DEFAULT_DELETE_RETENTION_MS / 1000
+) -> WorkerApp:
+    """Assemble the Faust app, its table and agents, and the service behind them.
+
+    ``tombstone_retention`` is the changelog's ``delete.retention.ms`` in seconds: a
+    local store last caught up longer ago than that is rebuilt from the changelog.
+    """
     apply_patches()
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     app = faust.App(
@@ -164,12 +176,16 @@ def build_worker(settings: Settings) -> WorkerApp:
     def db_for_partition(partition: int) -> Any:
         return partition_db(table, partition)
 
+    max_age = stale_after(tombstone_retention)
     service = TimerService(
         policy=policy,
         output=output,
         metrics=metrics,
-        stores=RocksDBStores(db_for_partition, output, settings.changelog_topic, catchup_conf),
+        stores=RocksDBStores(
+            db_for_partition, output, settings.changelog_topic, catchup_conf, max_age=max_age
+        ),
         clock_skew_warn_seconds=settings.clock_skew_warn_seconds,
+        remember_seconds=settings.remember_seconds,
     )
 
     async def handle_request_batch(records: list[RawRecord]) -> None:
@@ -253,7 +269,10 @@ def build_worker(settings: Settings) -> WorkerApp:
         changelog = settings.changelog_topic
         mine = [tp for tp in assigned if tp.topic == changelog]
         catch_up_changelogs(
-            {tp.partition: db_for_partition(tp.partition) for tp in mine}, catchup_conf, changelog
+            {tp.partition: db_for_partition(tp.partition) for tp in mine},
+            catchup_conf,
+            changelog,
+            max_age=max_age,
         )
         # Faust's recovery noted each store's offset before this handler ran; it has no
         # public way to be told, so move its starting points to where the stores are now.

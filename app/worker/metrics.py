@@ -71,6 +71,14 @@ class WorkerMetrics:
             ["partition"],
             registry=r,
         )
+        self.store_keys = Gauge(
+            "kafka_timers_store_keys",
+            "Keys in a partition's store (RocksDB; the changelog holds the same minus the "
+            "local ones), by kind: pending (a pending timer and its index entry), "
+            "remembered (a fired or cancelled id and its expiry key), bookkeeping.",
+            ["partition", "kind"],
+            registry=r,
+        )
         self.clock_skew = Gauge(
             "kafka_timers_clock_skew_seconds",
             "Local clock minus the record timestamp of the newest tick, per tick source.",

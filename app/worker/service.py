@@ -17,18 +17,24 @@ from typing import Any
 
 from app.core.clock_check import ClockSkewMonitor
 from app.core.errors import RejectedRequest, RejectReason
-from app.core.keys import REQUEST_OFFSET
+from app.core.keys import BOOKKEEPING, REQUEST_OFFSET
 from app.core.policy import RequestPolicy
 from app.core.request_format import RawRecord, parse_request
 from app.core.timer import Cancel, Timer
-from app.core.wheel import CancelOutcome, PartitionWheel, Scheduled
+from app.core.wheel import DEFAULT_MEMORY_SECONDS, CancelOutcome, PartitionWheel, Scheduled
 from app.worker.metrics import WorkerMetrics
 from app.worker.output import DeliveryFailure, Output, TransactionAborted
 from app.worker.stores import PartitionStore, StoreFactory
 
-__all__ = ["TimerService"]
+__all__ = ["KEY_KINDS", "TimerService"]
 
 log = logging.getLogger(__name__)
+
+#: How often (in tick seconds) a partition's store records that it is caught up: a store
+#: whose record is older than the changelog's tombstone retention is rebuilt.
+CAUGHT_UP_INTERVAL = 60
+#: The kinds of store keys exported per partition (``kafka_timers_store_keys{kind}``).
+KEY_KINDS = ("pending", "remembered", "bookkeeping")
 
 
 class _Partition:
@@ -51,6 +57,7 @@ class TimerService:
         stores: StoreFactory,
         clock: Callable[[], float] = time.time,
         clock_skew_warn_seconds: float = 2.0,
+        remember_seconds: int = DEFAULT_MEMORY_SECONDS,
     ) -> None:
         self._policy = policy
         self._output = output
@@ -60,6 +67,9 @@ class TimerService:
         self._partitions: dict[int, _Partition] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._pending: dict[int, int] = {}
+        self._remember = remember_seconds
+        #: Tick second at which each partition's store was last marked caught up.
+        self._marked: dict[int, int] = {}
         self._skew = ClockSkewMonitor(metrics.clock_skew, clock_skew_warn_seconds, clock)
         #: Exactly-once mode runs one transaction at a time on the one producer.
         self._unit_lock: contextlib.AbstractAsyncContextManager[Any] = (
@@ -73,8 +83,12 @@ class TimerService:
         for p in partitions:
             self._partitions.pop(p, None)
             self._pending.pop(p, None)
+            self._marked.pop(p, None)
             with contextlib.suppress(KeyError):  # a partition given away stops exporting it
                 self._metrics.last_tick.remove(str(p))
+            for kind in KEY_KINDS:
+                with contextlib.suppress(KeyError):
+                    self._metrics.store_keys.remove(str(p), kind)
         self._metrics.pending.set(sum(self._pending.values()))
 
     async def _partition(self, p: int) -> _Partition:
@@ -87,10 +101,13 @@ class TimerService:
             if part is None:
                 loop = asyncio.get_running_loop()
                 kv = await loop.run_in_executor(None, self._stores.open, p)
-                part = _Partition(PartitionWheel(kv), kv)
-                self._pending[p] = await loop.run_in_executor(None, part.wheel.count_pending)
+                wheel = PartitionWheel(kv, memory_seconds=self._remember, clock=self._clock)
+                part = _Partition(wheel, kv)
+                counts = await loop.run_in_executor(None, wheel.recount)
+                self._pending[p] = counts.timers
                 self._metrics.pending.set(sum(self._pending.values()))
                 self._partitions[p] = part
+                self._export_keys(p, part)
         return part
 
     # -- requests -------------------------------------------------------------------
@@ -162,6 +179,8 @@ class TimerService:
                 part.wheel.mark_fired(timer)
         self._account_fired([t for _, t in fired_now])
         self._record_persisted()
+        for p in {record.partition for record in records}:
+            self._export_keys(p, await self._partition(p))
 
     def _cancel(self, part: _Partition, record: RawRecord, cancel: Cancel) -> None:
         outcome = part.wheel.cancel(cancel)
@@ -235,7 +254,7 @@ class TimerService:
         for partition, part, second, timers in began:
             # The forgetting rides with the next flush; lost in a crash, it means a duplicate.
             part.wheel.finish_tick(second, timers)
-            self._ticked(partition, second, timers)
+            self._ticked(partition, part, second, timers)
         fired = sum(len(timers) for _, _, _, timers in began)
         if fired:
             self._record_persisted()
@@ -250,17 +269,21 @@ class TimerService:
                 return 0
             if not await self._fire_in_transaction(partition, part, second, timers):
                 return 0
-        self._ticked(partition, second, timers)
+        self._ticked(partition, part, second, timers)
         if timers:
             self._record_persisted()
         return len(timers)
 
-    def _ticked(self, partition: int, second: int, timers: list[Timer]) -> None:
+    def _ticked(self, partition: int, part: _Partition, second: int, timers: list[Timer]) -> None:
         """The metrics and pending count after ``partition`` fired ``timers`` for ``second``."""
         if timers:
             self._account_fired(timers)
             self._adjust_pending(partition, -len(timers))
         self._metrics.last_tick.labels(partition=str(partition)).set(second)
+        self._export_keys(partition, part)
+        if second - self._marked.get(partition, second - CAUGHT_UP_INTERVAL) >= CAUGHT_UP_INTERVAL:
+            part.kv.mark_caught_up()
+            self._marked[partition] = second
 
     async def _fire_in_transaction(
         self, partition: int, part: _Partition, second: int, timers: list[Timer]
@@ -304,6 +327,26 @@ class TimerService:
             )
             self._metrics.rejected.labels(reason=RejectReason.DELIVERY_FAILED.value).inc()
             self._output.dead_letter_timer(timer, RejectReason.DELIVERY_FAILED, error)
+
+    @staticmethod
+    def _key_counts(part: _Partition) -> dict[str, int]:
+        counts = part.wheel.counts
+        bookkeeping = sum(1 for key in BOOKKEEPING if part.kv.get(key) is not None)
+        return {
+            "pending": counts.pending,
+            "remembered": counts.remembered,
+            "bookkeeping": bookkeeping,
+        }
+
+    def _export_keys(self, partition: int, part: _Partition) -> None:
+        """Set the store-key gauges of ``partition`` from the wheel's running counts."""
+        for kind, count in self._key_counts(part).items():
+            self._metrics.store_keys.labels(str(partition), kind).set(count)
+
+    def store_keys_by_partition(self) -> dict[int, dict[str, int]]:
+        """Store keys per held partition, by kind (for status): counted once when the
+        partition loaded, then kept up to date by the wheel, never by a scan."""
+        return {p: self._key_counts(part) for p, part in self._partitions.items()}
 
     def _adjust_pending(self, partition: int, delta: int) -> None:
         self._pending[partition] = self._pending.get(partition, 0) + delta

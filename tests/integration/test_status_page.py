@@ -430,3 +430,13 @@ def test_two_workers_snapshots_add_up() -> None:
     assert soon["start"] == 1000 and soon["counts"][:2] == [3, 4]
     assert sum(soon["counts"]) == 7
     assert merged["lateness"]["count"] == 4
+
+
+def test_status_data_shows_store_keys_by_kind(scene: Scene) -> None:
+    keys = data(scene)["store_keys"]
+    # two keys per pending timer; two per fired or cancelled id (index entry + expiry)
+    assert keys["pending"] == 2 * len(scene.pending)
+    assert keys["remembered"] == 2 * (len(scene.fired) + 1)
+    assert 0 < keys["bookkeeping"] <= 4 * scene.partitions
+    by_partition = data(scene)["store_keys_by_partition"]
+    assert sum(k["pending"] for k in by_partition.values()) == keys["pending"]

@@ -116,6 +116,17 @@ function render(d) {
     badge.className = "badge bad"; badge.textContent = "NO TICKS on " + (stale.length || d.partitions_held.length - held.length) + " partition(s)";
   } else { badge.className = "badge ok"; badge.textContent = "ticking"; }
 
+  const keysBody = document.querySelector("#store-keys-table tbody");
+  keysBody.innerHTML = "";
+  const keyRows = Object.entries(d.store_keys_by_partition || {}).sort((a, b) => Number(a[0]) - Number(b[0]));
+  keyRows.push(["all", d.store_keys || {}]);
+  for (const [p, k] of keyRows) {
+    const tr = keysBody.insertRow();
+    tr.dataset.partition = p;
+    for (const v of [p === "all" ? "all" : "p" + p, fmt(k.pending), fmt(k.remembered), fmt(k.bookkeeping)])
+      tr.insertCell().textContent = v;
+  }
+
   barChart(document.getElementById("chart-rejects"), Object.entries(d.rejected_by_reason)
     .sort().map(([r, c]) => ({label: r, value: c, cls: "bad"})), {empty: "no rejects"});
   barChart(document.getElementById("chart-topics"), Object.entries(d.fired_by_topic)
