@@ -8,6 +8,8 @@ unpacked once per batch, not once per event, which keeps the Python cost per tim
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import replace
 from itertools import pairwise
 
 import pyarrow as pa
@@ -89,9 +91,21 @@ VERDICT_DDL = (
 )
 
 
-def judge_arrays(events: pa.Array, rules: Rules) -> pa.StructArray:
-    """One verdict per list of events (one list per timer)."""
+def judge_arrays(
+    events: pa.Array,
+    rules: Rules,
+    partitions: pa.Array | None = None,
+    incomplete: Collection[int] = (),
+) -> pa.StructArray:
+    """One verdict per list of events (one list per timer).
+
+    ``partitions`` (the request partition of each timer) and ``incomplete`` (request
+    partitions that lost records to retention) tell :func:`judge` where a missing
+    request may simply have been deleted.
+    """
     assert isinstance(events, pa.ListArray)
+    incomplete_rules = replace(rules, requests_complete=False)
+    timer_partitions = partitions.to_pylist() if partitions is not None else None
     offsets = events.offsets.to_pylist()
     base = offsets[0]
     flat = events.values.slice(base, offsets[-1] - base)
@@ -101,7 +115,10 @@ def judge_arrays(events: pa.Array, rules: Rules) -> pa.StructArray:
     check_token, topic = columns["check_token"], columns["topic"]
     outcome, worker = columns["outcome"], columns["worker"]
     verdicts = []
-    for start, end in pairwise(offsets):
+    for n, (start, end) in enumerate(pairwise(offsets)):
+        timer_rules = rules
+        if timer_partitions is not None and timer_partitions[n] in incomplete:
+            timer_rules = incomplete_rules
         requests: list[RequestEvent] = []
         fires: list[FireEvent] = []
         reports: list[CancelReport] = []
@@ -122,5 +139,5 @@ def judge_arrays(events: pa.Array, rules: Rules) -> pa.StructArray:
                 fires.append(FireEvent(token[i] or "", due[i], ts_ms[i], topic[i], worker[i]))
             else:
                 reports.append(CancelReport(token[i] or "", outcome[i], ts_ms[i]))
-        verdicts.append(judge(requests, fires, reports, rules).to_dict())
+        verdicts.append(judge(requests, fires, reports, timer_rules).to_dict())
     return pa.array(verdicts, VERDICT_TYPE)

@@ -28,6 +28,15 @@ at the request's timestamp when there is no report. Then every fire is judged:
 
 Identical fire records (same version, time and worker) are one fire written twice by a
 producer retry, not two fires.
+
+Under retention the audit judges a *window*, ``[since, as-of]`` (:class:`Rules`). Every
+readable record is evidence, but only what happened in the window is a violation: a
+fire at or after ``since`` (early, after cancel, superseded, unrequested, the second fire
+of a duplicate), or a timer that became overdue (due, or requested, plus grace) at or
+after ``since``. Daily windows therefore report each violation once. And a fire whose
+request is not in the topic is *unrequested* only if nothing was ever deleted from its
+request partition; where retention has deleted records the request may simply be gone:
+status ``request_gone``, not a violation.
 """
 
 from __future__ import annotations
@@ -88,6 +97,9 @@ class Status(str, Enum):
     CANCEL_ONLY = "cancel_only"
     #: Fired without any request.
     UNREQUESTED = "unrequested"
+    #: Fired, but no request is left to judge it by: its request partition lost records
+    #: to retention (the request was probably among them).
+    REQUEST_GONE = "request_gone"
 
 
 class RequestEvent(NamedTuple):
@@ -135,6 +147,12 @@ class Rules:
     as_of_ms: int
     #: How long after its due second a fire may come before it is missing, ms.
     grace_ms: int = 60_000
+    #: Start of the audit window, epoch ms: what happened before it is evidence, not a
+    #: violation (``None``: no window, everything counts).
+    since_ms: int | None = None
+    #: Whether every request ever sent to this timer's partition is still readable (its
+    #: low watermark is 0). If not, a fire without a request is ``request_gone``.
+    requests_complete: bool = True
 
 
 @dataclass(frozen=True)
@@ -287,6 +305,21 @@ class _Replay:
         return None
 
 
+def _in_window(violations: list[Violation], rules: Rules) -> list[Violation]:
+    """The fire violations that count under ``rules``: in the window, and provable.
+
+    Every kind but ``missing`` is about a fire, and ``at_ms`` is that fire's time.
+    """
+    kept = []
+    for v in violations:
+        if rules.since_ms is not None and v.at_ms is not None and v.at_ms < rules.since_ms:
+            continue
+        if v.kind is ViolationKind.UNREQUESTED and not rules.requests_complete:
+            continue  # the request may be one retention deleted
+        kept.append(v)
+    return kept
+
+
 def judge(
     requests: Iterable[RequestEvent],
     fires: Iterable[FireEvent],
@@ -382,9 +415,13 @@ def judge(
                 )
             )
 
+    violations = _in_window(violations, rules)
     final = replay.final
     if final is None:
-        status = Status.UNREQUESTED if distinct else Status.CANCEL_ONLY
+        if not distinct:
+            status = Status.CANCEL_ONLY
+        else:
+            status = Status.UNREQUESTED if rules.requests_complete else Status.REQUEST_GONE
         return Verdict(status, len(requests), fires=fire_rows, violations=violations)
     assert final.due is not None
     version = (final.token, final.due)
@@ -401,15 +438,19 @@ def judge(
         status = Status.FIRED
     elif expected_ms + rules.grace_ms < rules.as_of_ms:
         status = Status.MISSING
-        violations.append(
-            Violation(
-                ViolationKind.MISSING,
-                final.token,
-                final.due,
-                expected_ms,
-                f"not fired {(rules.as_of_ms - expected_ms) / 1000:.1f} s after it was due",
+        overdue_ms = expected_ms + rules.grace_ms
+        if rules.since_ms is not None and overdue_ms < rules.since_ms:
+            pass  # overdue before the window: the window before this one reported it
+        else:
+            violations.append(
+                Violation(
+                    ViolationKind.MISSING,
+                    final.token,
+                    final.due,
+                    expected_ms,
+                    f"not fired {(rules.as_of_ms - expected_ms) / 1000:.1f} s after it was due",
+                )
             )
-        )
     else:
         status = Status.PENDING
     return Verdict(

@@ -67,6 +67,8 @@ class AuditSummary:
     fires_per_minute: list[tuple[int, int]]
     elapsed_s: float = 0.0
     output_dir: str = ""
+    #: Start of the audit window (``None``: the whole history).
+    since_ms: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
