@@ -34,6 +34,7 @@ SCENARIOS: dict[str, str] = {
     "steady": "bench.steady",
     "burst": "bench.burst",
     "capacity": "bench.capacity",
+    "state": "bench.state",
     "recovery": "bench.recovery",
 }
 

@@ -12,8 +12,9 @@ from pathlib import Path
 from rocksdict import AccessType, Options, Rdict
 
 from app.core.keys import PENDING
+from app.core.wheel import key_kind
 
-__all__ = ["count_pending_keys"]
+__all__ = ["count_keys_by_kind", "count_pending_keys"]
 
 
 def count_pending_keys(data_dir: Path) -> dict[int, int]:
@@ -33,4 +34,22 @@ def count_pending_keys(data_dir: Path) -> dict[int, int]:
         finally:
             db.close()
         counts[partition] = count
+    return counts
+
+
+def count_keys_by_kind(data_dir: Path) -> dict[str, int]:
+    """Every key of every partition's RocksDB under ``data_dir``, by kind
+    (:func:`app.core.wheel.key_kind`); the worker must have stopped."""
+    counts = {"pending": 0, "remembered": 0, "bookkeeping": 0}
+    for path in sorted(data_dir.glob("**/timers-*.db")):
+        db = Rdict(str(path), Options(raw_mode=True), access_type=AccessType.read_only())
+        try:
+            it = db.iter()
+            it.seek_to_first()
+            while it.valid():
+                counts[key_kind(it.key(), it.value())] += 1
+                it.next()
+            del it
+        finally:
+            db.close()
     return counts

@@ -63,6 +63,7 @@ __all__ = [
     "OrderedKV",
     "PartitionWheel",
     "Scheduled",
+    "key_kind",
 ]
 
 #: An idle tick persists ``fired_through`` only this often (seconds): it bounds how far
@@ -104,6 +105,20 @@ class _IndexEntry:
     @classmethod
     def decode(cls, raw: bytes) -> _IndexEntry:
         return cls(state=raw[:1], due=int(raw[1:13]), token=raw[13:].decode())
+
+
+def key_kind(key: bytes, value: bytes) -> str:
+    """Which kind of store key this is: ``pending``, ``remembered`` or ``bookkeeping``.
+
+    The same classification :class:`KeyCounts` keeps, for code that reads a store (or a
+    changelog) from outside: benchmarks, tests, tools.
+    """
+    prefix = key[:1]
+    if prefix == PENDING or (prefix == INDEX and value[:1] == _PENDING):
+        return "pending"
+    if prefix in (INDEX, EXPIRY):
+        return "remembered"
+    return "bookkeeping"
 
 
 @dataclass
