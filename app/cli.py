@@ -84,6 +84,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     from app.kafka.topic_config import tombstone_retention_seconds
     from app.kafka.topics import ensure_topics, resolve_partitions
+    from app.status.health import register_health_views
     from app.status.views import register_status_views
     from app.telemetry import serve_metrics
     from app.worker.faust_app import build_worker
@@ -95,6 +96,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         tombstone_retention=tombstone_retention_seconds(configs[settings.changelog_topic]),
     )
     register_status_views(worker_app.app, worker_app.service, worker_app.metrics, settings)
+    register_health_views(worker_app.app, worker_app.health, worker_app.service)
     serve_metrics(settings.metrics_port, worker_app.metrics.registry)
     worker = faust.Worker(worker_app.app, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()

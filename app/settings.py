@@ -102,6 +102,10 @@ class Settings:
     exactly_once: bool = False
     #: Clock skew against broker timestamps that is logged as a warning, seconds.
     clock_skew_warn_seconds: float = 2.0
+    #: ``/livez`` fails when work is this many seconds overdue: a worker holding timers
+    #: due longer ago than this with no tick processed for as long, or an oscillator
+    #: that sent no tick for as long (see docs/operations.md, Health endpoints).
+    liveness_timeout: float = 30.0
     security: SecuritySettings = field(default_factory=SecuritySettings)
     #: How long a fired or cancelled timer id is remembered, seconds: a redelivered
     #: request or an early cancel within it is recognised; after it, the id is removed
@@ -116,6 +120,17 @@ class Settings:
                 "partition count not resolved: call app.kafka.topics.resolve_partitions first"
             )
         return self.partitions
+
+    @property
+    def request_group(self) -> str:
+        """The consumer group the workers commit applied request offsets to.
+
+        Informational, for ``kafka-consumer-groups --describe``, Burrow and lag
+        exporters: where to resume is kept in the table. No worker ever joins it (Kafka
+        refuses an offset commit from a non-member to a group that has members, and the
+        workers' own group, :attr:`app_id`, has them), so it stays Empty.
+        """
+        return f"{self.app_id}-requests"
 
     @property
     def changelog_topic(self) -> str:
@@ -156,6 +171,7 @@ class Settings:
             PREFIX + "HEARTBEAT_INTERVAL": str(self.heartbeat_interval),
             PREFIX + "EXACTLY_ONCE": "true" if self.exactly_once else "false",
             PREFIX + "CLOCK_SKEW_WARN_SECONDS": str(self.clock_skew_warn_seconds),
+            PREFIX + "LIVENESS_TIMEOUT": str(self.liveness_timeout),
             PREFIX + "SECURITY_PROTOCOL": self.security.protocol,
             PREFIX + "REMEMBER_SECONDS": str(self.remember_seconds),
         }
@@ -233,6 +249,7 @@ class Settings:
             clock_skew_warn_seconds=number(
                 "CLOCK_SKEW_WARN_SECONDS", float, defaults.clock_skew_warn_seconds
             ),
+            liveness_timeout=number("LIVENESS_TIMEOUT", float, defaults.liveness_timeout),
             security=security,
             remember_seconds=number("REMEMBER_SECONDS", int, defaults.remember_seconds),
         )

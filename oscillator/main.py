@@ -8,6 +8,7 @@ from app.kafka.config import confluent_producer
 from app.kafka.topics import ensure_topics, resolve_partitions
 from app.settings import Settings
 from app.telemetry import serve_metrics
+from oscillator.health import LIVEZ_PATH, tick_liveness
 from oscillator.metrics import OscillatorMetrics
 from oscillator.ticker import Oscillator
 
@@ -19,10 +20,15 @@ def run_oscillator(settings: Settings, stop: threading.Event, *, timeout: float 
     settings = resolve_partitions(settings, timeout=timeout)
     ensure_topics(settings, [settings.topics.ticks], timeout=timeout)
     metrics = OscillatorMetrics()
-    serve_metrics(settings.metrics_port, metrics.registry)
-    Oscillator(
+    oscillator = Oscillator(
         confluent_producer(settings),
         settings.topics.ticks,
         oscillator_id=settings.worker_id,
         metrics=metrics,
-    ).run(stop)
+    )
+    serve_metrics(
+        settings.metrics_port,
+        metrics.registry,
+        {LIVEZ_PATH: tick_liveness(oscillator, settings.liveness_timeout)},
+    )
+    oscillator.run(stop)

@@ -50,6 +50,9 @@ class Oscillator:
         self._clock = clock
         self._partitions = 0
         self._partitions_checked = 0.0
+        #: ``time.monotonic()`` when this oscillator started and last sent a tick (``/livez``).
+        self.started = time.monotonic()
+        self.last_sent: float | None = None
 
     def _partition_count(self) -> int:
         if (
@@ -79,6 +82,7 @@ class Oscillator:
                 self._topic, value, key, partition=p, on_delivery=self._on_delivery
             )
         self._producer.poll(0)
+        self.last_sent = time.monotonic()
         self._metrics.ticks.inc()
         self._metrics.tick_delay.observe(max(0.0, sent_ms / 1000 - second))
         return partitions
