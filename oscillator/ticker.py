@@ -78,8 +78,16 @@ class Oscillator:
         value = json.dumps({"second": second, "oscillator": self._id, "sent_ms": sent_ms}).encode()
         key = str(second).encode()
         for p in range(partitions):
+            # Stamped with the clock that decided the second had come (librdkafka would
+            # stamp it a moment later from a clock we do not control): the worker's
+            # clock-skew check then compares its clock with exactly that one.
             self._producer.produce(
-                self._topic, value, key, partition=p, on_delivery=self._on_delivery
+                self._topic,
+                value,
+                key,
+                partition=p,
+                timestamp=sent_ms,
+                on_delivery=self._on_delivery,
             )
         self._producer.poll(0)
         self.last_sent = time.monotonic()
