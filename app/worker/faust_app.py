@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 import faust
 from confluent_kafka import Consumer
 
+from app.core import proto
 from app.core.request_format import RawRecord
 from app.kafka.config import confluent_consumer, confluent_producer
 from app.kafka.topic_config import BROKER_DEFAULT_DELETE_RETENTION_MS
@@ -134,6 +135,12 @@ def build_worker(
     local store last caught up longer ago than that is rebuilt from the changelog.
     """
     apply_patches()
+    if proto.IMPLEMENTATION != "upb":
+        log.warning(
+            "protobuf runs as %r, not upb: requests decode several times slower "
+            "(install a protobuf wheel built with upb for this platform)",
+            proto.IMPLEMENTATION,
+        )
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     app = faust.App(
         settings.app_id,
