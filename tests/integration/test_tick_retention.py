@@ -20,12 +20,7 @@ from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 from app.kafka.config import confluent_common
 from app.kafka.topic_config import topic_specs
 from app.kafka.topics import describe_topic_configs, ensure_topics, partition_count
-from tests.support.faults import (
-    FireWatch,
-    deliberate_fault_window,
-    schedule_spread,
-    start_logged_worker,
-)
+from tests.support.faults import FireWatch, deliberate_fault_window, schedule_spread
 from tests.support.stack import Stack
 from tests.support.waiting import wait_until
 
@@ -79,7 +74,7 @@ def test_a_worker_whose_tick_offset_is_gone_catches_up_from_the_next_tick(
     deliberate_fault_window(max(0.0, last_absent + 1 - time.time()))  # all of them now due
 
     # the same worker, on its own RocksDB directory, as after a long absence
-    start_logged_worker(stack, "worker-1", data_dir=stack.base_dir / "worker-1", log_name="w1b")
+    stack.worker("worker-1", loglevel="info", data_dir=stack.base_dir / "worker-1", log_name="w1b")
     stack.oscillator("oscillator-2")
     everything = {**warm, **absent, **later}
     watch.wait(lambda w: w.fired_ids() >= set(everything), FIRE_TIMEOUT, "every timer to fire")
