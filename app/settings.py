@@ -95,6 +95,11 @@ class Settings:
     exactly_once: bool = False
     #: Clock skew against broker timestamps that is logged as a warning, seconds.
     clock_skew_warn_seconds: float = 2.0
+    #: How far ahead of the worker's clock a tick may be and still fire at once, seconds.
+    #: A tick from further ahead waits until the worker's clock reaches its second
+    #: minus this (see :mod:`app.core.tick_gate`): 0 means never before the worker's
+    #: own clock says the second has come.
+    tick_tolerance_seconds: float = 0.0
     security: SecuritySettings = field(default_factory=SecuritySettings)
 
     @property
@@ -137,6 +142,7 @@ class Settings:
             PREFIX + "HEARTBEAT_INTERVAL": str(self.heartbeat_interval),
             PREFIX + "EXACTLY_ONCE": "true" if self.exactly_once else "false",
             PREFIX + "CLOCK_SKEW_WARN_SECONDS": str(self.clock_skew_warn_seconds),
+            PREFIX + "TICK_TOLERANCE_SECONDS": str(self.tick_tolerance_seconds),
             PREFIX + "SECURITY_PROTOCOL": self.security.protocol,
         }
         if self.metrics_port is not None:
@@ -211,10 +217,18 @@ class Settings:
             clock_skew_warn_seconds=number(
                 "CLOCK_SKEW_WARN_SECONDS", float, defaults.clock_skew_warn_seconds
             ),
+            tick_tolerance_seconds=number(
+                "TICK_TOLERANCE_SECONDS", float, defaults.tick_tolerance_seconds
+            ),
             security=security,
         )
         if settings.partitions < 1:
             raise ConfigurationError(f"{PREFIX}PARTITIONS must be at least 1")
+        if not 0 <= settings.tick_tolerance_seconds < 60:
+            raise ConfigurationError(
+                f"{PREFIX}TICK_TOLERANCE_SECONDS must be from 0 to under 60 (seconds a tick "
+                "may run ahead of the worker's clock)"
+            )
         _check_security(settings.security)
         return settings
 

@@ -170,6 +170,7 @@ def build_worker(settings: Settings) -> WorkerApp:
         metrics=metrics,
         stores=RocksDBStores(db_for_partition, output, settings.changelog_topic, catchup_conf),
         clock_skew_warn_seconds=settings.clock_skew_warn_seconds,
+        tick_tolerance_seconds=settings.tick_tolerance_seconds,
     )
 
     async def handle_request_batch(records: list[RawRecord]) -> None:
@@ -204,6 +205,14 @@ def build_worker(settings: Settings) -> WorkerApp:
             await reader.run()
         finally:
             reader.close()
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def release_held_ticks() -> None:
+        # Ticks from an oscillator whose clock runs ahead of this worker's wait for it.
+        try:
+            await service.run_tick_release()
+        except DeliveryFailure as exc:
+            _exit_undurable(exc)
 
     @app.on_rebalance_complete.connect  # type: ignore[arg-type]
     async def on_rebalance_complete(app: faust.App, **_: Any) -> None:
@@ -240,7 +249,7 @@ def build_worker(settings: Settings) -> WorkerApp:
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def on_revoked(app: faust.App, revoked: set[Any], **_: Any) -> None:
         await reader.revoke({tp.partition for tp in revoked})
-        service.forget_partitions({tp.partition for tp in revoked})
+        await service.revoke_partitions({tp.partition for tp in revoked})
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def on_assigned(app: faust.App, assigned: set[Any], **_: Any) -> None:

@@ -235,6 +235,8 @@ def _exported_metric_names() -> set[str]:
     worker.rejected.labels(reason="r").inc()
     worker.last_tick.labels(partition="0").set(1)
     worker.clock_skew.labels(source="oscillator-1").set(0)
+    worker.ticks_held.labels(source="oscillator-1").inc()
+    worker.oscillator_ahead.labels(source="oscillator-1").set(0)
     for registry in (worker.registry, oscillator.registry):
         for family in registry.collect():
             names.update(sample.name for sample in family.samples)
