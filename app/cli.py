@@ -91,7 +91,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     ensure_topics(settings, timeout=args.timeout)
     worker_app = build_worker(settings)
     register_status_views(worker_app.app, worker_app.service, worker_app.metrics, settings)
-    serve_metrics(settings.metrics_port, worker_app.metrics.registry)
+    serve_metrics(settings.metrics_port, worker_app.metrics.registry, settings.metrics_bind)
     worker = faust.Worker(worker_app.app, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()
     return 0

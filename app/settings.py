@@ -77,8 +77,12 @@ class Settings:
     data_dir: str = ".kafka-timers/worker"
     #: Port of the worker's Faust web server (status page).
     web_port: int = 6066
+    #: Address the worker's web server listens on (``127.0.0.1``: this host only).
+    web_bind: str = "0.0.0.0"
     #: Port of the Prometheus ``/metrics`` endpoint; ``None`` disables it.
     metrics_port: int | None = None
+    #: Address the ``/metrics`` endpoint listens on.
+    metrics_bind: str = "0.0.0.0"
     #: Regexes a callback topic must match (default: anything not always refused).
     callback_allow: tuple[str, ...] = (".*",)
     #: Largest callback value accepted, bytes.
@@ -135,6 +139,8 @@ class Settings:
             PREFIX + "WORKER_ID": self.worker_id,
             PREFIX + "DATA_DIR": self.data_dir,
             PREFIX + "WEB_PORT": str(self.web_port),
+            PREFIX + "WEB_BIND": self.web_bind,
+            PREFIX + "METRICS_BIND": self.metrics_bind,
             PREFIX + "CALLBACK_ALLOW": ",".join(self.callback_allow),
             PREFIX + "MAX_PAYLOAD_BYTES": str(self.max_payload_bytes),
             PREFIX + "HORIZON_SECONDS": str(self.horizon_seconds),
@@ -207,7 +213,9 @@ class Settings:
             worker_id=get("WORKER_ID") or defaults.worker_id,
             data_dir=get("DATA_DIR") or defaults.data_dir,
             web_port=number("WEB_PORT", int, defaults.web_port),
+            web_bind=get("WEB_BIND") or defaults.web_bind,
             metrics_port=metrics_port,
+            metrics_bind=get("METRICS_BIND") or defaults.metrics_bind,
             callback_allow=tuple(p for p in allow.split(",") if p) if allow else (".*",),
             max_payload_bytes=number("MAX_PAYLOAD_BYTES", int, defaults.max_payload_bytes),
             horizon_seconds=number("HORIZON_SECONDS", int, defaults.horizon_seconds),

@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry, start_http_server
 __all__ = ["serve_metrics"]
 
 
-def serve_metrics(port: int | None, registry: CollectorRegistry) -> None:
-    """Serve ``/metrics`` on ``port`` in a background thread (no-op when ``port`` is None)."""
+def serve_metrics(port: int | None, registry: CollectorRegistry, addr: str = "0.0.0.0") -> None:
+    """Serve ``/metrics`` on ``addr:port`` in a background thread (no-op when ``port`` is None)."""
     if port is not None:
-        start_http_server(port, addr="0.0.0.0", registry=registry)
+        start_http_server(port, addr=addr, registry=registry)

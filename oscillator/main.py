@@ -18,7 +18,7 @@ def run_oscillator(settings: Settings, stop: threading.Event, *, timeout: float 
     """Tick the tick topic of ``settings`` until ``stop`` is set (SIGTERM, Ctrl-C)."""
     ensure_topics(settings, [settings.topics.ticks], timeout=timeout)
     metrics = OscillatorMetrics()
-    serve_metrics(settings.metrics_port, metrics.registry)
+    serve_metrics(settings.metrics_port, metrics.registry, settings.metrics_bind)
     Oscillator(
         confluent_producer(settings),
         settings.topics.ticks,

@@ -30,6 +30,7 @@ from app.worker.faust_internals import (
     partition_db,
     recovery_start_offsets,
     tune_fetcher,
+    web_routes,
 )
 from app.worker.metrics import WorkerMetrics
 from app.worker.output import DeliveryFailure, OutputProducer
@@ -37,7 +38,7 @@ from app.worker.partition_store import RocksDBStores, catch_up_changelogs, persi
 from app.worker.request_reader import RequestReader
 from app.worker.service import TimerService
 
-__all__ = ["WorkerApp", "build_worker"]
+__all__ = ["WEB_VIEWS_OFF", "WorkerApp", "build_worker"]
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,15 @@ ROCKSDB_OPTIONS = {
     "block_cache_compressed_size": 0,
 }
 
+#: Every built-in Faust web view that shows table data, the cluster or internals: off.
+WEB_VIEWS_OFF: dict[str, Any] = {
+    "web_tables_enabled": False,
+    "web_router_enabled": False,
+    "web_stats_enabled": False,
+    "web_graph_enabled": False,
+    "web_metrics_enabled": False,
+}
+
 #: Exit status when writes could not be made durable (EX_SOFTWARE): restart the worker.
 EXIT_UNDURABLE = 70
 
@@ -115,7 +125,13 @@ def build_worker(settings: Settings) -> WorkerApp:
         datadir=settings.data_dir,
         web_enabled=True,
         web_port=settings.web_port,
-        web_bind="0.0.0.0",
+        web_bind=settings.web_bind,
+        # Faust's own views would undo what ours promise: /table/timers/<key>/ reads any
+        # table entry (tokens, payloads), /router/ and /assignment/ show the cluster, /
+        # (stats), /graph/ and /performance/ the internals. None is needed: the table is
+        # never routed between workers. Passed explicitly, so APP_WEB_* variables in the
+        # environment cannot turn them back on. Faust's plain "/" index stays.
+        **WEB_VIEWS_OFF,
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication_factor,
         broker_session_timeout=settings.session_timeout,
@@ -223,6 +239,19 @@ def build_worker(settings: Settings) -> WorkerApp:
             tp.partition for tp in app.consumer.assignment() if tp.topic == settings.topics.ticks
         }
         await reader.assign(ticks_held)
+
+    def log_web_routes(web: Any) -> None:
+        # Faust's hook, called once every view is registered: what this worker serves,
+        # in one line an operator (and the test that walks every route) can read.
+        routes = [f"{method} {path}" for method, path in web_routes(web)]
+        log.info(
+            "web server on %s:%d serves routes %s",
+            settings.web_bind,
+            settings.web_port,
+            json.dumps(routes),
+        )
+
+    app.on_webserver_init = log_web_routes  # type: ignore[method-assign]
 
     @app.agent(ticks, name="ticks")
     async def handle_ticks(stream: Any) -> None:

@@ -2,8 +2,8 @@
 
 Faust exposes no public way to do a few things the worker needs: shorten the fetch
 wait, read committed records only, reach a table partition's RocksDB, move recovery's
-starting offsets after the worker caught a changelog up itself, and send LeaveGroup in
-generation 0. Each is done here and nowhere else, so an upgrade has one file to read.
+starting offsets after the worker caught a changelog up itself, send LeaveGroup in
+generation 0, and list the routes its web server serves. Each is done here and nowhere else, so an upgrade has one file to read.
 
 Nothing is patched at import: :func:`apply_patches` is called by the worker at start.
 :func:`missing_internals` lists what this module relies on and is gone; a unit test
@@ -27,6 +27,7 @@ from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 from faust.stores.rocksdb import Store as RocksDBStore
 from faust.tables.recovery import Recovery
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.web.drivers import aiohttp as faust_aiohttp_web
 
 __all__ = [
     "FaustInternalsMissing",
@@ -35,6 +36,7 @@ __all__ = [
     "partition_db",
     "recovery_start_offsets",
     "tune_fetcher",
+    "web_routes",
 ]
 
 log = logging.getLogger(__name__)
@@ -104,6 +106,17 @@ def recovery_start_offsets(app: faust.App) -> dict[Any, int] | None:
     return starts
 
 
+def web_routes(web: Any) -> list[tuple[str, str]]:
+    """Every ``(method, path pattern)`` the worker's web server serves, sorted.
+
+    Read from the aiohttp application behind Faust's web driver (``web.web_app``), so it
+    lists Faust's own views beside ours, whoever registered them.
+    """
+    return sorted(
+        {(route.method, route.resource.canonical) for route in web.web_app.router.routes()}
+    )
+
+
 def _source_mentions(obj: Any, names: Iterable[str]) -> list[str]:
     try:
         text = inspect.getsource(obj)
@@ -131,6 +144,8 @@ def missing_internals() -> list[str]:
             f"{cls.__module__}.{cls.__name__}.{a} (set in __init__)"
             for a in _source_mentions(vars(cls)["__init__"], attrs)
         ]
+    if "self.web_app" not in inspect.getsource(faust_aiohttp_web):
+        missing.append("faust.web.drivers.aiohttp.Web.web_app")
     transport = inspect.getsource(faust_aiokafka)
     missing += [
         f"faust.transport.drivers.aiokafka: {a}"
