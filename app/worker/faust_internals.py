@@ -3,7 +3,8 @@
 Faust exposes no public way to do a few things the worker needs: shorten the fetch
 wait, read committed records only, reach a table partition's RocksDB, move recovery's
 starting offsets after the worker caught a changelog up itself, send LeaveGroup in
-generation 0, and list the routes its web server serves. Each is done here and nowhere else, so an upgrade has one file to read.
+generation 0, and list the routes its web server serves. Each is done here and nowhere
+else, so an upgrade has one file to read.
 
 Nothing is patched at import: :func:`apply_patches` is called by the worker at start.
 :func:`missing_internals` lists what this module relies on and is gone; a unit test

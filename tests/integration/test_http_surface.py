@@ -22,6 +22,7 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from app.client import ScheduledTimer, TimerClient
 from app.core.keys import index_key, timer_key
@@ -86,7 +87,7 @@ def fills(pattern: str, values: dict[str, list[str]]) -> Iterator[str]:
 def listening_addresses(port: int) -> set[str]:
     """Local IPv4 addresses with a socket listening on ``port`` (from /proc/net/tcp)."""
     out = set()
-    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         local, state = line.split()[1], line.split()[3]
         address, hex_port = local.split(":")
         if state == "0A" and int(hex_port, 16) == port:
