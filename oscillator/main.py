@@ -8,6 +8,7 @@ from app.kafka.config import confluent_producer
 from app.kafka.topics import ensure_topics
 from app.settings import Settings
 from app.telemetry import serve_metrics
+from oscillator.broker_clock import BrokerClockCheck
 from oscillator.metrics import OscillatorMetrics
 from oscillator.ticker import Oscillator
 
@@ -24,4 +25,5 @@ def run_oscillator(settings: Settings, stop: threading.Event, *, timeout: float 
         settings.topics.ticks,
         oscillator_id=settings.worker_id,
         metrics=metrics,
+        clock_check=BrokerClockCheck(settings.topics.ticks, settings.clock_skew_warn_seconds),
     ).run(stop)

@@ -9,6 +9,7 @@ worker fires everything due up to the tick it receives, so a gap is caught up th
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -18,6 +19,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from oscillator.broker_clock import BrokerClockCheck
 from oscillator.clock import current_second, wait_for_second
 from oscillator.metrics import OscillatorMetrics
 
@@ -40,6 +42,7 @@ class Oscillator:
         oscillator_id: str,
         metrics: OscillatorMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        clock_check: BrokerClockCheck | None = None,
     ) -> None:
         conf = dict(producer_conf)
         conf.update({"linger.ms": 0, "acks": "all"})
@@ -50,6 +53,7 @@ class Oscillator:
         self._clock = clock
         self._partitions = 0
         self._partitions_checked = 0.0
+        self._clock_check = clock_check
 
     def _partition_count(self) -> int:
         if (
@@ -68,16 +72,24 @@ class Oscillator:
         if err is not None:
             log.error("tick to %s[%s] failed: %s", msg.topic(), msg.partition(), err)
 
+    def _on_probe_delivery(self, sent_ms: int, err: KafkaError | None, msg: Message) -> None:
+        self._on_delivery(err, msg)
+        if err is None and self._clock_check is not None:
+            timestamp_type, timestamp_ms = msg.timestamp()
+            self._clock_check.delivered(timestamp_type, timestamp_ms, sent_ms)
+
     def send_tick(self, second: int) -> int:
         """Produce tick ``second`` to every partition; return how many partitions."""
         partitions = self._partition_count()
         sent_ms = int(self._clock() * 1000)
         value = json.dumps({"second": second, "oscillator": self._id, "sent_ms": sent_ms}).encode()
         key = str(second).encode()
+        probe = self._clock_check is not None and not self._clock_check.done
         for p in range(partitions):
-            self._producer.produce(
-                self._topic, value, key, partition=p, on_delivery=self._on_delivery
-            )
+            on_delivery: Callable[[KafkaError | None, Message], None] = self._on_delivery
+            if probe and p == 0:  # the broker's clock, where it stamps records (at start)
+                on_delivery = functools.partial(self._on_probe_delivery, sent_ms)
+            self._producer.produce(self._topic, value, key, partition=p, on_delivery=on_delivery)
         self._producer.poll(0)
         self._metrics.ticks.inc()
         self._metrics.tick_delay.observe(max(0.0, sent_ms / 1000 - second))
