@@ -3,14 +3,16 @@
 A tick for second S is sent when this process's clock reaches S; an oscillator whose
 clock is wrong sends ticks from the future or the past. Workers hold ticks from the
 future (so nothing fires early) and fire late on ticks from the past, but either way the
-operator should hear it from the oscillator itself, at start. The one clock of the
-broker's that the Kafka protocol shows is ``LogAppendTime``: on a topic created with
+operator should hear it from the oscillator itself, at start. The Kafka protocol shows the
+broker's clock in one portable way: on a topic created with
 ``message.timestamp.type=LogAppendTime`` the broker stamps each record as it appends it
-and returns that stamp in the delivery report. So the first few ticks' delivery reports
+and returns that stamp in the delivery report. Some brokers also answer ListOffsets
+"latest" with the append time of the newest record (the dev broker Tansu 0.6.0 does,
+and ignores ``LogAppendTime``; Apache Kafka answers -1 there). So the first few ticks
 are the probe: ``broker stamp - our send time`` is the delivery delay minus our clock's
-offset, and the smallest over a few ticks is the best estimate of the offset. A topic
-that keeps the producer's ``CreateTime`` (the default; and the dev broker Tansu 0.6.0
-ignores ``LogAppendTime``) shows no broker clock: the oscillator says that instead.
+offset, and the smallest over a few ticks is the best estimate of the offset. Where the
+broker shows no clock (a ``CreateTime`` topic on Apache Kafka, Kafka's default) the
+oscillator says so instead.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class BrokerClockCheck:
         self._probes = probes
         self._deltas: list[float] = []
         self._unstamped = 0
+        self._how = ""
         #: The verdict, once enough ticks were delivered.
         self.verdict: ClockVerdict | None = None
 
@@ -54,12 +57,14 @@ class BrokerClockCheck:
     def done(self) -> bool:
         return self.verdict is not None
 
-    def delivered(self, timestamp_type: int, broker_ms: int, sent_ms: int) -> None:
-        """One delivery report of a tick this oscillator stamped ``sent_ms`` by its clock."""
+    def delivered(self, broker_ms: int | None, sent_ms: int, how: str = "LogAppendTime") -> None:
+        """One delivered tick: ``sent_ms`` by this oscillator's clock, ``broker_ms`` by the
+        broker's (``None`` where the broker showed no clock), learnt from ``how``."""
         if self.done:
             return
-        if timestamp_type == LOG_APPEND_TIME:
+        if broker_ms is not None and broker_ms >= 0:
             self._deltas.append((broker_ms - sent_ms) / 1000)
+            self._how = how
         else:
             self._unstamped += 1
         if len(self._deltas) + self._unstamped < self._probes:
@@ -74,17 +79,18 @@ class BrokerClockCheck:
     def _report(self, verdict: ClockVerdict) -> None:
         if verdict.offset is None:
             log.info(
-                "topic %s keeps the producers' timestamps (CreateTime), so this oscillator "
-                "cannot compare its clock with the broker's; create it with "
-                "message.timestamp.type=LogAppendTime to have that checked at start",
+                "the broker shows no clock on topic %s (it keeps the producers' CreateTime), "
+                "so this oscillator cannot compare its clock with the broker's; create the "
+                "topic with message.timestamp.type=LogAppendTime to have that checked at start",
                 self._topic,
             )
         elif abs(verdict.offset) > self._threshold:
             log.warning(
-                "this oscillator's clock is %.3fs %s the broker's (LogAppendTime on %s): %s; "
+                "this oscillator's clock is %.3fs %s the broker's (%s on %s): %s; "
                 "check NTP on this host",
                 abs(verdict.offset),
                 "ahead of" if verdict.offset > 0 else "behind",
+                self._how,
                 self._topic,
                 "workers hold its ticks until their own clocks reach each second"
                 if verdict.offset > 0
@@ -92,9 +98,9 @@ class BrokerClockCheck:
             )
         else:
             log.info(
-                "this oscillator's clock is within %.3fs of the broker's (%+.3fs, "
-                "LogAppendTime on %s)",
+                "this oscillator's clock is within %.3fs of the broker's (%+.3fs, %s on %s)",
                 self._threshold,
                 verdict.offset,
+                self._how,
                 self._topic,
             )

@@ -19,7 +19,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from oscillator.broker_clock import BrokerClockCheck
+from oscillator.broker_clock import LOG_APPEND_TIME, BrokerClockCheck
 from oscillator.clock import current_second, wait_for_second
 from oscillator.metrics import OscillatorMetrics
 
@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 #: How often the partition count of the tick topic is looked up again.
 METADATA_REFRESH_SECONDS = 30.0
+#: Longest the first few ticks wait for their delivery reports (the broker-clock probe).
+PROBE_FLUSH_SECONDS = 1.0
 
 
 class Oscillator:
@@ -43,6 +45,7 @@ class Oscillator:
         metrics: OscillatorMetrics | None = None,
         clock: Callable[[], float] = time.time,
         clock_check: BrokerClockCheck | None = None,
+        append_time: Callable[[int, int], int | None] | None = None,
     ) -> None:
         conf = dict(producer_conf)
         conf.update({"linger.ms": 0, "acks": "all"})
@@ -54,6 +57,8 @@ class Oscillator:
         self._partitions = 0
         self._partitions_checked = 0.0
         self._clock_check = clock_check
+        #: ``(partition, offset) -> the broker's append time of that record``, if it says.
+        self._append_time = append_time
 
     def _partition_count(self) -> int:
         if (
@@ -74,9 +79,17 @@ class Oscillator:
 
     def _on_probe_delivery(self, sent_ms: int, err: KafkaError | None, msg: Message) -> None:
         self._on_delivery(err, msg)
-        if err is None and self._clock_check is not None:
-            timestamp_type, timestamp_ms = msg.timestamp()
-            self._clock_check.delivered(timestamp_type, timestamp_ms, sent_ms)
+        if err is not None or self._clock_check is None:
+            return
+        timestamp_type, timestamp_ms = msg.timestamp()
+        if timestamp_type == LOG_APPEND_TIME:
+            self._clock_check.delivered(timestamp_ms, sent_ms, "LogAppendTime")
+            return
+        offset, partition = msg.offset(), msg.partition()
+        appended = None
+        if self._append_time is not None and offset is not None and partition is not None:
+            appended = self._append_time(partition, offset)
+        self._clock_check.delivered(appended, sent_ms, "ListOffsets append time")
 
     def send_tick(self, second: int) -> int:
         """Produce tick ``second`` to every partition; return how many partitions."""
@@ -90,6 +103,10 @@ class Oscillator:
             if probe and p == 0:  # the broker's clock, where it stamps records (at start)
                 on_delivery = functools.partial(self._on_probe_delivery, sent_ms)
             self._producer.produce(self._topic, value, key, partition=p, on_delivery=on_delivery)
+        if probe:
+            # At start only: have the probe's delivery report (and the broker's stamp) now,
+            # before another oscillator's tick lands behind it.
+            self._producer.flush(PROBE_FLUSH_SECONDS)
         self._producer.poll(0)
         self._metrics.ticks.inc()
         self._metrics.tick_delay.observe(max(0.0, sent_ms / 1000 - second))

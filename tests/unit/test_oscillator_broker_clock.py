@@ -6,9 +6,8 @@ import logging
 
 import pytest
 
-from oscillator.broker_clock import LOG_APPEND_TIME, BrokerClockCheck
+from oscillator.broker_clock import BrokerClockCheck
 
-CREATE_TIME = 1
 SENT = 1_767_225_600_000
 
 
@@ -18,8 +17,8 @@ def test_a_clock_an_hour_ahead_of_the_broker_is_warned_at_start(
     check = BrokerClockCheck("ticks", threshold=2.0, probes=3)
     with caplog.at_level(logging.INFO):
         for delay_ms in (40, 3, 15):  # the smallest delay is the best estimate
-            check.delivered(LOG_APPEND_TIME, SENT - 3_600_000 + delay_ms, SENT)
-        check.delivered(LOG_APPEND_TIME, SENT, SENT)  # after the verdict: ignored
+            check.delivered(SENT - 3_600_000 + delay_ms, SENT)
+        check.delivered(SENT, SENT)  # after the verdict: ignored
     assert check.verdict is not None and check.verdict.offset == pytest.approx(3599.997)
     assert [r.levelno for r in caplog.records] == [logging.WARNING]
     assert "3599.997s ahead of the broker's" in caplog.text
@@ -28,7 +27,7 @@ def test_a_clock_an_hour_ahead_of_the_broker_is_warned_at_start(
 def test_a_clock_behind_the_broker_is_warned_too(caplog: pytest.LogCaptureFixture) -> None:
     check = BrokerClockCheck("ticks", threshold=2.0, probes=1)
     with caplog.at_level(logging.WARNING):
-        check.delivered(LOG_APPEND_TIME, SENT + 5_010, SENT)
+        check.delivered(SENT + 5_010, SENT)
     assert check.verdict is not None and check.verdict.offset == pytest.approx(-5.01)
     assert "behind the broker's" in caplog.text
 
@@ -36,10 +35,21 @@ def test_a_clock_behind_the_broker_is_warned_too(caplog: pytest.LogCaptureFixtur
 def test_a_clock_that_agrees_is_reported_at_info(caplog: pytest.LogCaptureFixture) -> None:
     check = BrokerClockCheck("ticks", threshold=2.0, probes=2)
     with caplog.at_level(logging.INFO):
-        check.delivered(LOG_APPEND_TIME, SENT + 4, SENT)
-        check.delivered(LOG_APPEND_TIME, SENT + 2, SENT)
+        check.delivered(SENT + 4, SENT)
+        check.delivered(SENT + 2, SENT)
     assert [r.levelno for r in caplog.records] == [logging.INFO]
     assert "within 2.000s of the broker's" in caplog.text
+    assert "LogAppendTime" in caplog.text
+
+
+def test_the_broker_clock_may_come_from_list_offsets(caplog: pytest.LogCaptureFixture) -> None:
+    check = BrokerClockCheck("ticks", threshold=2.0, probes=3)
+    with caplog.at_level(logging.WARNING):
+        check.delivered(None, SENT)  # another oscillator's tick came in between
+        check.delivered(SENT - 3_599_990, SENT, "ListOffsets append time")
+        check.delivered(SENT - 3_599_980, SENT, "ListOffsets append time")
+    assert check.verdict is not None and check.verdict.offset == pytest.approx(3599.99)
+    assert "ahead of the broker's (ListOffsets append time on ticks)" in caplog.text
 
 
 def test_a_topic_without_broker_timestamps_says_it_cannot_compare(
@@ -47,9 +57,9 @@ def test_a_topic_without_broker_timestamps_says_it_cannot_compare(
 ) -> None:
     check = BrokerClockCheck("ticks", threshold=2.0, probes=2)
     with caplog.at_level(logging.INFO):
-        check.delivered(CREATE_TIME, SENT, SENT)
+        check.delivered(None, SENT)
         assert not check.done
-        check.delivered(CREATE_TIME, SENT, SENT)
+        check.delivered(None, SENT)
     assert check.verdict is not None and not check.verdict.measured
     assert "cannot compare its clock with the broker's" in caplog.text
     assert "LogAppendTime" in caplog.text
