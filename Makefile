@@ -35,13 +35,13 @@ integration: install
 	$(BIN)/pytest tests/integration
 
 lint: install
-	$(BIN)/ruff check app oscillator spark_audit tests bench
-	$(BIN)/ruff format --check app oscillator spark_audit tests bench
+	$(BIN)/ruff check app oscillator spark_audit tests bench deploy
+	$(BIN)/ruff format --check app oscillator spark_audit tests bench deploy
 	$(BIN)/lint-imports
 
 format: install
-	$(BIN)/ruff format app oscillator spark_audit tests bench
-	$(BIN)/ruff check --fix app oscillator spark_audit tests bench
+	$(BIN)/ruff format app oscillator spark_audit tests bench deploy
+	$(BIN)/ruff check --fix app oscillator spark_audit tests bench deploy
 
 typecheck: install
 	$(BIN)/mypy

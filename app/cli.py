@@ -83,6 +83,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     import faust
 
     from app.kafka.topics import ensure_topics
+    from app.status.health import register_health_views
     from app.status.views import register_status_views
     from app.telemetry import serve_metrics
     from app.worker.faust_app import build_worker
@@ -91,7 +92,8 @@ def cmd_worker(args: argparse.Namespace) -> int:
     ensure_topics(settings, timeout=args.timeout)
     worker_app = build_worker(settings)
     register_status_views(worker_app.app, worker_app.service, worker_app.metrics, settings)
-    serve_metrics(settings.metrics_port, worker_app.metrics.registry, settings.metrics_bind)
+    register_health_views(worker_app.app, worker_app.health, worker_app.service)
+    serve_metrics(settings.metrics_port, worker_app.metrics.registry, addr=settings.metrics_bind)
     worker = faust.Worker(worker_app.app, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()
     return 0

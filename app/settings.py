@@ -104,7 +104,22 @@ class Settings:
     #: minus this (see :mod:`app.core.tick_gate`): 0 means never before the worker's
     #: own clock says the second has come.
     tick_tolerance_seconds: float = 0.0
+    #: ``/livez`` fails when work is this many seconds overdue: a worker holding timers
+    #: due longer ago than this with no tick processed for as long, or an oscillator
+    #: that sent no tick for as long (see docs/operations.md, Health endpoints).
+    liveness_timeout: float = 30.0
     security: SecuritySettings = field(default_factory=SecuritySettings)
+
+    @property
+    def request_group(self) -> str:
+        """The consumer group the workers commit applied request offsets to.
+
+        Informational, for ``kafka-consumer-groups --describe``, Burrow and lag
+        exporters: where to resume is kept in the table. No worker ever joins it (Kafka
+        refuses an offset commit from a non-member to a group that has members, and the
+        workers' own group, :attr:`app_id`, has them), so it stays Empty.
+        """
+        return f"{self.app_id}-requests"
 
     @property
     def changelog_topic(self) -> str:
@@ -149,6 +164,7 @@ class Settings:
             PREFIX + "EXACTLY_ONCE": "true" if self.exactly_once else "false",
             PREFIX + "CLOCK_SKEW_WARN_SECONDS": str(self.clock_skew_warn_seconds),
             PREFIX + "TICK_TOLERANCE_SECONDS": str(self.tick_tolerance_seconds),
+            PREFIX + "LIVENESS_TIMEOUT": str(self.liveness_timeout),
             PREFIX + "SECURITY_PROTOCOL": self.security.protocol,
         }
         if self.metrics_port is not None:
@@ -228,6 +244,7 @@ class Settings:
             tick_tolerance_seconds=number(
                 "TICK_TOLERANCE_SECONDS", float, defaults.tick_tolerance_seconds
             ),
+            liveness_timeout=number("LIVENESS_TIMEOUT", float, defaults.liveness_timeout),
             security=security,
         )
         if settings.partitions < 1:

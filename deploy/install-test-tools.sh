@@ -2,7 +2,9 @@
 # The tools some tests need beyond the virtualenv: Debian's Chromium (driven by the
 # Playwright package from the dev extras, through executable_path=/usr/bin/chromium) for
 # the status-page browser test, and promtool (Debian package 'prometheus') for the
-# Prometheus config and alert-rule tests. `make test` and CI (`make test` through
+# Prometheus config and alert-rule tests, and kubectl (its built-in kustomize renders
+# deploy/kubernetes for tests/unit/test_kubernetes.py; Debian package 'kubernetes-client'
+# where no kubectl is installed already). `make test` and CI (`make test` through
 # .ci/run) both run this script, so the README's test command gets what CI gets.
 #
 # Installs with apt where the machine allows it (root, or passwordless sudo, and
@@ -15,6 +17,7 @@ set -euo pipefail
 missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
+command -v kubectl >/dev/null 2>&1 || missing+=(kubernetes-client)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 SUDO=""

@@ -14,6 +14,7 @@ from app.kafka.topics import ensure_topics
 from app.settings import Settings
 from app.telemetry import serve_metrics
 from oscillator.broker_clock import BrokerClockCheck
+from oscillator.health import LIVEZ_PATH, tick_liveness
 from oscillator.metrics import OscillatorMetrics
 from oscillator.ticker import Oscillator
 
@@ -27,15 +28,21 @@ def run_oscillator(settings: Settings, stop: threading.Event, *, timeout: float 
     ensure_topics(settings, [settings.topics.ticks], timeout=timeout)
     metrics = OscillatorMetrics()
     admin = AdminClient(confluent_common(settings))
-    serve_metrics(settings.metrics_port, metrics.registry, settings.metrics_bind)
-    Oscillator(
+    oscillator = Oscillator(
         confluent_producer(settings),
         settings.topics.ticks,
         oscillator_id=settings.worker_id,
         metrics=metrics,
         clock_check=BrokerClockCheck(settings.topics.ticks, settings.clock_skew_warn_seconds),
         append_time=functools.partial(latest_append_time, admin, settings.topics.ticks),
-    ).run(stop)
+    )
+    serve_metrics(
+        settings.metrics_port,
+        metrics.registry,
+        {LIVEZ_PATH: tick_liveness(oscillator, settings.liveness_timeout)},
+        addr=settings.metrics_bind,
+    )
+    oscillator.run(stop)
 
 
 def latest_append_time(admin: AdminClient, topic: str, partition: int, offset: int) -> int | None:

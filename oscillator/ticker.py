@@ -59,6 +59,9 @@ class Oscillator:
         self._clock_check = clock_check
         #: ``(partition, offset) -> the broker's append time of that record``, if it says.
         self._append_time = append_time
+        #: ``time.monotonic()`` when this oscillator started and last sent a tick (``/livez``).
+        self.started = time.monotonic()
+        self.last_sent: float | None = None
 
     def _partition_count(self) -> int:
         if (
@@ -108,6 +111,7 @@ class Oscillator:
             # before another oscillator's tick lands behind it.
             self._producer.flush(PROBE_FLUSH_SECONDS)
         self._producer.poll(0)
+        self.last_sent = time.monotonic()
         self._metrics.ticks.inc()
         self._metrics.tick_delay.observe(max(0.0, sent_ms / 1000 - second))
         return partitions

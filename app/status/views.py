@@ -93,6 +93,29 @@ def timer_json(partition: int, timer: Timer) -> dict[str, Any]:
     }
 
 
+def _by_partition(metrics: WorkerMetrics, name: str) -> dict[str, float]:
+    """The value of gauge ``name`` for each ``partition`` label it has."""
+    return {
+        sample.labels["partition"]: sample.value
+        for family in metrics.registry.collect()
+        if family.name == name
+        for sample in family.samples
+    }
+
+
+def request_lag(metrics: WorkerMetrics) -> dict[str, Any]:
+    """Requests waiting to be applied: per held partition (records and seconds, live),
+    and per partition of the topic from the informational group's committed offsets."""
+    records = _by_partition(metrics, "kafka_timers_request_lag_records")
+    seconds = _by_partition(metrics, "kafka_timers_request_lag_seconds")
+    group = _by_partition(metrics, "kafka_timers_request_group_lag_records")
+    order = sorted(records, key=int)
+    return {
+        "request_lag": {p: {"records": records[p], "seconds": seconds.get(p, 0.0)} for p in order},
+        "request_group_lag": {p: group[p] for p in sorted(group, key=int)},
+    }
+
+
 class StatusCollector:
     """Builds the status snapshot of one worker from its metrics and wheels."""
 
@@ -163,6 +186,7 @@ class StatusCollector:
             "oscillators": oscillator_clocks(current),
             "held_ticks": {str(p): s for p, s in sorted(self._service.held_ticks().items())},
             "pending_by_due": pending_by_due(self._scans(), now),
+            **request_lag(self._metrics),
         }
         self._cached = (mono, data)
         return data

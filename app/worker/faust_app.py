@@ -12,6 +12,7 @@ graceful shutdown; the behaviour lives in :class:`app.worker.service.TimerServic
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import faust
+from confluent_kafka import Consumer
 
 from app.core.request_format import RawRecord
 from app.kafka.config import confluent_consumer, confluent_producer
@@ -32,9 +34,11 @@ from app.worker.faust_internals import (
     tune_fetcher,
     web_routes,
 )
+from app.worker.health import WorkerHealth
 from app.worker.metrics import WorkerMetrics
 from app.worker.output import DeliveryFailure, OutputProducer
 from app.worker.partition_store import RocksDBStores, catch_up_changelogs, persisted_offset
+from app.worker.request_progress import RequestProgress
 from app.worker.request_reader import RequestReader
 from app.worker.service import TimerService
 
@@ -54,10 +58,18 @@ TICK_BATCH_WITHIN = 0.002
 class WorkerApp:
     """The Faust app of one worker process and the service it drives."""
 
-    def __init__(self, app: faust.App, service: TimerService, metrics: WorkerMetrics) -> None:
+    def __init__(
+        self,
+        app: faust.App,
+        service: TimerService,
+        metrics: WorkerMetrics,
+        health: WorkerHealth,
+    ) -> None:
         self.app = app
         self.service = service
         self.metrics = metrics
+        #: Readiness and liveness, fed by the hooks below (``/readyz``, ``/livez``).
+        self.health = health
 
 
 def _tick_second(event: Any) -> int | None:
@@ -96,6 +108,10 @@ WEB_VIEWS_OFF: dict[str, Any] = {
     "web_graph_enabled": False,
     "web_metrics_enabled": False,
 }
+
+#: How often every worker refreshes the request lag of every partition from the
+#: informational group's committed offsets (two ListOffsets and one OffsetFetch each).
+GROUP_LAG_INTERVAL = 5.0
 
 #: Exit status when writes could not be made durable (EX_SOFTWARE): restart the worker.
 EXIT_UNDURABLE = 70
@@ -164,6 +180,7 @@ def build_worker(settings: Settings) -> WorkerApp:
         options=dict(ROCKSDB_OPTIONS),
     )
     metrics = WorkerMetrics()
+    health = WorkerHealth(settings.liveness_timeout)
     policy = settings.request_policy()
     output = OutputProducer(
         confluent_producer(settings, **{"client.id": f"kafka-timers-{settings.worker_id}"}),
@@ -195,6 +212,13 @@ def build_worker(settings: Settings) -> WorkerApp:
         except DeliveryFailure as exc:
             _exit_undurable(exc)
 
+    progress = RequestProgress(
+        # Only commits and reads offsets of the informational group; never subscribes.
+        Consumer(confluent_consumer(settings, group_id=settings.request_group)),
+        settings.topics.requests,
+        settings.partitions,
+        metrics,
+    )
     reader = RequestReader(
         # Never subscribes, so never joins the group: the app id as group id only lets
         # it find offsets a Faust-read worker committed (see RequestReader._committed).
@@ -213,7 +237,12 @@ def build_worker(settings: Settings) -> WorkerApp:
         resume_offset=service.request_offset,
         batch_size=REQUEST_BATCH,
         batch_wait=REQUEST_BATCH_WITHIN,
+        progress=progress,
     )
+
+    @app.timer(GROUP_LAG_INTERVAL, name="kafka_timers_request_group_lag")  # type: ignore[untyped-decorator,misc]
+    async def refresh_group_lag() -> None:
+        await asyncio.get_running_loop().run_in_executor(None, progress.refresh_group_lag)
 
     @app.task  # type: ignore[untyped-decorator]
     async def read_requests() -> None:
@@ -221,6 +250,7 @@ def build_worker(settings: Settings) -> WorkerApp:
             await reader.run()
         finally:
             reader.close()
+            progress.close()
 
     @app.task  # type: ignore[untyped-decorator]
     async def release_held_ticks() -> None:
@@ -238,7 +268,9 @@ def build_worker(settings: Settings) -> WorkerApp:
         ticks_held = {
             tp.partition for tp in app.consumer.assignment() if tp.topic == settings.topics.ticks
         }
+        token = health.applying(ticks_held)
         await reader.assign(ticks_held)
+        health.ready(token, ticks_held)
 
     def log_web_routes(web: Any) -> None:
         # Faust's hook, called once every view is registered: what this worker serves,
@@ -274,9 +306,11 @@ def build_worker(settings: Settings) -> WorkerApp:
                 await service.handle_ticks(ticks)
             except DeliveryFailure as exc:
                 _exit_undurable(exc)
+            health.ticked()
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def on_revoked(app: faust.App, revoked: set[Any], **_: Any) -> None:
+        health.rebalancing()
         await reader.revoke({tp.partition for tp in revoked})
         await service.revoke_partitions({tp.partition for tp in revoked})
 
@@ -288,6 +322,7 @@ def build_worker(settings: Settings) -> WorkerApp:
         # machinery (~10k records/s here: 23 s for a partner's 100k pending timers);
         # this reads it at librdkafka speed. It blocks the event loop on purpose: the
         # recovery task starts as soon as this handler yields.
+        health.recovering(tp.partition for tp in assigned if tp.topic == settings.topics.ticks)
         changelog = settings.changelog_topic
         mine = [tp for tp in assigned if tp.topic == changelog]
         catch_up_changelogs(
@@ -314,4 +349,4 @@ def build_worker(settings: Settings) -> WorkerApp:
                 raise RuntimeError("cannot switch Faust's consumer to read_committed")
             log.warning("could not shorten the consumer fetch wait: ticks may arrive late")
 
-    return WorkerApp(app, service, metrics)
+    return WorkerApp(app, service, metrics, health)

@@ -91,3 +91,25 @@ class WorkerMetrics:
             ["source"],
             registry=r,
         )
+        # Request lag (app/worker/request_progress.py): the held partitions, live...
+        self.request_lag_records = Gauge(
+            "kafka_timers_request_lag_records",
+            "Requests not yet applied, per partition this worker holds.",
+            ["partition"],
+            registry=r,
+        )
+        self.request_lag_seconds = Gauge(
+            "kafka_timers_request_lag_seconds",
+            "Age of the newest request applied while others wait (0 when caught up), "
+            "per partition this worker holds.",
+            ["partition"],
+            registry=r,
+        )
+        # ...and every partition, from the informational group's committed offsets.
+        self.request_group_lag = Gauge(
+            "kafka_timers_request_group_lag_records",
+            "High watermark minus the offset committed to the <app id>-requests group, "
+            "per partition of the request topic (every worker exports every partition).",
+            ["partition"],
+            registry=r,
+        )

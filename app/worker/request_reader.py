@@ -27,6 +27,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartiti
 
 from app.core.request_format import RawRecord
 from app.kafka.records import to_record
+from app.worker.request_progress import RequestProgress
 
 __all__ = ["RequestReader"]
 
@@ -52,6 +53,7 @@ class RequestReader:
         batch_size: int,
         batch_wait: float,
         progress_interval: float = 10.0,
+        progress: RequestProgress | None = None,
     ) -> None:
         self._consumer = Consumer({**consumer_conf, "enable.partition.eof": True})
         self._topic = topic
@@ -60,6 +62,8 @@ class RequestReader:
         self._batch_size = batch_size
         self._batch_wait = batch_wait
         self._progress_interval = progress_interval
+        #: Lag metrics and informational offset commits (None: neither).
+        self._progress = progress
         self._assigned: set[int] = set()
         self._lock = asyncio.Lock()
         self._wakeup = asyncio.Event()
@@ -81,6 +85,8 @@ class RequestReader:
                 self._consumer.incremental_unassign(
                     [TopicPartition(self._topic, p) for p in sorted(gone)]
                 )
+                if self._progress is not None:
+                    self._progress.revoked(gone)
             starts = []
             for p in sorted(new):
                 stored = await self._resume_offset(p)
@@ -88,12 +94,15 @@ class RequestReader:
                 starts.append(TopicPartition(self._topic, p, start))
             if starts:
                 self._consumer.incremental_assign(starts)
+                if self._progress is not None:
+                    self._progress.assigned(starts)
                 log.info(
                     "reading requests from %s",
                     ", ".join(f"{tp.partition}@{tp.offset}" for tp in starts),
                 )
             self._assigned = wanted
             await self._drain(new)
+            self._report_progress()
         self._wakeup.set()
 
     async def revoke(self, partitions: Iterable[int]) -> None:
@@ -142,7 +151,14 @@ class RequestReader:
                 log.warning("reading requests: %s", err)
         if records:
             await self._handle(records)
+            if self._progress is not None:
+                self._progress.applied(records)
         return at_end
+
+    def _report_progress(self) -> None:
+        """Lag and commits, under the lock: every batch read so far has been applied."""
+        if self._progress is not None:
+            self._progress.update(self._consumer)
 
     async def run(self) -> None:
         """Read and apply batches until :meth:`stop`."""
@@ -154,6 +170,7 @@ class RequestReader:
             async with self._lock:
                 if self._assigned:
                     await self._read_batch(self._batch_wait)
+                    self._report_progress()
 
     def stop(self) -> None:
         self._stopped = True

@@ -212,6 +212,9 @@ def test_status_data_counts_what_was_scheduled(scene: Scene) -> None:
     assert {int(p) for p in d["last_tick"]} == set(range(scene.partitions))
     assert all(t["age"] < 3 for t in d["last_tick"].values())
     assert d["fires_per_second"], "the fires-per-second history is being sampled"
+    # Every request was applied: no partition this worker holds is behind.
+    assert {int(p) for p in d["request_lag"]} == set(range(scene.partitions))
+    assert all(lag == {"records": 0, "seconds": 0} for lag in d["request_lag"].values())
 
 
 def test_a_timer_is_looked_up_by_id_and_its_token_is_never_shown(scene: Scene) -> None:
@@ -349,6 +352,8 @@ def test_status_page_in_headless_chromium_shows_what_was_scheduled(
             assert bars("chart-topics") == {scene.topic: len(scene.fired)}
             assert sum(bars("chart-lateness").values()) == len(scene.fired)
             assert set(bars("chart-ticks")) <= {f"p{p}" for p in range(scene.partitions)}
+            lag = page.eval_on_selector_all("#chart-request-lag rect.bar", BARS_JS)
+            assert lag == {f"p{p}": 0 for p in range(scene.partitions)}
             assert page.get_attribute("#chart-fires polyline", "data-points") not in (None, "0")
             since_start = page.inner_text("#lateness-table tbody tr:nth-child(2)")
             assert since_start.split("\t")[-1].strip() == str(len(scene.fired))

@@ -29,6 +29,7 @@ import yaml
 from app.cli import build_parser
 from app.settings import SecuritySettings, Settings
 from app.worker.metrics import WorkerMetrics
+from oscillator.health import LIVEZ_PATH
 from oscillator.metrics import OscillatorMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,6 +99,21 @@ def _effective_settings(svc: dict[str, Any]) -> tuple[Any, Settings]:
         metrics_port=getattr(args, "metrics_port", None),
     )
     return args, settings
+
+
+def _worker_health_paths() -> set[str]:
+    """The paths the worker's health views register on its web server."""
+    from app.status.health import register_health_views
+
+    paths: set[str] = set()
+
+    class App:
+        def page(self, path: str, name: str) -> Any:
+            paths.add(path)
+            return lambda handler: handler
+
+    register_health_views(App(), None, None)  # type: ignore[arg-type]
+    return paths
 
 
 def _container_ports(svc: dict[str, Any]) -> set[int]:
@@ -185,10 +201,11 @@ def test_workers_have_their_own_data_volume_and_ports_match_the_code(
             data_dirs[name] = mounts[settings.data_dir]
             assert mounts[settings.data_dir] in compose["volumes"]
             check = " ".join(svc["healthcheck"]["test"])
-            assert f"127.0.0.1:{settings.web_port}/status/data" in check
+            assert f"127.0.0.1:{settings.web_port}/readyz'" in check
+            assert "/readyz" in _worker_health_paths()
         else:
             check = " ".join(svc["healthcheck"]["test"])
-            assert f"127.0.0.1:{settings.metrics_port}/metrics" in check
+            assert f"127.0.0.1:{settings.metrics_port}{LIVEZ_PATH}'" in check
     assert len(set(data_dirs.values())) == len(data_dirs) == 2, "one RocksDB volume per worker"
     host_ports = [
         str(p).split(":")[0] for svc in compose["services"].values() for p in svc.get("ports", [])
@@ -237,6 +254,9 @@ def _exported_metric_names() -> set[str]:
     worker.clock_skew.labels(source="oscillator-1").set(0)
     worker.ticks_held.labels(source="oscillator-1").inc()
     worker.oscillator_ahead.labels(source="oscillator-1").set(0)
+    worker.request_lag_records.labels(partition="0").set(0)
+    worker.request_lag_seconds.labels(partition="0").set(0)
+    worker.request_group_lag.labels(partition="0").set(0)
     for registry in (worker.registry, oscillator.registry):
         for family in registry.collect():
             names.update(sample.name for sample in family.samples)
@@ -245,7 +265,7 @@ def _exported_metric_names() -> set[str]:
 
 _PROMQL_WORDS = {
     "sum", "by", "rate", "increase", "histogram_quantile", "time", "max", "min", "le",
-    "up", "without", "on", "and", "or", "unless", "avg", "count", "abs", "bool",
+    "up", "without", "on", "and", "or", "unless", "avg", "count", "abs", "bool", "deriv",
 }  # fmt: skip
 
 
@@ -269,12 +289,16 @@ def test_alert_rules_cover_the_required_failures_with_metrics_that_exist() -> No
         "KafkaTimersNoTicks",
         "KafkaTimersFireLatenessHigh",
         "KafkaTimersDeadLettersGrowing",
+        "KafkaTimersRequestLag",
     } <= set(rules)
     assert "kafka_timers_last_tick_seconds" in rules["KafkaTimersNoTicks"]["expr"]
     assert "> 5" in rules["KafkaTimersNoTicks"]["expr"]
     assert "histogram_quantile(0.99" in rules["KafkaTimersFireLatenessHigh"]["expr"]
     assert "> 2" in rules["KafkaTimersFireLatenessHigh"]["expr"]
     assert "kafka_timers_rejected_total" in rules["KafkaTimersDeadLettersGrowing"]["expr"]
+    lag = rules["KafkaTimersRequestLag"]["expr"]
+    assert "kafka_timers_request_lag_seconds" in lag
+    assert "kafka_timers_request_group_lag_records" in lag
     for name, rule in rules.items():
         unknown = _metric_names_in(rule["expr"]) - exported - {"up"}
         assert not unknown, f"{name} uses metrics no process exports: {unknown}"
@@ -318,6 +342,8 @@ def test_the_dashboard_shows_the_required_panels_from_metrics_that_exist() -> No
         "lateness p50 / p99": "kafka_timers_fire_lateness_seconds_bucket",
         "tick delay": "kafka_timers_oscillator_tick_delay_seconds_bucket",
         "rejected": "kafka_timers_rejected_total",
+        "request lag (records)": "kafka_timers_request_group_lag_records",
+        "request lag (seconds)": "kafka_timers_request_lag_seconds",
     }
     for words, metric in wanted.items():
         matching = [t for t in exprs if words in t.lower()]

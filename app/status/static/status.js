@@ -137,6 +137,17 @@ function render(d) {
     clockBadge.textContent = "OSCILLATOR AHEAD: " + ahead.map(([s]) => s).join(", ");
   } else { clockBadge.className = "badge ok"; clockBadge.textContent = "clocks agree"; }
 
+  // Held partitions from this worker's reader (live), the others from the group's commits.
+  const lag = Object.assign({}, d.request_group_lag || {});
+  for (const [p, l] of Object.entries(d.request_lag || {})) lag[p] = l.records;
+  barChart(document.getElementById("chart-request-lag"), Object.entries(lag)
+    .sort((a, b) => Number(a[0]) - Number(b[0])).map(([p, n]) => {
+      const own = (d.request_lag || {})[p];
+      return {label: "p" + p, value: n, cls: n > 1000 ? "bad" : "",
+        title: "partition " + p + ": " + fmt(n) + " waiting" +
+          (own ? ", newest applied " + secs(own.seconds) + " old" : " (committed offsets)")};
+    }), {empty: "no lag figures yet"});
+
   barChart(document.getElementById("chart-rejects"), Object.entries(d.rejected_by_reason)
     .sort().map(([r, c]) => ({label: r, value: c, cls: "bad"})), {empty: "no rejects"});
   barChart(document.getElementById("chart-topics"), Object.entries(d.fired_by_topic)

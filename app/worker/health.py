@@ -1,0 +1,160 @@
+"""Whether a worker is ready for its partitions and alive: what ``/readyz`` and ``/livez`` say.
+
+Kubernetes (or any orchestrator) asks two different questions:
+
+- **ready** — may this worker be counted on for its partitions now? Only once it is in
+  the consumer group, has recovered every assigned partition (our changelog catch-up,
+  then Faust's recovery) and has applied the requests already waiting on them (the
+  request reader's drain at assignment). A rebalance makes it not ready again until
+  the same three steps are done for the new assignment.
+- **alive** — should it be restarted? When it holds partitions with timers due more
+  than :attr:`WorkerHealth.liveness_timeout` seconds ago and has not processed a tick
+  for that long: its event loop or tick stream is stuck, or no tick reaches it. A
+  worker that is still recovering or applying a backlog is making progress and is not
+  judged (restarting it would only start that work over).
+
+The state is fed from the Faust hooks in :mod:`app.worker.faust_app` and the tick
+agent; it knows nothing of Faust itself, so the rules are unit-tested with a fake clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from enum import Enum
+from typing import Any
+
+from app.telemetry import HealthReport
+
+__all__ = ["Phase", "WorkerHealth"]
+
+
+class Phase(str, Enum):
+    """Where a worker is between joining the group and serving its partitions."""
+
+    #: Not in the group yet, or a rebalance is under way (partitions revoked).
+    JOINING = "joining"
+    #: Partitions assigned; their tables are being brought up to the changelog's end.
+    RECOVERING = "recovering"
+    #: Tables recovered; the requests already waiting on new partitions are being applied.
+    APPLYING = "applying"
+    #: Every assigned partition recovered and caught up with its requests.
+    READY = "ready"
+
+
+class WorkerHealth:
+    """Readiness phase and tick progress of one worker, with the rules that judge them."""
+
+    def __init__(
+        self,
+        liveness_timeout: float,
+        *,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        #: Seconds a due timer may wait with no tick processed before the worker is dead.
+        self.liveness_timeout = liveness_timeout
+        self._clock = clock
+        self._monotonic = monotonic
+        self._phase = Phase.JOINING
+        self._partitions: tuple[int, ...] = ()
+        self._phase_since = monotonic()
+        #: Bumped on every phase change, so a slow step that finishes after a newer
+        #: rebalance began cannot mark the worker ready for an assignment it lost.
+        self._generation = 0
+        self._last_tick: float | None = None
+        self._ready_since: float | None = None
+
+    # -- fed by the Faust hooks ----------------------------------------------------
+
+    def _enter(self, phase: Phase, partitions: Iterable[int] = ()) -> int:
+        self._phase = phase
+        self._partitions = tuple(sorted(set(partitions)))
+        self._phase_since = self._monotonic()
+        self._generation += 1
+        return self._generation
+
+    def rebalancing(self) -> None:
+        """Partitions revoked: a rebalance began, whatever was ready no longer is."""
+        self._enter(Phase.JOINING)
+
+    def recovering(self, partitions: Iterable[int]) -> None:
+        """``partitions`` assigned; their tables are being recovered."""
+        self._enter(Phase.RECOVERING, partitions)
+
+    def applying(self, partitions: Iterable[int]) -> int:
+        """Tables recovered; waiting requests of ``partitions`` being applied.
+
+        Returns a token for :meth:`ready`.
+        """
+        return self._enter(Phase.APPLYING, partitions)
+
+    def ready(self, token: int, partitions: Iterable[int]) -> None:
+        """The step begun with ``token`` finished: ready, unless a rebalance came since."""
+        if token != self._generation:
+            return
+        self._enter(Phase.READY, partitions)
+        self._ready_since = self._monotonic()
+
+    def ticked(self) -> None:
+        """A batch of ticks was processed (whether or not anything was due)."""
+        self._last_tick = self._monotonic()
+
+    # -- judged by the endpoints ---------------------------------------------------
+
+    @property
+    def phase(self) -> Phase:
+        return self._phase
+
+    def readiness(self) -> HealthReport:
+        """``/readyz``: ready only in :attr:`Phase.READY`; otherwise the reason."""
+        held = list(self._partitions)
+        body: dict[str, Any] = {
+            "ready": self._phase is Phase.READY,
+            "phase": self._phase.value,
+            "partitions": held,
+            "for_seconds": round(self._monotonic() - self._phase_since, 3),
+        }
+        if self._phase is Phase.RECOVERING:
+            body["reason"] = f"recovering partitions {held}"
+        elif self._phase is Phase.APPLYING:
+            body["reason"] = f"applying waiting requests of partitions {held}"
+        elif self._phase is Phase.JOINING:
+            body["reason"] = "joining the consumer group"
+        return HealthReport(self._phase is Phase.READY, body)
+
+    def liveness(self, oldest_due: Mapping[int, int]) -> HealthReport:
+        """``/livez`` given the oldest pending due second of each held partition.
+
+        Unhealthy only when both hold: a timer has been due for more than the timeout,
+        and no tick was processed for more than the timeout (counted from when the
+        worker last became ready, so a fresh assignment gets the full timeout to hear
+        its first tick).
+        """
+        now, mono = self._clock(), self._monotonic()
+        since = max(
+            (t for t in (self._last_tick, self._ready_since) if t is not None), default=None
+        )
+        quiet = None if since is None else mono - since
+        body: dict[str, Any] = {
+            "alive": True,
+            "phase": self._phase.value,
+            "seconds_since_tick": None
+            if self._last_tick is None
+            else round(mono - self._last_tick, 3),
+            "timeout_seconds": self.liveness_timeout,
+        }
+        if self._phase is not Phase.READY:
+            body["note"] = f"{self._phase.value}: making progress, liveness not judged"
+            return HealthReport(True, body)
+        overdue = {p: due for p, due in oldest_due.items() if now - due > self.liveness_timeout}
+        if overdue:
+            body["oldest_overdue_seconds"] = round(now - min(overdue.values()), 3)
+        if overdue and quiet is not None and quiet > self.liveness_timeout:
+            body["alive"] = False
+            body["reason"] = (
+                f"no tick processed for {quiet:.0f} s while timers due over "
+                f"{self.liveness_timeout:g} s ago wait on partitions {sorted(overdue)}"
+            )
+            return HealthReport(False, body)
+        return HealthReport(True, body)

@@ -1,0 +1,82 @@
+"""Processes with known web and metrics ports, and what their endpoints say.
+
+The health and lag tests read ``/readyz``, ``/livez``, ``/status/data`` and ``/metrics``
+of real processes, so they need to know each one's ports.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.request
+from dataclasses import replace
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from app.dev.broker import free_port
+from app.dev.stack import ServiceProcess
+from app.settings import Settings
+from tests.support.stack import Stack
+
+__all__ = ["Probed", "get_json", "metric_by_partition", "start_probed"]
+
+
+class Probed:
+    """A started process and the settings it runs with (its ports among them)."""
+
+    def __init__(self, process: ServiceProcess, settings: Settings) -> None:
+        self.process = process
+        self.settings = settings
+
+    @property
+    def web(self) -> str:
+        return f"http://127.0.0.1:{self.settings.web_port}"
+
+    @property
+    def metrics(self) -> str:
+        return f"http://127.0.0.1:{self.settings.metrics_port}"
+
+
+def start_probed(
+    stack: Stack, command: str, name: str, loglevel: str = "warning", **changes: Any
+) -> Probed:
+    """``kafka-timers worker`` or ``oscillator`` as ``name`` with free web and metrics ports."""
+    settings = replace(
+        stack.settings,
+        worker_id=name,
+        data_dir=str(stack.base_dir / name),
+        web_port=free_port(),
+        metrics_port=free_port(),
+        **changes,
+    )
+    args = [command, "--loglevel", loglevel] if command == "worker" else [command]
+    process = ServiceProcess(name, args, settings.to_env(), stack.base_dir / f"{name}.log")
+    stack.services.append(process)
+    return Probed(process, settings)
+
+
+def get_json(url: str, timeout: float = 2.0) -> tuple[int | None, Any]:
+    """``(status, body)``; ``(None, why)`` when nothing answers in time."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+    except (OSError, ValueError) as exc:
+        return None, repr(exc)
+
+
+def metric_by_partition(base_url: str, name: str) -> dict[int, float]:
+    """The samples of gauge ``name`` on ``base_url``/metrics, by their ``partition`` label."""
+    try:
+        with urllib.request.urlopen(base_url + "/metrics", timeout=2) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    return {
+        int(sample.labels["partition"]): sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == name
+        for sample in family.samples
+    }
