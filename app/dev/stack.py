@@ -12,29 +12,49 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from app.client import TimerClient
 from app.dev.broker import free_port
 from app.kafka.records import TopicReader
 from app.settings import Settings
 
-__all__ = ["ServiceProcess", "start_oscillator", "start_worker", "wait_until_firing"]
+__all__ = [
+    "ServiceProcess",
+    "child_env",
+    "start_oscillator",
+    "start_worker",
+    "wait_until_firing",
+]
 
 
 class ServiceProcess:
-    """One ``kafka-timers`` subcommand running as a child process, logging to a file."""
+    """One ``kafka-timers`` subcommand running as a child process, logging to a file.
 
-    def __init__(self, name: str, args: list[str], env: dict[str, str], log_path: Path) -> None:
+    ``env`` is added to this process's environment; ``python_path`` directories go before
+    the child's own ``PYTHONPATH`` entries (tests put a ``sitecustomize`` there that
+    moves the child's clock, see ``tests/support/clock.py``).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        args: list[str],
+        env: Mapping[str, str],
+        log_path: Path,
+        *,
+        python_path: Sequence[str] = (),
+    ) -> None:
         self.name = name
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log: IO[bytes] = log_path.open("ab")
         self.process = subprocess.Popen(
             [sys.executable, "-m", "app", *args],
-            env={**os.environ, **env, "PYTHONUNBUFFERED": "1"},
+            env=child_env(env, python_path),
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a Ctrl-C reaches the parent, which stops us in order
@@ -67,31 +87,82 @@ class ServiceProcess:
         return self.log_path.read_text(errors="replace")
 
 
+def child_env(env: Mapping[str, str], python_path: Sequence[str] = ()) -> dict[str, str]:
+    """This process's environment plus ``env``, with ``python_path`` before the child's
+    own ``PYTHONPATH`` entries (those of ``env``, else inherited), never instead of them."""
+    merged = {**os.environ, **env, "PYTHONUNBUFFERED": "1"}
+    if python_path:
+        own = [p for p in merged.get("PYTHONPATH", "").split(os.pathsep) if p]
+        merged["PYTHONPATH"] = os.pathsep.join([*python_path, *own])
+    return merged
+
+
 def start_worker(
-    settings: Settings, name: str, base_dir: Path, metrics_port: int | None = None
+    settings: Settings,
+    name: str,
+    base_dir: Path,
+    *,
+    loglevel: str = "warning",
+    data_dir: Path | None = None,
+    web_port: int | None = None,
+    metrics_port: int | None = None,
+    log_name: str | None = None,
+    env: Mapping[str, str] | None = None,
+    python_path: Sequence[str] = (),
+    **changes: Any,
 ) -> ServiceProcess:
-    """A worker with its own data directory and web port."""
+    """A worker named ``name`` (its ``worker_id``): the one way a worker is started here.
+
+    Args:
+        settings: the stack's settings; ``changes`` are applied on top
+            (``dataclasses.replace``), e.g. ``exactly_once=True``.
+        base_dir: where its log and, by default, its data directory go.
+        loglevel: Faust's log level; ``info`` logs recovery and catch-up.
+        data_dir: its RocksDB directory, ``base_dir / name`` by default. Pass the same one
+            to a restarted worker to reuse (or, after a deliberate wipe, rebuild) it.
+        web_port: its web server (status page); a free port by default.
+        metrics_port: serve Prometheus ``/metrics`` there; off by default.
+        log_name: the process's name and log file, ``name`` by default: a restarted
+            worker keeps its ``worker_id`` but not its predecessor's log.
+        env, python_path: see :class:`ServiceProcess`.
+    """
     worker_settings = replace(
         settings,
         worker_id=name,
-        data_dir=str(base_dir / name),
-        web_port=free_port(),
+        data_dir=str(data_dir or base_dir / name),
+        web_port=web_port or free_port(),
         metrics_port=metrics_port,
+        **changes,
     )
+    log_name = log_name or name
     return ServiceProcess(
-        name,
-        ["worker", "--loglevel", "warning"],
-        worker_settings.to_env(),
-        base_dir / f"{name}.log",
+        log_name,
+        ["worker", "--loglevel", loglevel],
+        {**worker_settings.to_env(), **(env or {})},
+        base_dir / f"{log_name}.log",
+        python_path=python_path,
     )
 
 
 def start_oscillator(
-    settings: Settings, name: str, base_dir: Path, metrics_port: int | None = None
+    settings: Settings,
+    name: str,
+    base_dir: Path,
+    *,
+    metrics_port: int | None = None,
+    env: Mapping[str, str] | None = None,
+    python_path: Sequence[str] = (),
+    **changes: Any,
 ) -> ServiceProcess:
-    """An oscillator named ``name``."""
-    osc_settings = replace(settings, worker_id=name, metrics_port=metrics_port)
-    return ServiceProcess(name, ["oscillator"], osc_settings.to_env(), base_dir / f"{name}.log")
+    """An oscillator named ``name``; the options mean what they do for :func:`start_worker`."""
+    osc_settings = replace(settings, worker_id=name, metrics_port=metrics_port, **changes)
+    return ServiceProcess(
+        name,
+        ["oscillator"],
+        {**osc_settings.to_env(), **(env or {})},
+        base_dir / f"{name}.log",
+        python_path=python_path,
+    )
 
 
 def wait_until_firing(

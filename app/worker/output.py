@@ -120,10 +120,13 @@ class OutputProducer:
         partition: int | None = None,
         headers: HeaderList | None = None,
         on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+        timestamp_ms: int | None = None,
     ) -> None:
         kwargs: dict[str, Any] = {"key": key, "value": value}
         if partition is not None:
             kwargs["partition"] = partition
+        if timestamp_ms is not None:
+            kwargs["timestamp"] = timestamp_ms
         if headers:
             kwargs["headers"] = headers
         if on_delivery is not None:
@@ -136,7 +139,13 @@ class OutputProducer:
                 self._producer.poll(0.05)  # local queue full: let deliveries drain, then retry
 
     def callback(self, timer: Timer, *, partition: int, fired_at_ms: int) -> None:
-        """Produce ``timer``'s callback and its audit record on the fired topic."""
+        """Produce ``timer``'s callback and its audit record on the fired topic.
+
+        The callback's record timestamp is ``fired_at_ms``, the worker's own fire time,
+        the same as its ``timer-fired-at`` header: what a receiver reads as "when did it
+        fire" is one number, whichever it looks at (left to librdkafka, the timestamp
+        would be a few ms later and taken from a clock the worker does not control).
+        """
         headers: HeaderList = [
             ("timer-id", timer.id.encode()),
             ("timer-token", timer.token.encode()),
@@ -149,7 +158,14 @@ class OutputProducer:
             if err is not None:
                 self._failed.append((timer, str(err)))
 
-        self._produce(timer.topic, timer.value, timer.key, headers=headers, on_delivery=delivered)
+        self._produce(
+            timer.topic,
+            timer.value,
+            timer.key,
+            headers=headers,
+            on_delivery=delivered,
+            timestamp_ms=fired_at_ms,
+        )
         audit = FiredRecord.fired(
             timer, partition=partition, worker=self._worker_id, fired_at_ms=fired_at_ms
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Producer
 
@@ -13,6 +14,7 @@ from app.kafka.config import confluent_producer
 from app.kafka.records import Record, TopicReader
 from app.kafka.topics import ensure_topics
 from app.settings import Settings
+from tests.support.clock import moved_clock
 
 
 class Stack:
@@ -23,13 +25,57 @@ class Stack:
         self.base_dir = base_dir
         self.services: list[ServiceProcess] = []
 
-    def worker(self, name: str = "worker-1") -> ServiceProcess:
-        service = start_worker(self.settings, name, self.base_dir)
+    def worker(
+        self,
+        name: str = "worker-1",
+        *,
+        clock_offset: float = 0.0,
+        loglevel: str = "warning",
+        data_dir: Path | None = None,
+        web_port: int | None = None,
+        metrics_port: int | None = None,
+        log_name: str | None = None,
+        **changes: Any,
+    ) -> ServiceProcess:
+        """Start a worker: the one way tests do (see :func:`app.dev.stack.start_worker`
+        for the options). ``clock_offset`` moves its wall clock that many seconds ahead;
+        ``changes`` are settings applied on top of the stack's."""
+        clock = moved_clock(clock_offset)
+        service = start_worker(
+            self.settings,
+            name,
+            self.base_dir,
+            loglevel=loglevel,
+            data_dir=data_dir,
+            web_port=web_port,
+            metrics_port=metrics_port,
+            log_name=log_name,
+            env=clock.env,
+            python_path=clock.python_path,
+            **changes,
+        )
         self.services.append(service)
         return service
 
-    def oscillator(self, name: str = "oscillator-1") -> ServiceProcess:
-        service = start_oscillator(self.settings, name, self.base_dir)
+    def oscillator(
+        self,
+        name: str = "oscillator-1",
+        *,
+        clock_offset: float = 0.0,
+        metrics_port: int | None = None,
+        **changes: Any,
+    ) -> ServiceProcess:
+        """Start an oscillator, its wall clock ``clock_offset`` seconds ahead."""
+        clock = moved_clock(clock_offset)
+        service = start_oscillator(
+            self.settings,
+            name,
+            self.base_dir,
+            metrics_port=metrics_port,
+            env=clock.env,
+            python_path=clock.python_path,
+            **changes,
+        )
         self.services.append(service)
         return service
 
