@@ -113,12 +113,14 @@ class OscillatorLead:
         self._window_seconds = window
         self._window: dict[str, deque[tuple[float, float]]] = {}
         self._lead: dict[str, float] = {}
+        self._first_seen: dict[str, float] = {}
         self._last_warned: dict[str, float] = {}
 
     def observe(self, source: str, second: int, now: float) -> float:
         """Record tick ``second`` from ``source`` arriving at local time ``now``; return
         the source's lead (seconds ahead of this worker; negative: behind or delayed)."""
         window = self._window.setdefault(source, deque())
+        self._first_seen.setdefault(source, now)
         while window and window[0][0] < now - self._window_seconds:
             window.popleft()
         window.append((now, second - now))
@@ -126,7 +128,11 @@ class OscillatorLead:
         self._gauge.labels(source=source).set(lead)
         self._forget_silent(now)
         last = self._last_warned.get(source, -WARN_INTERVAL)
-        if lead > self._threshold and now - last >= WARN_INTERVAL:
+        # A lead over the threshold is real from the first tick (delay and backlog only
+        # lower it), but its size is right only once a whole window of fresh ticks is in:
+        # a worker that starts reads old ticks first. So the warning waits for that.
+        settled = now - self._first_seen[source] >= self._window_seconds
+        if lead > self._threshold and settled and now - last >= WARN_INTERVAL:
             self._last_warned[source] = now
             everyone = len(self._lead) > 1 and all(v > self._threshold for v in self._lead.values())
             log.warning(
@@ -155,5 +161,6 @@ class OscillatorLead:
             if window and window[-1][0] < now - LEAD_STALE:
                 del self._window[source]
                 self._lead.pop(source, None)
+                self._first_seen.pop(source, None)
                 with contextlib.suppress(KeyError):
                     self._gauge.remove(source)

@@ -193,8 +193,13 @@ def test_an_oscillator_far_ahead_is_named_with_its_lead(caplog: pytest.LogCaptur
     h = Harness()
     h.clock.now = NOW + 0.5
     with caplog.at_level(logging.WARNING):
-        tick_at(h, NOW + 3600, source="osc-fast")
+        tick_at(h, NOW + 3000, source="osc-fast")  # what a starting worker reads first
         tick_at(h, NOW, source="osc-good")
+        assert not caplog.records  # its size is known once a whole window of ticks is in
+        for second in range(1, 12):
+            h.clock.now = NOW + second + 0.5
+            tick_at(h, NOW + 3600 + second, source="osc-fast")
+            tick_at(h, NOW + second, source="osc-good")
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 1
     assert "osc-fast" in messages[0] and "3599.500s ahead" in messages[0]
@@ -205,8 +210,9 @@ def test_when_every_oscillator_is_ahead_the_worker_says_its_own_clock_is_behind(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     h = Harness()
-    h.clock.now = NOW - 9.5
     with caplog.at_level(logging.WARNING):
-        tick_at(h, NOW, source="osc-1")
-        tick_at(h, NOW, source="osc-2")
+        for second in range(12):
+            h.clock.now = NOW + second - 9.5
+            tick_at(h, NOW + second, source="osc-1")
+            tick_at(h, NOW + second, source="osc-2")
     assert "this worker's clock is probably behind, by about 9.500s" in caplog.text
