@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all run install test-tools test unit integration lint format typecheck check bench clean
+.PHONY: all run install test-tools test unit integration lint format typecheck check bench proto clean
 
 all: check
 
@@ -51,5 +51,12 @@ check: lint typecheck test
 bench: install
 	$(BIN)/python -m bench
 
+# After editing the request schema: compile it into the descriptor the worker loads
+# (a unit test fails until this is done).
+PROTO_DIR := app/core/proto
+proto: install
+	$(BIN)/python -m grpc_tools.protoc -I $(PROTO_DIR) \
+		--descriptor_set_out=$(PROTO_DIR)/future.binpb kafka_timers/v1/future.proto
+
 clean:
-	rm -rf $(VENV) .kafka-timers .pytest_cache .mypy_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .kafka-timers .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

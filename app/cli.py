@@ -1,6 +1,7 @@
 """The ``kafka-timers`` command: one entry point, one subcommand per process or action.
 
-Errors the user can fix are one line on stderr and exit status 2, never a traceback.
+Errors the user can fix are one line on stderr and exit status 2, never a traceback
+(3 for a cancel that was sent but not answered in time: see ``CancelNotAnswered``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,22 @@ from app.core.errors import KafkaTimersError
 from app.settings import Settings
 
 __all__ = ["main"]
+
+
+#: Seconds ``cancel --wait`` waits for the answer when given no number.
+DEFAULT_CANCEL_WAIT = 10.0
+#: How far back ``get`` searches the fired topic when no worker gives a due second.
+DEFAULT_GET_SINCE = "1d"
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, not {text}")
+    return value
 
 
 class _Parser(argparse.ArgumentParser):
@@ -138,9 +155,21 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     settings = _settings(args)
     wait_for_broker(settings, timeout=args.timeout)
     client = TimerClient(settings)
-    client.cancel(args.timer_id, args.token)
-    client.flush(args.timeout)
-    print(json.dumps({"id": args.timer_id, "cancel": "sent"}))
+    if args.wait is None:
+        if args.tombstone:
+            client.tombstone(args.timer_id)
+        else:
+            client.cancel(args.timer_id, args.token)
+        client.flush(args.timeout)
+        print(json.dumps({"id": args.timer_id, "cancel": "sent"}))
+        return 0
+    # Every answer is definite, a refused token included: exit 0, the outcome says it.
+    if args.tombstone:
+        outcome = client.tombstone(args.timer_id, wait=args.wait)
+    else:
+        outcome = client.cancel(args.timer_id, args.token, wait=args.wait)
+    client.close()
+    print(json.dumps({"id": args.timer_id, "outcome": outcome.value}))
     return 0
 
 
@@ -154,6 +183,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     from app.status.cli import status_main
 
     return status_main(_settings(args), args)
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    from app.status.timer_state import get_main
+
+    return get_main(_settings(args), args)
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
@@ -205,10 +240,28 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=10.0)
     p.set_defaults(func=cmd_schedule)
 
-    p = sub.add_parser("cancel", help="cancel a pending timer by id and token")
+    p = sub.add_parser(
+        "cancel", help="cancel a timer by id and token; --wait prints what the worker did"
+    )
     p.add_argument("--id", dest="timer_id", required=True)
-    p.add_argument("--token", required=True)
-    p.add_argument("--timeout", type=float, default=10.0)
+    authority = p.add_mutually_exclusive_group(required=True)
+    authority.add_argument("--token", help="the token the timer was scheduled with")
+    authority.add_argument(
+        "--tombstone",
+        action="store_true",
+        help="cancel by id alone, whatever the token (an etf1 tombstone: a null value)",
+    )
+    p.add_argument(
+        "--wait",
+        type=_positive_seconds,
+        nargs="?",
+        const=DEFAULT_CANCEL_WAIT,
+        metavar="SECONDS",
+        help="wait for the answer and print it: cancelled, already_fired, wrong_token, "
+        f"cancelled_in_advance or not_found (default {DEFAULT_CANCEL_WAIT:g} s; "
+        "exit 3 if none came)",
+    )
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to reach the broker")
     p.set_defaults(func=cmd_cancel)
 
     p = sub.add_parser("status", help="pending, fires, lateness and ticks of running workers")
@@ -217,6 +270,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timer", metavar="ID", help="look one timer up on every worker")
     p.add_argument("--next", type=int, metavar="N", help="the next N due timers over all workers")
     p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser(
+        "get", help="one timer's state: pending (next due second), fired (when) or cancelled"
+    )
+    p.add_argument("--id", dest="timer_id", required=True)
+    p.add_argument(
+        "--url", action="append", help="worker web URL (repeatable; default the local worker)"
+    )
+    p.add_argument(
+        "--since",
+        default=DEFAULT_GET_SINCE,
+        help="how far back to search the fired topic when no worker gives a due second "
+        f"(default {DEFAULT_GET_SINCE})",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds for reading the fired topic"
+    )
+    p.set_defaults(func=cmd_get)
 
     # Everything after "audit" (flags included) belongs to the audit's own parser.
     p = sub.add_parser(
@@ -252,7 +323,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return result
     except KafkaTimersError as exc:
         print(f"kafka-timers: error: {exc}", file=sys.stderr)
-        return 2
+        return exc.exit_status
     except KeyboardInterrupt:
         return 130
 

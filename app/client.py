@@ -1,25 +1,37 @@
-"""The Python client: schedule and cancel timers by producing to the request topic."""
+"""The Python client: schedule and cancel timers by producing to the request topic.
+
+A cancel can wait for its answer: the worker that applies it writes what it did to the
+fired topic (:class:`app.core.fired.FiredRecord`), on the partition numbered like the
+request's, naming the request's offset. The client takes that partition's end *before*
+sending, sends the cancel to the partition it computed (murmur2, like every producer of
+the request topic), learns the request's offset from the delivery report, and reads on
+from that end until the record that names that offset.
+"""
 
 from __future__ import annotations
 
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from types import TracebackType
-from typing import Any
+from typing import Any, overload
 
 from confluent_kafka import KafkaError, Message, Producer
 
 from app.core import protowire
 from app.core.due import due_second
-from app.core.errors import BrokerUnavailable, KafkaTimersError
+from app.core.errors import BrokerUnavailable, CancelNotAnswered, KafkaTimersError
+from app.core.partitioner import partition_for
+from app.core.wheel import CancelOutcome
 from app.kafka.config import confluent_producer
+from app.kafka.fired_reader import FiredPartitionReader
 from app.settings import Settings
 
-__all__ = ["ScheduledTimer", "TimerClient"]
+__all__ = ["CancelOutcome", "ScheduledTimer", "TimerClient"]
 
 
 @dataclass(frozen=True)
@@ -37,7 +49,11 @@ class ScheduledTimer:
 class TimerClient:
     """Schedules timers. Requests are keyed by timer id, so timers due in the same
     second spread over all partitions, and a cancel or reschedule of an id lands on the
-    partition that holds it (murmur2, like Java and Faust)."""
+    partition that holds it (murmur2, like Java and Faust).
+
+    Threads may share a client; cancels that wait for their answers take turns (one
+    reader of the fired topic per client), so give each busy thread its own client.
+    """
 
     def __init__(
         self,
@@ -46,21 +62,34 @@ class TimerClient:
         clock: Callable[[], float] = time.time,
         producer_conf: Mapping[str, Any] | None = None,
     ) -> None:
+        self._settings = settings
         self._topic = settings.topics.requests
         self._clock = clock
         self._producer = Producer(confluent_producer(settings, **dict(producer_conf or {})))
         self._errors: list[str] = []
+        #: Made on the first cancel that waits for its answer, then reused.
+        self._answers: FiredPartitionReader | None = None
+        self._request_partitions: int | None = None
+        #: One reader, so one wait at a time: threads sharing a client take turns.
+        self._wait_lock = threading.Lock()
 
     def _on_delivery(self, err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
             self._errors.append(str(err))
 
-    def _send(self, key: str, value: bytes) -> None:
+    def _send(
+        self,
+        key: str,
+        value: bytes | None,
+        partition: int | None = None,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+    ) -> None:
+        kwargs: dict[str, Any] = {"on_delivery": on_delivery or self._on_delivery}
+        if partition is not None:
+            kwargs["partition"] = partition
         while True:
             try:
-                self._producer.produce(
-                    self._topic, value, key.encode(), on_delivery=self._on_delivery
-                )
+                self._producer.produce(self._topic, value, key.encode(), **kwargs)
                 break
             except BufferError:
                 self._producer.poll(0.05)
@@ -110,10 +139,118 @@ class TimerClient:
         self._send(timer_id, protowire.encode(future))
         return ScheduledTimer(id=timer_id, token=token, due=due)
 
-    def cancel(self, timer_id: str, token: str) -> None:
-        """Ask for timer ``timer_id`` never to fire; refused unless ``token`` matches."""
+    @overload
+    def cancel(self, timer_id: str, token: str, wait: None = None) -> None: ...
+
+    @overload
+    def cancel(self, timer_id: str, token: str, wait: float) -> CancelOutcome: ...
+
+    def cancel(self, timer_id: str, token: str, wait: float | None = None) -> CancelOutcome | None:
+        """Ask for timer ``timer_id`` never to fire; refused unless ``token`` matches.
+
+        Without ``wait`` the cancel is queued and this returns at once (:meth:`flush` to
+        be sure the broker took it). With ``wait`` (seconds) it blocks until the worker
+        answers and returns what the cancel did: :attr:`CancelOutcome.CANCELLED` (it
+        will not fire), ``ALREADY_FIRED`` (it lost the race with its tick: the callback
+        was or is being delivered), ``WRONG_TOKEN`` (refused: it still fires),
+        ``CANCELLED_IN_ADVANCE`` (no such timer yet: a request with this id and token
+        that comes later is dropped). Raises :class:`CancelNotAnswered` if no answer
+        came within ``wait`` (the cancel was sent and will still be applied), and
+        :class:`BrokerUnavailable` if the broker did not take it.
+        """
         future = protowire.Future(id=timer_id, token=token, action=protowire.ACTION_CANCEL)
-        self._send(timer_id, protowire.encode(future))
+        return self._cancel(timer_id, protowire.encode(future), wait)
+
+    @overload
+    def tombstone(self, timer_id: str, wait: None = None) -> None: ...
+
+    @overload
+    def tombstone(self, timer_id: str, wait: float) -> CancelOutcome: ...
+
+    def tombstone(self, timer_id: str, wait: float | None = None) -> CancelOutcome | None:
+        """Cancel ``timer_id`` whatever its token, as kafka-message-scheduler (etf1)
+        producers do: a record with a null value keyed by the id.
+
+        Answers like :meth:`cancel`, except that there is no token to be wrong and an
+        unknown id is :attr:`CancelOutcome.NOT_FOUND` (nothing is remembered for later).
+        """
+        return self._cancel(timer_id, None, wait)
+
+    def _cancel(
+        self, timer_id: str, value: bytes | None, wait: float | None
+    ) -> CancelOutcome | None:
+        if wait is None:
+            self._send(timer_id, value)
+            return None
+        if wait <= 0:
+            raise KafkaTimersError(f"wait must be a positive number of seconds, not {wait}")
+        deadline = time.monotonic() + wait
+        if not self._wait_lock.acquire(timeout=wait):
+            raise KafkaTimersError(
+                f"the cancel of timer {timer_id!r} was not sent: other cancels of this "
+                f"client waited for their answers for all of {wait:g}s"
+            )
+        try:
+            return self._send_and_wait(timer_id, value, deadline, wait)
+        finally:
+            self._wait_lock.release()
+
+    def _send_and_wait(
+        self, timer_id: str, value: bytes | None, deadline: float, wait: float
+    ) -> CancelOutcome:
+        if self._answers is None:
+            self._answers = FiredPartitionReader(self._settings)
+        answers = self._answers
+        if self._request_partitions is None:
+            self._request_partitions = answers.partition_count(
+                self._topic, deadline - time.monotonic()
+            )
+        key = timer_id.encode()
+        # The partition every murmur2 producer (this client's schedule() among them) put
+        # the timer's requests on; sent there explicitly, so it is where we read.
+        partition = partition_for(key, self._request_partitions)
+        # The end is taken before sending: the answer can only come after it.
+        _, start = answers.watermarks(partition, deadline - time.monotonic())
+        answers.follow(partition, start)
+        offset = self._send_acknowledged(timer_id, value, partition, deadline)
+        answer = answers.wait_for(
+            key, lambda record: record.answers(timer_id, partition, offset), deadline
+        )
+        if answer is None:
+            raise CancelNotAnswered(
+                f"no answer to the cancel of timer {timer_id!r} within {wait:g}s "
+                f"({self._topic}[{partition}] offset {offset}); it was sent and will be "
+                "applied when a worker reads that partition: is one running?"
+            )
+        try:
+            return CancelOutcome(answer.outcome)
+        except ValueError:
+            raise KafkaTimersError(
+                f"the worker answered the cancel of {timer_id!r} with {answer.outcome!r}, "
+                "which this client does not know: upgrade it"
+            ) from None
+
+    def _send_acknowledged(
+        self, timer_id: str, value: bytes | None, partition: int, deadline: float
+    ) -> int:
+        """Send one request to ``partition``; its offset once the broker acknowledged it."""
+        report: list[tuple[KafkaError | None, int | None]] = []
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            report.append((err, msg.offset()))
+
+        self._send(timer_id, value, partition, delivered)
+        while not report and time.monotonic() < deadline:
+            self._producer.poll(min(0.05, max(0.0, deadline - time.monotonic())))
+        if not report:
+            raise BrokerUnavailable(
+                f"the cancel of timer {timer_id!r} was not acknowledged by the broker in time; "
+                "it is still queued and may yet be applied"
+            )
+        err, offset = report[0]
+        if err is not None or offset is None:
+            raise BrokerUnavailable(f"the broker refused the cancel of {timer_id!r}: {err}")
+        return offset
 
     def flush(self, timeout: float = 15.0) -> None:
         """Wait until every request is acknowledged; raise if the broker did not take them."""
@@ -129,6 +266,8 @@ class TimerClient:
             self.flush()
         finally:
             self._producer.close()
+            if self._answers is not None:
+                self._answers.close()
 
     def __enter__(self) -> TimerClient:
         return self

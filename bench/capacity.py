@@ -38,10 +38,7 @@ IDLE_ALLOWANCE_SECONDS = 0.010
 
 
 def _last_tick(worker: Worker) -> float:
-    return max(
-        (v for k, v in worker.metrics().items() if k.startswith("kafka_timers_last_tick_seconds")),
-        default=0.0,
-    )
+    return max(worker.last_ticks().values(), default=0.0)
 
 
 def _idle_cpu_per_tick(worker: Worker, seconds: int) -> dict[str, Any]:

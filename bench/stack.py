@@ -22,6 +22,8 @@ from pathlib import Path
 from types import TracebackType
 
 from confluent_kafka import Producer
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from app.dev.broker import DevBroker, free_port
 from app.dev.stack import ServiceProcess, start_oscillator, start_worker
@@ -66,26 +68,31 @@ class Worker:
     def name(self) -> str:
         return self.process.name
 
-    def metrics(self, timeout: float = 2.0) -> dict[str, float]:
-        """Current metric samples by name (labels kept in the name); empty if not serving."""
+    def samples(self, timeout: float = 2.0) -> list[Sample]:
+        """Every sample of the current ``/metrics``; empty if the worker is not serving."""
         url = f"http://127.0.0.1:{self.metrics_port}/metrics"
         try:
             with urllib.request.urlopen(url, timeout=timeout) as response:
                 text = response.read().decode()
         except OSError:
-            return {}
-        samples: dict[str, float] = {}
-        for line in text.splitlines():
-            if line and not line.startswith("#"):
-                name, _, value = line.rpartition(" ")
-                try:
-                    samples[name] = float(value)
-                except ValueError:
-                    continue
-        return samples
+            return []
+        return [s for family in text_string_to_metric_families(text) for s in family.samples]
 
-    def metric(self, name: str, default: float = 0.0) -> float:
-        return self.metrics().get(name, default)
+    def metric(self, name: str, default: float = 0.0, **labels: str) -> float:
+        """The sum of sample ``name`` over the series whose labels include ``labels``;
+        ``default`` if there is none (or the worker is not serving)."""
+        values = [
+            s.value for s in self.samples() if s.name == name and labels.items() <= s.labels.items()
+        ]
+        return sum(values) if values else default
+
+    def last_ticks(self) -> dict[int, float]:
+        """The newest tick second this worker processed, per partition it ever held."""
+        return {
+            int(s.labels["partition"]): s.value
+            for s in self.samples()
+            if s.name == "kafka_timers_last_tick_seconds"
+        }
 
     def ticking_partitions(self, within: float = 2.5) -> set[int]:
         """Partitions this worker processed a tick for in the last ``within`` seconds.
@@ -94,12 +101,7 @@ class Worker:
         what says the worker serves it now.
         """
         now = time.time()
-        served: set[int] = set()
-        for name, value in self.metrics().items():
-            fresh = value >= now - within
-            if fresh and name.startswith('kafka_timers_last_tick_seconds{partition="'):
-                served.add(int(name.split('"')[1]))
-        return served
+        return {p for p, second in self.last_ticks().items() if second >= now - within}
 
 
 def wait_serving(workers: list[Worker], partitions: int, timeout: float = 90.0) -> None:

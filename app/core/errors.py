@@ -6,6 +6,7 @@ from enum import Enum
 
 __all__ = [
     "BrokerUnavailable",
+    "CancelNotAnswered",
     "ConfigurationError",
     "InvalidTimeSpec",
     "KafkaTimersError",
@@ -22,6 +23,8 @@ class KafkaTimersError(Exception):
 
     #: Whether trying the same thing again later may succeed.
     retriable: bool = False
+    #: The CLI's exit status for it.
+    exit_status: int = 2
 
 
 class ConfigurationError(KafkaTimersError):
@@ -36,6 +39,19 @@ class BrokerUnavailable(KafkaTimersError):
     """No Kafka broker answered at the configured address within the timeout."""
 
     retriable = True
+
+
+class CancelNotAnswered(KafkaTimersError):
+    """A cancel was sent and acknowledged, but no worker answered it in time.
+
+    The cancel is not lost: it waits on the request topic and is applied when a worker
+    reads that partition (is one running and holding it?). Sending it again is safe: a
+    repeated cancel gets the same answer. Exit status 3, so a script can tell "sent, no
+    answer yet" from "not sent" (2).
+    """
+
+    retriable = True
+    exit_status = 3
 
 
 class RejectReason(str, Enum):

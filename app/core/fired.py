@@ -4,6 +4,13 @@ One JSON record per delivered callback (``event: fired``) and per cancel request
 (``event: cancel``, with what the cancel did), keyed by timer id. The audit reconciles
 these against the requests; clients read a cancel's outcome back from them. Fields a
 kind does not use are left out of the JSON.
+
+Every record goes to the fired topic's partition numbered like the request partition
+that holds the timer (``partition``; all service topics have one partition count), so
+whoever knows a timer's request partition reads one partition of the fired topic. A
+cancel record also names the offset of the cancel request it answers
+(``request_offset``): a client that sent a cancel matches its answer exactly, never
+"the first record for this id", which could answer an earlier cancel.
 """
 
 from __future__ import annotations
@@ -51,6 +58,9 @@ class FiredRecord:
     outcome: str | None = None
     #: The worker's clock when it applied the cancel, epoch ms (cancel only).
     at_ms: int | None = None
+    #: Offset of the cancel request, on ``partition`` of the request topic (cancel only;
+    #: absent in records written before it existed).
+    request_offset: int | None = None
 
     @classmethod
     def fired(cls, timer: Timer, *, partition: int, worker: str, fired_at_ms: int) -> FiredRecord:
@@ -68,11 +78,43 @@ class FiredRecord:
 
     @classmethod
     def cancel(
-        cls, timer_id: str, token: str, outcome: str, *, partition: int, worker: str, at_ms: int
+        cls,
+        timer_id: str,
+        token: str,
+        outcome: str,
+        *,
+        partition: int,
+        worker: str,
+        at_ms: int,
+        request_offset: int | None = None,
     ) -> FiredRecord:
-        """The record of a cancel of ``timer_id`` that did ``outcome``."""
+        """The record of a cancel of ``timer_id`` that did ``outcome``.
+
+        ``request_offset`` is the cancel request's offset on ``partition``.
+        """
         return cls(
-            FiredKind.CANCEL, timer_id, token, partition, worker, outcome=outcome, at_ms=at_ms
+            FiredKind.CANCEL,
+            timer_id,
+            token,
+            partition,
+            worker,
+            outcome=outcome,
+            at_ms=at_ms,
+            request_offset=request_offset,
+        )
+
+    def answers(self, timer_id: str, partition: int, request_offset: int) -> bool:
+        """Whether this is the answer to the cancel of ``timer_id`` at that request offset.
+
+        Several records can share an id (earlier cancels, fires, a redelivered request's
+        second answer comes after the first): only the request's position identifies
+        the one that answers it.
+        """
+        return (
+            self.event is FiredKind.CANCEL
+            and self.id == timer_id
+            and self.partition == partition
+            and self.request_offset == request_offset
         )
 
     def to_json(self) -> bytes:

@@ -1,18 +1,11 @@
-"""Protobuf wire encoding of the ``Future`` message, by hand, so no code generator is needed.
+"""Protobuf wire encoding of the ``Future`` request, by hand: what the client encodes with.
 
-The schema, field-compatible with the original article's ``Future`` (fields 1-3)::
-
-    message Header { string name = 1; bytes value = 2; }
-    message Future {
-        string callBackTopic = 1;   // where the callback goes
-        string callBackKey   = 2;   // its key
-        bytes  callBack      = 3;   // its value, unchanged
-        string id            = 4;   // timer id (absent: derived from topic/partition/offset)
-        string token         = 5;   // cancellation token
-        int64  due           = 6;   // epoch second (absent: the record key, as in the article)
-        repeated Header headers = 7;
-        Action action        = 8;   // SCHEDULE = 0, CANCEL = 1
-    }
+The schema of record is ``app/core/proto/kafka_timers/v1/future.proto`` (shipped with the
+package; see the README, "Request formats"): fields 1-3 are the original article's
+``Future``, fields 4-8 ours. This codec follows it exactly, ``None`` standing for an
+absent field, and tests/unit/test_future_proto.py checks it against code generated from
+that file in both directions. The worker decodes requests with the protobuf runtime
+(:mod:`app.core.proto`); :func:`decode` stays as the reference those tests use.
 
 Unknown fields are skipped, as protobuf requires, so newer producers stay readable.
 """
@@ -143,16 +136,18 @@ def _text(value: int | bytes, name: str) -> str:
         raise DecodeError(f"{name} is not UTF-8") from exc
 
 
-def _int64(value: int | bytes, name: str) -> int:
-    if not isinstance(value, int):
+def _signed(value: int | bytes, wire_type: int, name: str, bits: int) -> int:
+    """A varint read as a ``bits``-wide signed integer, truncated as protobuf does."""
+    if wire_type != _VARINT or not isinstance(value, int):
         raise DecodeError(f"{name} must be a varint")
-    return value - (1 << 64) if value >= 1 << 63 else value
+    value &= (1 << bits) - 1
+    return value - (1 << bits) if value >= 1 << (bits - 1) else value
 
 
 def decode(data: bytes) -> Future:
     """Parse ``data`` as a ``Future``; raise :class:`DecodeError` if it is not one."""
     future = Future()
-    for number, _wire_type, value in _fields(data):
+    for number, wire_type, value in _fields(data):
         if number == 1:
             future.callback_topic = _text(value, "callBackTopic")
         elif number == 2:
@@ -166,7 +161,7 @@ def decode(data: bytes) -> Future:
         elif number == 5:
             future.token = _text(value, "token")
         elif number == 6:
-            future.due = _int64(value, "due")
+            future.due = _signed(value, wire_type, "due", 64)
         elif number == 7:
             if not isinstance(value, bytes):
                 raise DecodeError("headers must be length-delimited")
@@ -178,5 +173,5 @@ def decode(data: bytes) -> Future:
                     header_value = sub_value
             future.headers.append((name, header_value))
         elif number == 8:
-            future.action = _int64(value, "action")
+            future.action = _signed(value, wire_type, "action", 32)  # an enum: int32
     return future

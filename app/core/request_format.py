@@ -6,10 +6,14 @@ Three formats share the topic; they are told apart like this, in order:
    Key = schedule id, value = payload, target in ``scheduler-target-topic`` /
    ``scheduler-target-key``. A tombstone cancels the schedule with that key.
 2. **JSON** — the value's first non-blank byte is ``{``. Protobuf can never start
-   with that byte for our schema (it would be field 15 as a deprecated group).
-3. **protobuf** — anything else: the ``Future`` message of :mod:`app.core.protowire`. A record
-   holding only fields 1-3 and keyed by its expiry second, exactly what the original
-   article's producers send, is a valid timer.
+   with ``{`` itself (it would be field 15 as a deprecated group), but it can start
+   with a whitespace byte followed by ``{``: a 123-byte callback topic is encoded as
+   ``\n{``. So a value that is not literally ``{...`` and is not valid JSON is tried
+   as protobuf before it is refused.
+3. **protobuf** — anything else: the ``Future`` message of
+   ``app/core/proto/kafka_timers/v1/future.proto``, decoded by the protobuf runtime
+   (:mod:`app.core.proto`). A record holding only fields 1-3 and keyed by its expiry
+   second, exactly what the original article's producers send, is a valid timer.
 """
 
 from __future__ import annotations
@@ -21,7 +25,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from app.core import protowire
+from google.protobuf.message import DecodeError as ProtobufDecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet
+
+from app.core import proto
 from app.core.due import due_second, parse_at, parse_duration
 from app.core.errors import InvalidTimeSpec, RejectedRequest, RejectReason
 from app.core.timer import Cancel, Header, Timer
@@ -31,6 +38,8 @@ __all__ = ["RawRecord", "derived_id", "parse_request"]
 ETF1_EPOCH = "scheduler-epoch"
 ETF1_TARGET_TOPIC = "scheduler-target-topic"
 ETF1_TARGET_KEY = "scheduler-target-key"
+
+_parse_future = proto.Future.FromString
 
 
 @dataclass(frozen=True)
@@ -63,8 +72,18 @@ def parse_request(record: RawRecord) -> Timer | Cancel:
         return _etf1_tombstone(record)
     if ETF1_EPOCH in headers:
         return _etf1_schedule(record, headers)
-    if record.value.lstrip()[:1] == b"{":
+    value = record.value
+    if value[:1] == b"{":
         return _from_json(record)
+    if value.lstrip()[:1] == b"{":
+        # JSON after leading whitespace, or protobuf whose first tag is a whitespace byte:
+        # field 1 (the callback topic) is tag "\n", and a 123-byte topic's length is "{".
+        try:
+            return _from_json(record)
+        except RejectedRequest as not_json:
+            if not_json.reason is not RejectReason.MALFORMED:
+                raise
+            return _from_protobuf(record)
     return _from_protobuf(record)
 
 
@@ -126,25 +145,55 @@ def _utf8(raw: bytes, name: str) -> str:
 def _from_protobuf(record: RawRecord) -> Timer | Cancel:
     assert record.value is not None
     try:
-        future = protowire.decode(record.value)
-    except protowire.DecodeError as exc:
+        future: Any = _parse_future(record.value)
+    except ProtobufDecodeError as exc:
         raise RejectedRequest(RejectReason.MALFORMED, f"not protobuf or JSON: {exc}") from exc
-    if future.action == protowire.ACTION_CANCEL:
+    if len(UnknownFieldSet(future)):
+        _refuse_misread_fields(future, proto.LAST_FIELD_NUMBER)
+    action = future.action  # an open enum: values other than 0 and 1 come through
+    if action == proto.CANCEL:
         if not future.id:
             raise RejectedRequest(RejectReason.MALFORMED, "cancel without a timer id")
-        return Cancel(id=future.id, token=future.token or "")
-    if future.action != protowire.ACTION_SCHEDULE:
-        raise RejectedRequest(RejectReason.UNKNOWN_FORMAT, f"unknown action {future.action}")
-    due = future.due if future.due is not None else _due_from_key(record)
+        return Cancel(id=future.id, token=future.token)
+    if action != proto.SCHEDULE:
+        raise RejectedRequest(RejectReason.UNKNOWN_FORMAT, f"unknown action {action}")
+    headers = future.headers
+    # Absent and empty are the same for every field but the key (null or empty) and due.
     return Timer(
         id=future.id or derived_id(record),
-        due=due,
-        topic=future.callback_topic or "",
-        key=None if future.callback_key is None else future.callback_key.encode(),
-        value=future.callback if future.callback is not None else b"",
-        token=future.token or "",
-        headers=tuple(future.headers),
+        due=future.due if future.HasField("due") else _due_from_key(record),
+        topic=future.callBackTopic,
+        key=future.callBackKey.encode() if future.HasField("callBackKey") else None,
+        value=future.callBack,
+        token=future.token,
+        headers=_headers(headers) if headers else (),
     )
+
+
+def _headers(headers: Any) -> tuple[Header, ...]:
+    out = []
+    for header in headers:  # one pass: reading a header out of upb is what costs
+        if len(UnknownFieldSet(header)):
+            _refuse_misread_fields(header, 2)
+        out.append((header.name, header.value))
+    return tuple(out)
+
+
+def _refuse_misread_fields(message: Any, last_number: int) -> None:
+    """Dead-letter a field of the schema that was sent with the wrong wire type.
+
+    protobuf reads it as an unknown field and the field as absent: a ``due`` sent as
+    fixed64 would silently become "take the due second from the key". Such bytes come
+    from a broken producer, never from generated code, and belong in the DLQ. Unknown
+    fields above the schema's numbers are a newer producer's, and are skipped.
+    """
+    for unknown in UnknownFieldSet(message):
+        if unknown.field_number <= last_number:
+            raise RejectedRequest(
+                RejectReason.MALFORMED,
+                f"field {unknown.field_number} of {message.DESCRIPTOR.name} "
+                f"has wire type {unknown.wire_type}, not the schema's",
+            )
 
 
 def _from_json(record: RawRecord) -> Timer | Cancel:

@@ -99,7 +99,7 @@ class Accepted:
 class CancelOutcome(str, Enum):
     """What a cancel did; reported on the fired topic so the audit can tell."""
 
-    #: The pending timer was removed and will not fire.
+    #: The pending timer was removed and will not fire (also the answer to a repeat).
     CANCELLED = "cancelled"
     #: The token did not match the pending timer's: refused, the timer still fires.
     WRONG_TOKEN = "wrong_token"
@@ -150,6 +150,15 @@ class PartitionWheel:
     def cancel(self, cancel: Cancel) -> CancelOutcome:
         """Remove the pending timer ``cancel.id`` if the token matches."""
         index = self._index(cancel.id)
+        if (
+            index is not None
+            and index.state == _CANCELLED
+            and index.due != 0
+            and (index.token == cancel.token or not cancel.check_token)
+        ):
+            # A repeat of the cancel that removed it (a client retrying after no answer
+            # came, a redelivered request): the same answer, and nothing rewritten.
+            return CancelOutcome.CANCELLED
         if index is None or index.state == _CANCELLED:
             if not cancel.check_token:
                 return CancelOutcome.NOT_FOUND

@@ -39,6 +39,9 @@ class ServiceProcess:
     moves the child's clock, see ``tests/support/clock.py``).
     """
 
+    #: The settings it was started with (its ports, data directory, id), where known.
+    settings: Settings | None = None
+
     def __init__(
         self,
         name: str,
@@ -47,8 +50,10 @@ class ServiceProcess:
         log_path: Path,
         *,
         python_path: Sequence[str] = (),
+        settings: Settings | None = None,
     ) -> None:
         self.name = name
+        self.settings = settings
         self.log_path = log_path
         log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log: IO[bytes] = log_path.open("ab")
@@ -141,6 +146,7 @@ def start_worker(
         {**worker_settings.to_env(), **(env or {})},
         base_dir / f"{log_name}.log",
         python_path=python_path,
+        settings=worker_settings,
     )
 
 
@@ -162,6 +168,7 @@ def start_oscillator(
         {**osc_settings.to_env(), **(env or {})},
         base_dir / f"{name}.log",
         python_path=python_path,
+        settings=osc_settings,
     )
 
 

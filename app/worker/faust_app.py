@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 import faust
 from confluent_kafka import Consumer
 
+from app.core import proto
 from app.core.request_format import RawRecord
 from app.kafka.config import confluent_consumer, confluent_producer
 from app.settings import TABLE_NAME, Settings
@@ -132,6 +133,12 @@ def _exit_undurable(error: Exception) -> NoReturn:
 def build_worker(settings: Settings) -> WorkerApp:
     """Assemble the Faust app, its table and agents, and the service behind them."""
     apply_patches()
+    if proto.IMPLEMENTATION != "upb":
+        log.warning(
+            "protobuf runs as %r, not upb: requests decode several times slower "
+            "(install a protobuf wheel built with upb for this platform)",
+            proto.IMPLEMENTATION,
+        )
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     app = faust.App(
         settings.app_id,

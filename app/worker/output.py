@@ -50,7 +50,14 @@ class Output(Protocol):
 
     def callback(self, timer: Timer, *, partition: int, fired_at_ms: int) -> None: ...
 
-    def cancel_outcome(self, timer_id: str, token: str, outcome: str, partition: int) -> None: ...
+    def cancel_outcome(
+        self,
+        timer_id: str,
+        token: str,
+        outcome: str,
+        partition: int,
+        request_offset: int | None = None,
+    ) -> None: ...
 
     def dead_letter(self, record: RawRecord, reason: RejectReason, detail: str) -> None: ...
 
@@ -169,10 +176,25 @@ class OutputProducer:
         audit = FiredRecord.fired(
             timer, partition=partition, worker=self._worker_id, fired_at_ms=fired_at_ms
         )
-        self._produce(self._fired_topic, audit.to_json(), timer.id.encode())
+        # The fired topic's partition numbered like the timer's request partition, not
+        # wherever a partitioner puts the id: a request produced to an explicit
+        # partition (or by a producer with another partitioner) still has its records
+        # where a reader that knows the request's partition looks.
+        self._produce(self._fired_topic, audit.to_json(), timer.id.encode(), partition=partition)
 
-    def cancel_outcome(self, timer_id: str, token: str, outcome: str, partition: int) -> None:
-        """Report what a cancel did, so the audit can tell cancels from missing fires."""
+    def cancel_outcome(
+        self,
+        timer_id: str,
+        token: str,
+        outcome: str,
+        partition: int,
+        request_offset: int | None = None,
+    ) -> None:
+        """Report what a cancel did: for the audit, and as the answer a client waits for.
+
+        ``partition`` and ``request_offset`` locate the cancel request; the record goes
+        to that partition number of the fired topic, where the client reads it back.
+        """
         record = FiredRecord.cancel(
             timer_id,
             token,
@@ -180,8 +202,9 @@ class OutputProducer:
             partition=partition,
             worker=self._worker_id,
             at_ms=int(self._clock() * 1000),
+            request_offset=request_offset,
         )
-        self._produce(self._fired_topic, record.to_json(), timer_id.encode())
+        self._produce(self._fired_topic, record.to_json(), timer_id.encode(), partition=partition)
 
     def dead_letter(self, record: RawRecord, reason: RejectReason, detail: str) -> None:
         """Copy a rejected request, bytes unchanged, to the DLQ with why and where from."""

@@ -190,7 +190,9 @@ class TimerService:
 
     def _cancel(self, part: _Partition, record: RawRecord, cancel: Cancel) -> None:
         outcome = part.wheel.cancel(cancel)
-        self._output.cancel_outcome(cancel.id, cancel.token, outcome.value, record.partition)
+        self._output.cancel_outcome(
+            cancel.id, cancel.token, outcome.value, record.partition, record.offset
+        )
         if outcome is CancelOutcome.CANCELLED:
             self._metrics.cancelled.inc()
             self._adjust_pending(record.partition, -1)

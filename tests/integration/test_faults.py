@@ -14,21 +14,21 @@ import re
 import shutil
 import time
 from collections import defaultdict
+from collections.abc import Callable, Iterator
 from itertools import pairwise
-from pathlib import Path
+from typing import Any
 
 import pytest
 
 from app.kafka.records import TopicReader
 from tests.support.faults import (
+    FaultScene,
     FireWatch,
     Planned,
     Verdict,
     deliberate_fault_window,
     first_fire_by_others,
     owners,
-    schedule_spread,
-    start_logged_worker,
     unexplained_duplicates,
 )
 from tests.support.stack import Stack
@@ -47,13 +47,21 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def wait_until_all_own(watch: FireWatch, workers: set[str], partitions: int) -> None:
-    """Until every partition has fired and each of ``workers`` owns one: a stable group."""
-    watch.wait(
-        lambda w: len(o := owners(w.fires())) == partitions and set(o.values()) == workers,
-        STARTUP_TIMEOUT,
-        f"{sorted(workers)} to share all {partitions} partitions",
-    )
+@pytest.fixture
+def fault_scene(stack: Stack) -> Iterator[Callable[..., FaultScene]]:
+    """Starts the common set-up of a fault test (:meth:`FaultScene.start`); closes its
+    watch afterwards. Called as ``fault_scene("crash", workers=[...], timers=3000,
+    last_due_in=40)``."""
+    scenes: list[FaultScene] = []
+
+    def start(fault: str, **options: Any) -> FaultScene:
+        scene = FaultScene.start(stack, fault, startup_timeout=STARTUP_TIMEOUT, **options)
+        scenes.append(scene)
+        return scene
+
+    yield start
+    for scene in scenes:
+        scene.watch.close()
 
 
 def wait_until_fraction_fired(watch: FireWatch, plan: dict[str, Planned], share: float) -> int:
@@ -91,7 +99,9 @@ def takeover_figures(
     return first_any, first_all, text
 
 
-def test_kill_9_of_a_worker_loses_nothing_and_fires_nothing_early(stack: Stack) -> None:
+def test_kill_9_of_a_worker_loses_nothing_and_fires_nothing_early(
+    fault_scene: Callable[..., FaultScene],
+) -> None:
     """Issue 4.1: a worker dies without a goodbye while timers fire and thousands wait.
 
     Its partitions stay with the dead member for a whole session timeout, then move to
@@ -100,39 +110,31 @@ def test_kill_9_of_a_worker_loses_nothing_and_fires_nothing_early(stack: Stack) 
     dead worker comes back on its old, now stale, RocksDB directory and takes partitions
     back: it must read what the survivor wrote meanwhile, not trust its own leftovers.
     """
-    settings = stack.settings
-    topic = stack.callback_topic(f"cb-crash-{settings.app_id}")
-    stack.oscillator()
-    survivor = start_logged_worker(stack, "w-survivor")
-    victim = start_logged_worker(stack, "w-victim")
-    with FireWatch(settings, topic) as watch:
-        start = int(time.time())
-        plan = schedule_spread(settings, topic, 3000, start + 3, start + 40)
-        wait_until_all_own(watch, {survivor.name, victim.name}, settings.partitions)
-        pending = wait_until_fraction_fired(watch, plan, 0.2)
-        victim_partitions = {p for p, w in owners(watch.fires()).items() if w == victim.name}
-        kill_ms = now_ms()
-        victim.kill()
-        watch.wait(
-            lambda w: (
-                set(first_fire_by_others(w.fires(), victim_partitions, victim.name, kill_ms))
-                == victim_partitions
-            ),
-            STARTUP_TIMEOUT,
-            f"the survivor to fire on {sorted(victim_partitions)}",
-        )
-        _, first_all, takeover = takeover_figures(watch, victim_partitions, victim.name, kill_ms)
-        pending_at_return = len(plan) - len(watch.fired_ids() & plan.keys())
-        return_ms = now_ms()
-        start_logged_worker(
-            stack, victim.name, data_dir=stack.base_dir / victim.name, log_name="w-victim-back"
-        )
-        watch.wait(
-            lambda w: any(f.worker == victim.name and f.fired_at_ms > return_ms for f in w.fires()),
-            STARTUP_TIMEOUT,
-            "the restarted worker to take partitions back",
-        )
-        verdict = settle(watch, plan)
+    scene = fault_scene("crash", workers=["w-survivor", "w-victim"], timers=3000, last_due_in=40)
+    settings, watch, plan = scene.settings, scene.watch, scene.plan
+    victim = scene.workers["w-victim"]
+    pending = wait_until_fraction_fired(watch, plan, 0.2)
+    victim_partitions = {p for p, w in owners(watch.fires()).items() if w == victim.name}
+    kill_ms = now_ms()
+    victim.kill()
+    watch.wait(
+        lambda w: (
+            set(first_fire_by_others(w.fires(), victim_partitions, victim.name, kill_ms))
+            == victim_partitions
+        ),
+        STARTUP_TIMEOUT,
+        f"the survivor to fire on {sorted(victim_partitions)}",
+    )
+    _, first_all, takeover = takeover_figures(watch, victim_partitions, victim.name, kill_ms)
+    pending_at_return = scene.pending()
+    return_ms = now_ms()
+    scene.worker(victim.name, log_name="w-victim-back")  # on its old data directory
+    watch.wait(
+        lambda w: any(f.worker == victim.name and f.fired_at_ms > return_ms for f in w.fires()),
+        STARTUP_TIMEOUT,
+        "the restarted worker to take partitions back",
+    )
+    verdict = settle(watch, plan)
     bad_duplicates = unexplained_duplicates(watch.fires(), verdict.extra, AT_LEAST_ONCE_WINDOW_MS)
     report = (
         f"[worker kill -9] {verdict.summary()}; pending at the kill: {pending}; "
@@ -147,35 +149,29 @@ def test_kill_9_of_a_worker_loses_nothing_and_fires_nothing_early(stack: Stack) 
     assert not bad_duplicates, f"{report}; {bad_duplicates[:5]}"
 
 
-def test_adding_and_removing_a_worker_loses_nothing(stack: Stack) -> None:
+def test_adding_and_removing_a_worker_loses_nothing(
+    fault_scene: Callable[..., FaultScene],
+) -> None:
     """Issue 4.2: a third worker joins, then one of the first two leaves, under load.
 
     Both are graceful rebalances, so partitions move with their state in the changelog;
     the only double fires allowed are those of the tick in flight at a handover.
     """
-    settings = stack.settings
-    topic = stack.callback_topic(f"cb-rebalance-{settings.app_id}")
-    stack.oscillator()
-    w1 = start_logged_worker(stack, "w-one")
-    w2 = start_logged_worker(stack, "w-two")
-    with FireWatch(settings, topic) as watch:
-        start = int(time.time())
-        plan = schedule_spread(settings, topic, 3000, start + 3, start + 40)
-        wait_until_all_own(watch, {w1.name, w2.name}, settings.partitions)
-        wait_until_fraction_fired(watch, plan, 0.1)
-        join_ms = now_ms()
-        w3 = start_logged_worker(stack, "w-three")
-        watch.wait(
-            lambda w: w3.name in owners(w.fires()).values(), STARTUP_TIMEOUT, "w-three to fire"
-        )
-        joined_after_ms = min(f.fired_at_ms for f in watch.fires() if f.worker == w3.name)
-        w1_partitions = {p for p, w in owners(watch.fires()).items() if w == w1.name}
-        pending = len(plan) - len(watch.fired_ids() & plan.keys())
-        leave_ms = now_ms()
-        exit_code = w1.stop()
-        stopped_ms = now_ms()
-        verdict = settle(watch, plan)
-        _, first_all, takeover = takeover_figures(watch, w1_partitions, w1.name, leave_ms)
+    scene = fault_scene("rebalance", workers=["w-one", "w-two"], timers=3000, last_due_in=40)
+    watch, plan = scene.watch, scene.plan
+    w1 = scene.workers["w-one"]
+    wait_until_fraction_fired(watch, plan, 0.1)
+    join_ms = now_ms()
+    w3 = scene.worker("w-three")
+    watch.wait(lambda w: w3.name in owners(w.fires()).values(), STARTUP_TIMEOUT, "w-three to fire")
+    joined_after_ms = min(f.fired_at_ms for f in watch.fires() if f.worker == w3.name)
+    w1_partitions = {p for p, w in owners(watch.fires()).items() if w == w1.name}
+    pending = scene.pending()
+    leave_ms = now_ms()
+    exit_code = w1.stop()
+    stopped_ms = now_ms()
+    verdict = settle(watch, plan)
+    _, first_all, takeover = takeover_figures(watch, w1_partitions, w1.name, leave_ms)
     bad_duplicates = unexplained_duplicates(watch.fires(), verdict.extra, AT_LEAST_ONCE_WINDOW_MS)
     report = (
         f"[rebalance] {verdict.summary()}; w-three started -> first fire "
@@ -189,32 +185,34 @@ def test_adding_and_removing_a_worker_loses_nothing(stack: Stack) -> None:
     assert not bad_duplicates, f"{report}; {bad_duplicates[:5]}"
 
 
-def test_an_oscillator_outage_is_caught_up_in_due_order(stack: Stack) -> None:
+def test_an_oscillator_outage_is_caught_up_in_due_order(
+    fault_scene: Callable[..., FaultScene],
+) -> None:
     """Issue 4.3: every oscillator stops for 20 s; one new oscillator starts afterwards.
 
     The new oscillator ticks from the current second only (it never replays the gap);
     the worker fires everything due in the gap on its first tick, late but in due order
     per partition, and loses nothing.
     """
-    settings = stack.settings
-    topic = stack.callback_topic(f"cb-outage-{settings.app_id}")
-    oscillators = [stack.oscillator("osc-a"), stack.oscillator("osc-b")]
-    worker = start_logged_worker(stack, "w-only")
-    with FireWatch(settings, topic) as watch:
-        start = int(time.time())
-        plan = schedule_spread(settings, topic, 2000, start + 3, start + 45)
-        wait_until_all_own(watch, {worker.name}, settings.partitions)
-        wait_until_fraction_fired(watch, plan, 0.05)
-        outage_ms = now_ms()
-        exit_codes = [o.stop() for o in oscillators]
-        stopped_ms = now_ms()
-        deliberate_fault_window(20.0)
-        restart_ms = now_ms()
-        stack.oscillator("osc-c")
-        gap = {i for i, t in plan.items() if outage_ms / 1000 < t.due <= restart_ms / 1000}
-        watch.wait_all_fired(gap, SETTLE_TIMEOUT)
-        gap_fired_ms = now_ms()
-        verdict = settle(watch, plan)
+    scene = fault_scene(
+        "outage",
+        workers=["w-only"],
+        timers=2000,
+        last_due_in=45,
+        oscillators=("osc-a", "osc-b"),
+    )
+    settings, watch, plan = scene.settings, scene.watch, scene.plan
+    wait_until_fraction_fired(watch, plan, 0.05)
+    outage_ms = now_ms()
+    exit_codes = [o.stop() for o in scene.oscillators]
+    stopped_ms = now_ms()
+    deliberate_fault_window(20.0)
+    restart_ms = now_ms()
+    scene.stack.oscillator("osc-c")
+    gap = {i for i, t in plan.items() if outage_ms / 1000 < t.due <= restart_ms / 1000}
+    watch.wait_all_fired(gap, SETTLE_TIMEOUT)
+    gap_fired_ms = now_ms()
+    verdict = settle(watch, plan)
     with TopicReader(settings, settings.topics.ticks) as ticks:
         ticked = sorted({int(r.key or b"0") for r in ticks.read_to_end()})
     silent = [
@@ -257,7 +255,9 @@ def _out_of_due_order(verdict: Verdict, plan: dict[str, Planned]) -> list[str]:
     return wrong
 
 
-def test_a_worker_that_lost_its_rocksdb_rebuilds_it_from_the_changelog(stack: Stack) -> None:
+def test_a_worker_that_lost_its_rocksdb_rebuilds_it_from_the_changelog(
+    fault_scene: Callable[..., FaultScene],
+) -> None:
     """Issue 4.4: stop a worker, delete its data directory, start it again.
 
     Everything pending must come back from the changelog alone. On the dev broker the
@@ -265,29 +265,22 @@ def test_a_worker_that_lost_its_rocksdb_rebuilds_it_from_the_changelog(stack: St
     Faust's own recovery would stop short; the worker's catch-up, which runs before it,
     must read to the true end.
     """
-    settings = stack.settings
-    topic = stack.callback_topic(f"cb-lostdisk-{settings.app_id}")
-    stack.oscillator()
-    data_dir: Path = stack.base_dir / "w-disk"
-    worker = start_logged_worker(stack, "w-disk", data_dir=data_dir)
-    with FireWatch(settings, topic) as watch:
-        start = int(time.time())
-        plan = schedule_spread(settings, topic, 3000, start + 3, start + 35)
-        wait_until_all_own(watch, {worker.name}, settings.partitions)
-        wait_until_fraction_fired(watch, plan, 0.1)
-        stop_ms = now_ms()
-        exit_code = worker.stop()
-        pending = len(plan) - len(watch.fired_ids() & plan.keys())
-        assert data_dir.is_dir(), f"no data directory at {data_dir} to lose"
-        shutil.rmtree(data_dir)
-        restart_ms = now_ms()
-        reborn = start_logged_worker(
-            stack, "w-disk", data_dir=data_dir, log_name="w-disk-restarted"
-        )
-        verdict = settle(watch, plan)
-        first_after = min(
-            (f.fired_at_ms for f in watch.fires() if f.fired_at_ms > restart_ms), default=None
-        )
+    scene = fault_scene("lostdisk", workers=["w-disk"], timers=3000, last_due_in=35)
+    watch, plan = scene.watch, scene.plan
+    worker = scene.workers["w-disk"]
+    data_dir = scene.stack.base_dir / worker.name  # where start_worker puts it
+    wait_until_fraction_fired(watch, plan, 0.1)
+    stop_ms = now_ms()
+    exit_code = worker.stop()
+    pending = scene.pending()
+    assert data_dir.is_dir(), f"no data directory at {data_dir} to lose"
+    shutil.rmtree(data_dir)
+    restart_ms = now_ms()
+    reborn = scene.worker(worker.name, log_name="w-disk-restarted")
+    verdict = settle(watch, plan)
+    first_after = min(
+        (f.fired_at_ms for f in watch.fires() if f.fired_at_ms > restart_ms), default=None
+    )
     catch_up = [
         int(m.group(1))
         for m in re.finditer(r"changelog catch-up \S+: applied (\d+) records", reborn.log_text())
@@ -306,25 +299,21 @@ def test_a_worker_that_lost_its_rocksdb_rebuilds_it_from_the_changelog(stack: St
     assert verdict.duplicates == 0, report
 
 
-def test_sigterm_hands_partitions_over_without_a_session_timeout(stack: Stack) -> None:
+def test_sigterm_hands_partitions_over_without_a_session_timeout(
+    fault_scene: Callable[..., FaultScene],
+) -> None:
     """Issue 4.6: SIGTERM on one of two workers; it finishes, leaves, and the other
     takes over at once — far sooner than a kill, which waits out the session timeout."""
-    settings = stack.settings
-    topic = stack.callback_topic(f"cb-sigterm-{settings.app_id}")
-    stack.oscillator()
-    stayer = start_logged_worker(stack, "w-stayer")
-    leaver = start_logged_worker(stack, "w-leaver")
-    with FireWatch(settings, topic) as watch:
-        start = int(time.time())
-        plan = schedule_spread(settings, topic, 2000, start + 3, start + 25)
-        wait_until_all_own(watch, {stayer.name, leaver.name}, settings.partitions)
-        pending = wait_until_fraction_fired(watch, plan, 0.25)
-        leaver_partitions = {p for p, w in owners(watch.fires()).items() if w == leaver.name}
-        sigterm_ms = now_ms()
-        exit_code = leaver.stop()
-        exited_ms = now_ms()
-        verdict = settle(watch, plan)
-        _, first_all, takeover = takeover_figures(watch, leaver_partitions, leaver.name, sigterm_ms)
+    scene = fault_scene("sigterm", workers=["w-stayer", "w-leaver"], timers=2000, last_due_in=25)
+    settings, watch, plan = scene.settings, scene.watch, scene.plan
+    leaver = scene.workers["w-leaver"]
+    pending = wait_until_fraction_fired(watch, plan, 0.25)
+    leaver_partitions = {p for p, w in owners(watch.fires()).items() if w == leaver.name}
+    sigterm_ms = now_ms()
+    exit_code = leaver.stop()
+    exited_ms = now_ms()
+    verdict = settle(watch, plan)
+    _, first_all, takeover = takeover_figures(watch, leaver_partitions, leaver.name, sigterm_ms)
     report = (
         f"[SIGTERM] {verdict.summary()}; pending at SIGTERM: {pending}; exit after "
         f"{exited_ms - sigterm_ms} ms (code {exit_code}); {takeover} "

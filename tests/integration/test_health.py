@@ -43,18 +43,18 @@ def test_readyz_is_not_ready_until_taken_over_partitions_are_recovered(stack: St
     second = start_probed(stack, "worker", "w-second", loglevel="info")
     started = time.monotonic()
     answers: list[tuple[float, int | None, str]] = []
-    while time.monotonic() - started < STARTUP * 2:
+
+    def ready() -> bool:
+        """Whether it is ready; every change of answer on the way is kept."""
         status, body = get_json(second.web + "/readyz", timeout=1)
         phase = body.get("phase", "") if isinstance(body, dict) else "no answer"
         if not answers or answers[-1][1:] != (status, phase):
             answers.append((round(time.monotonic() - started, 2), status, phase))
-        if status == 200:
-            break
         if status == 503:
             assert body["ready"] is False and body["reason"], body
-        time.sleep(0.02)  # probe interval
-    else:
-        raise AssertionError(f"never ready: {answers}")
+        return status == 200
+
+    wait_until(ready, STARTUP * 2, lambda: f"never ready: {answers}", interval=0.02)
     # Ready means everything is there: the recovered timers and the applied requests.
     assert pending(second.web) == PENDING_BEFORE + WAITING, answers
     phases = [phase for _, status, phase in answers if status == 503]

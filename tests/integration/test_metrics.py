@@ -20,7 +20,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from app.client import TimerClient
 from app.dev.broker import free_port
-from app.dev.stack import start_oscillator, start_worker
 from app.status.model import histogram_quantile
 from tests.support.stack import Stack, fired_ids
 from tests.support.waiting import wait_until
@@ -106,13 +105,9 @@ def test_metrics_move_as_timers_fire_and_lateness_agrees_with_the_consumer(stack
     osc_ports = [free_port(), free_port()]
     worker_ports = [free_port(), free_port()]
     for i, port in enumerate(osc_ports, 1):
-        stack.services.append(
-            start_oscillator(settings, f"oscillator-{i}", stack.base_dir, metrics_port=port)
-        )
+        stack.oscillator(f"oscillator-{i}", metrics_port=port)
     for i, port in enumerate(worker_ports, 1):
-        stack.services.append(
-            start_worker(settings, f"worker-{i}", stack.base_dir, metrics_port=port)
-        )
+        stack.worker(f"worker-{i}", metrics_port=port)
 
     def serving() -> list[Samples] | None:
         """Both workers hold partitions and every partition ticks: the group has settled."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import math
 import os
 import subprocess
 import sys
@@ -26,7 +25,8 @@ import urllib.parse
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -35,20 +35,15 @@ import pytest
 from app.client import ScheduledTimer, TimerClient
 from app.core.errors import KafkaTimersError
 from app.dev.broker import free_port
-from app.dev.stack import ServiceProcess
 from app.kafka.topics import ensure_topics
 from app.settings import Settings
 from app.status.cli import status_main
 from app.status.model import (
     SOON_BUCKET_SECONDS,
-    PartitionScan,
-    histogram_quantile,
-    merge_snapshots,
-    pending_by_due,
 )
 from tests.conftest import fresh_settings
 from tests.support.broker import BrokerInfo
-from tests.support.stack import Stack, running_stack
+from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 
 #: Reads a chart's bars as ``{data-label: data-value}``.
@@ -102,22 +97,17 @@ def get_json(url: str) -> tuple[int, Any]:
         return exc.code, json.loads(exc.read())
 
 
+def fired_in(history: list[list[float]]) -> float:
+    """How many fires a fires-per-second history adds up to, after its first reading:
+    each point is (reading time, rate since the reading before)."""
+    return sum(rate * (t - before) for (before, _), (t, rate) in pairwise(history))
+
+
 def data(scene: Scene) -> dict[str, Any]:
     status, body = get_json(scene.url + "/status/data")
     assert status == 200
     result: dict[str, Any] = body
     return result
-
-
-def _start_worker(stack: Stack, name: str, web_port: int) -> ServiceProcess:
-    settings = replace(
-        stack.settings, worker_id=name, data_dir=str(stack.base_dir / name), web_port=web_port
-    )
-    service = ServiceProcess(
-        name, ["worker", "--loglevel", "warning"], settings.to_env(), stack.base_dir / f"{name}.log"
-    )
-    stack.services.append(service)
-    return service
 
 
 @pytest.fixture(scope="module")
@@ -129,7 +119,7 @@ def scene(broker: BrokerInfo, tmp_path_factory: pytest.TempPathFactory) -> Itera
         web_port = free_port()
         url = f"http://127.0.0.1:{web_port}"
         stack.oscillator()
-        _start_worker(stack, "status-worker", web_port)
+        stack.worker("status-worker", web_port=web_port)
 
         def ready() -> bool:
             try:
@@ -211,7 +201,19 @@ def test_status_data_counts_what_was_scheduled(scene: Scene) -> None:
     assert sum(b["count"] for b in lateness["buckets"]) == len(scene.fired)
     assert {int(p) for p in d["last_tick"]} == set(range(scene.partitions))
     assert all(t["age"] < 3 for t in d["last_tick"].values())
-    assert d["fires_per_second"], "the fires-per-second history is being sampled"
+    # The history goes back to the worker's start (nothing fired in its first second):
+    # its rates, times the seconds between readings, add up to exactly what fired, once
+    # a reading (one a second) has been taken since the last fire.
+    history = wait_until(
+        lambda: (
+            (h := data(scene)["fires_per_second"]) and fired_in(h) > len(scene.fired) - 0.5 and h
+        ),
+        5,
+        "a counter reading after the last fire",
+        interval=0.2,
+    )
+    assert history[0][1] == 0 and all(rate >= 0 for _, rate in history)
+    assert fired_in(history) == pytest.approx(len(scene.fired))
     # Every request was applied: no partition this worker holds is behind.
     assert {int(p) for p in d["request_lag"]} == set(range(scene.partitions))
     assert all(lag == {"records": 0, "seconds": 0} for lag in d["request_lag"].values())
@@ -351,7 +353,10 @@ def test_status_page_in_headless_chromium_shows_what_was_scheduled(
             assert bars("chart-rejects") == {"topic_not_allowed": 1, "malformed": 1}
             assert bars("chart-topics") == {scene.topic: len(scene.fired)}
             assert sum(bars("chart-lateness").values()) == len(scene.fired)
-            assert set(bars("chart-ticks")) <= {f"p{p}" for p in range(scene.partitions)}
+            ages: dict[str, float] = page.eval_on_selector_all("#chart-ticks rect.bar", BARS_JS)
+            assert list(ages) == [f"p{p}" for p in range(scene.partitions)]
+            assert all(0 <= age < 3 for age in ages.values()), ages
+            assert page.eval_on_selector_all("#chart-ticks rect.bar.bad", "rs => rs.length") == 0
             lag = page.eval_on_selector_all("#chart-request-lag rect.bar", BARS_JS)
             assert lag == {f"p{p}": 0 for p in range(scene.partitions)}
             assert page.get_attribute("#chart-fires polyline", "data-points") not in (None, "0")
@@ -381,62 +386,3 @@ def test_status_page_in_headless_chromium_shows_what_was_scheduled(
         finally:
             browser.close()
     assert errors == [], f"the page reported errors: {errors}"
-
-
-# -- the arithmetic behind the page, without a broker ---------------------------------
-
-
-def test_histogram_quantile_interpolates_like_prometheus() -> None:
-    buckets = [(0.1, 50.0), (0.5, 90.0), (1.0, 100.0), (math.inf, 100.0)]
-    assert histogram_quantile(0.5, buckets) == pytest.approx(0.1)
-    assert histogram_quantile(0.7, buckets) == pytest.approx(0.3)  # halfway into (0.1, 0.5]
-    assert histogram_quantile(0.99, buckets) == pytest.approx(0.95)
-    assert histogram_quantile(0.5, [(0.1, 0.0), (math.inf, 0.0)]) is None
-    assert histogram_quantile(0.5, [(1.0, 0.0), (math.inf, 4.0)]) == 1.0  # +Inf: top bound
-
-
-def test_pending_by_due_says_where_a_bounded_scan_stopped() -> None:
-    now = 1_000_000.5
-    scans = [
-        PartitionScan(partition=0, dues=[999_990, 1_000_000, 1_000_015], pending=3),
-        PartitionScan(partition=1, dues=[1_000_001, 1_007_200], pending=1000),  # cut short
-    ]
-    due = pending_by_due(scans, now)
-    assert due["overdue"] == 1
-    assert due["soon"]["start"] == 1_000_000
-    assert due["soon"]["counts"][:3] == [2, 1, 0]
-    assert {f["label"]: f["count"] for f in due["far"]}["1h-6h"] == 1
-    assert (due["scanned"], due["unscanned"], due["exact_before"]) == (5, 998, 1_007_200)
-
-
-def test_two_workers_snapshots_add_up() -> None:
-    def snap(worker: str, now: float, pending: int, ticks: dict[str, float]) -> dict[str, Any]:
-        start = int(now) // 10 * 10
-        return {
-            "worker": worker,
-            "now": now,
-            "totals": {"pending": pending, "fired": 2},
-            "fired_by_topic": {"t": 2},
-            "rejected_by_reason": {"malformed": 1},
-            "last_tick": {p: {"second": s, "age": now - s} for p, s in ticks.items()},
-            "lateness": {"buckets": [{"le": 0.1, "count": 2}, {"le": None, "count": 0}]},
-            "pending_by_due": {
-                "overdue": 0,
-                "soon": {"start": start, "bucket_seconds": 10, "counts": [pending] + [0] * 59},
-                "far": [],
-                "scanned": pending,
-                "unscanned": 0,
-                "exact_before": None,
-            },
-        }
-
-    merged = merge_snapshots(
-        [snap("a", 1000.2, 3, {"0": 1000, "1": 990}), snap("b", 1011.0, 4, {"1": 1011})]
-    )
-    assert merged["totals"] == {"pending": 7, "fired": 4}
-    assert merged["rejected_by_reason"] == {"malformed": 2}
-    assert {p: t["second"] for p, t in merged["last_tick"].items()} == {"0": 1000, "1": 1011}
-    soon = merged["pending_by_due"]["soon"]
-    assert soon["start"] == 1000 and soon["counts"][:2] == [3, 4]
-    assert sum(soon["counts"]) == 7
-    assert merged["lateness"]["count"] == 4

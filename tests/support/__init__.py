@@ -1,1 +1,1 @@
-"""Shared test helpers: broker resolution and polling with deadlines."""
+"""Shared test helpers: the broker, real processes (on moved clocks too), fault scenes, waiting."""

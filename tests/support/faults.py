@@ -8,31 +8,31 @@ waits are generous, because the machines are small and shared.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
 
 from app.core import protowire
 from app.core.fired import FiredKind, FiredRecord
-from app.dev.broker import free_port
 from app.dev.stack import ServiceProcess
 from app.kafka.config import confluent_producer
 from app.kafka.records import Record, TopicReader
 from app.settings import Settings
 from tests.support.stack import Stack
+from tests.support.waiting import wait_until
 
 __all__ = [
+    "FaultScene",
     "Fire",
     "FireWatch",
     "Planned",
     "Verdict",
     "deliberate_fault_window",
     "schedule_spread",
-    "start_logged_worker",
 ]
 
 
@@ -58,36 +58,6 @@ class Fire:
     worker: str
     #: The firing worker's clock when it produced the callback, epoch ms.
     fired_at_ms: int
-
-
-def start_logged_worker(
-    stack: Stack,
-    name: str,
-    loglevel: str = "info",
-    data_dir: Path | None = None,
-    log_name: str | None = None,
-) -> ServiceProcess:
-    """A worker like :func:`app.dev.stack.start_worker`, but with a chattier log.
-
-    Recovery and catch-up are logged at info: a failing fault test must be diagnosable
-    from the log alone. ``data_dir`` is fixed by name, so a restart reuses (or, after a
-    deliberate wipe, rebuilds) the same RocksDB directory; ``log_name`` keeps the log of
-    a restarted worker apart from its predecessor's.
-    """
-    settings = replace(
-        stack.settings,
-        worker_id=name,
-        data_dir=str(data_dir or stack.base_dir / name),
-        web_port=free_port(),
-    )
-    service = ServiceProcess(
-        log_name or name,
-        ["worker", "--loglevel", loglevel],
-        settings.to_env(),
-        stack.base_dir / f"{log_name or name}.log",
-    )
-    stack.services.append(service)
-    return service
 
 
 def schedule_spread(
@@ -173,26 +143,29 @@ class FireWatch:
         return {(r.header("timer-id") or b"").decode() for r in self.callbacks.records}
 
     def wait(self, probe: Callable[[FireWatch], object], timeout: float, what: str) -> None:
-        """Poll until ``probe(self)`` is truthy; fail with ``what`` at the deadline."""
-        deadline = time.monotonic() + timeout
-        while not probe(self):
-            if time.monotonic() >= deadline:
-                raise AssertionError(
-                    f"timed out after {timeout:.0f}s waiting for {what}; "
-                    f"{len(self.fired_ids())} timers fired so far, last owner by partition "
-                    f"{dict(sorted(owners(self.fires()).items()))}: see the worker logs"
-                )
-            self.poll()
+        """Read on until ``probe(self)`` is truthy; fail with ``what`` at the deadline."""
+
+        def state() -> str:
+            return (
+                f"{what}; {len(self.fired_ids())} timers fired so far, last owner by "
+                f"partition {dict(sorted(owners(self.fires()).items()))}: see the worker logs"
+            )
+
+        wait_until(lambda: probe(self), timeout, state, between=self.poll)
 
     def wait_all_fired(self, ids: Iterable[str], timeout: float) -> None:
-        """Poll until every id in ``ids`` has a callback, or the deadline passes.
+        """Read on until every id in ``ids`` has a callback, or the deadline passes.
 
-        Does not raise: the verdict then names exactly what was lost.
+        Does not fail at the deadline: the verdict then names exactly what was lost.
         """
         wanted = set(ids)
-        deadline = time.monotonic() + timeout
-        while not wanted <= self.fired_ids() and time.monotonic() < deadline:
-            self.poll(0.2)
+        with contextlib.suppress(AssertionError):
+            wait_until(
+                lambda: wanted <= self.fired_ids(),
+                timeout,
+                "every timer to fire",
+                between=lambda: self.poll(0.2),
+            )
 
     def drain_stragglers(self, seconds: float = 2.0) -> None:
         """Keep reading a little after the last expected callback: a duplicate on its
@@ -212,6 +185,77 @@ class FireWatch:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass
+class FaultScene:
+    """What every fault test starts from: an oscillator or two, its workers, a plan of
+    timers firing to its own callback topic, and a watch on callbacks and audit records.
+
+    :meth:`start` returns once every partition has fired and every worker owns one: the
+    group is stable and the fault can be injected. The caller closes :attr:`watch`.
+    """
+
+    stack: Stack
+    #: The callback topic every planned timer fires to.
+    topic: str
+    oscillators: list[ServiceProcess]
+    #: The workers started with the scene, by name.
+    workers: dict[str, ServiceProcess]
+    watch: FireWatch
+    plan: dict[str, Planned]
+
+    #: Recovery and catch-up are logged at info: a failing fault test must be
+    #: diagnosable from the worker logs alone.
+    LOGLEVEL = "info"
+
+    @property
+    def settings(self) -> Settings:
+        return self.stack.settings
+
+    def worker(self, name: str, *, log_name: str | None = None) -> ServiceProcess:
+        """Start a worker (again): same name, so the same ``worker_id`` and data directory;
+        ``log_name`` keeps a restarted worker's log apart from its predecessor's."""
+        return self.stack.worker(name, loglevel=self.LOGLEVEL, log_name=log_name)
+
+    def pending(self) -> int:
+        """Planned timers without a callback yet."""
+        return len(self.plan) - len(self.watch.fired_ids() & self.plan.keys())
+
+    @classmethod
+    def start(
+        cls,
+        stack: Stack,
+        fault: str,
+        *,
+        workers: list[str],
+        timers: int,
+        last_due_in: int,
+        startup_timeout: float,
+        oscillators: tuple[str, ...] = ("oscillator-1",),
+    ) -> FaultScene:
+        """Start the processes, schedule ``timers`` due from 3 s to ``last_due_in`` s from
+        now (see :func:`schedule_spread`), and wait until ``workers`` share every partition.
+        """
+        topic = stack.callback_topic(f"cb-{fault}-{stack.settings.app_id}")
+        started_oscillators = [stack.oscillator(name) for name in oscillators]
+        started_workers = {name: stack.worker(name, loglevel=cls.LOGLEVEL) for name in workers}
+        watch = FireWatch(stack.settings, topic)
+        try:
+            now = int(time.time())
+            plan = schedule_spread(stack.settings, topic, timers, now + 3, now + last_due_in)
+            partitions = stack.settings.partitions
+            watch.wait(
+                lambda w: (
+                    len(o := owners(w.fires())) == partitions and set(o.values()) == set(workers)
+                ),
+                startup_timeout,
+                f"{sorted(workers)} to share all {partitions} partitions",
+            )
+        except BaseException:
+            watch.close()
+            raise
+        return cls(stack, topic, started_oscillators, started_workers, watch, plan)
 
 
 @dataclass

@@ -27,6 +27,8 @@ class Produced:
 
     callbacks: list[tuple[Timer, int]] = field(default_factory=list)
     cancels: list[tuple[str, str, str, int]] = field(default_factory=list)
+    #: ``(id, partition, request offset)`` of each cancel answered, in the same order.
+    cancel_requests: list[tuple[str, int, int | None]] = field(default_factory=list)
     dead_letters: list[tuple[bytes | None, RejectReason, str]] = field(default_factory=list)
     dead_timers: list[tuple[str, RejectReason]] = field(default_factory=list)
     changelog: list[tuple[int, bytes, bytes | None]] = field(default_factory=list)
@@ -59,8 +61,16 @@ class FakeOutput:
         if timer.topic in self.refuse_topics:
             self._failed.append((timer, f"topic {timer.topic} refused"))
 
-    def cancel_outcome(self, timer_id: str, token: str, outcome: str, partition: int) -> None:
+    def cancel_outcome(
+        self,
+        timer_id: str,
+        token: str,
+        outcome: str,
+        partition: int,
+        request_offset: int | None = None,
+    ) -> None:
         self.pending.cancels.append((timer_id, token, outcome, partition))
+        self.pending.cancel_requests.append((timer_id, partition, request_offset))
 
     def dead_letter(self, record: RawRecord, reason: RejectReason, detail: str) -> None:
         self.pending.dead_letters.append((record.value, reason, detail))
@@ -78,7 +88,14 @@ class FakeOutput:
             self.in_transaction = True
 
     def _make_durable(self) -> None:
-        for name in ("callbacks", "cancels", "dead_letters", "dead_timers", "changelog"):
+        for name in (
+            "callbacks",
+            "cancels",
+            "cancel_requests",
+            "dead_letters",
+            "dead_timers",
+            "changelog",
+        ):
             getattr(self.durable, name).extend(getattr(self.pending, name))
         for p, _, _ in self.pending.changelog:
             self._offsets[p] = self._offsets.get(p, -1) + 1

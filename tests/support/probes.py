@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
-from dataclasses import replace
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -25,9 +24,10 @@ __all__ = ["Probed", "get_json", "metric_by_partition", "start_probed"]
 class Probed:
     """A started process and the settings it runs with (its ports among them)."""
 
-    def __init__(self, process: ServiceProcess, settings: Settings) -> None:
+    def __init__(self, process: ServiceProcess) -> None:
+        assert process.settings is not None
         self.process = process
-        self.settings = settings
+        self.settings: Settings = process.settings
 
     @property
     def web(self) -> str:
@@ -41,19 +41,13 @@ class Probed:
 def start_probed(
     stack: Stack, command: str, name: str, loglevel: str = "warning", **changes: Any
 ) -> Probed:
-    """``kafka-timers worker`` or ``oscillator`` as ``name`` with free web and metrics ports."""
-    settings = replace(
-        stack.settings,
-        worker_id=name,
-        data_dir=str(stack.base_dir / name),
-        web_port=free_port(),
-        metrics_port=free_port(),
-        **changes,
-    )
-    args = [command, "--loglevel", loglevel] if command == "worker" else [command]
-    process = ServiceProcess(name, args, settings.to_env(), stack.base_dir / f"{name}.log")
-    stack.services.append(process)
-    return Probed(process, settings)
+    """A worker or an oscillator started as ``name`` by the stack, with free web and
+    metrics ports; ``changes`` are settings applied on top of the stack's."""
+    if command == "worker":
+        process = stack.worker(name, loglevel=loglevel, metrics_port=free_port(), **changes)
+    else:
+        process = stack.oscillator(name, metrics_port=free_port(), **changes)
+    return Probed(process)
 
 
 def get_json(url: str, timeout: float = 2.0) -> tuple[int | None, Any]:

@@ -1,4 +1,5 @@
-"""Wait for a condition with a deadline, instead of sleeping a fixed time."""
+"""Wait for a condition with a deadline, instead of sleeping a fixed time: the one way
+tests wait for something to happen."""
 
 from __future__ import annotations
 
@@ -6,16 +7,39 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+__all__ = ["wait_until"]
+
 T = TypeVar("T")
 
 
-def wait_until(probe: Callable[[], T], timeout: float, message: str, interval: float = 0.05) -> T:
-    """Call ``probe`` until it returns something truthy; fail with ``message`` at the deadline."""
+def wait_until(
+    probe: Callable[[], T],
+    timeout: float,
+    message: str | Callable[[], str],
+    interval: float = 0.05,
+    *,
+    between: Callable[[], object] | None = None,
+) -> T:
+    """Call ``probe`` until it returns something truthy, and return that.
+
+    Args:
+        probe: what to check; called at least once, even with a zero timeout.
+        timeout: seconds (monotonic) before giving up with ``AssertionError``.
+        message: what was waited for; a callable is asked only at the deadline, so it
+            can describe the state things were left in.
+        interval: seconds to sleep between two probes.
+        between: called between two probes instead of sleeping, when something has to
+            be done there that itself waits (reading a topic for up to 0.1 s).
+    """
     deadline = time.monotonic() + timeout
     while True:
         result = probe()
         if result:
             return result
         if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout}s: {message}")
-        time.sleep(interval)  # poll interval, not a wait for a result
+            what = message() if callable(message) else message
+            raise AssertionError(f"timed out after {timeout:g}s: {what}")
+        if between is not None:
+            between()
+        else:
+            time.sleep(interval)  # poll interval, not a wait for a result

@@ -44,6 +44,11 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
             ["--bootstrap", "127.0.0.1:1", "cancel", "--id", "x", "--token", "y", "--timeout", "1"],
             "no Kafka broker answered",
         ),
+        (["cancel", "--id", "x"], "one of the arguments --token --tombstone is required"),
+        (["cancel", "--id", "x", "--token", "t", "--tombstone"], "not allowed with"),
+        (["cancel", "--id", "x", "--token", "t", "--wait", "0"], "must be more than 0"),
+        (["cancel", "--id", "x", "--token", "t", "--wait", "soon"], "not a number of seconds"),
+        (["get", "--id", "x", "--since", "a while"], "cannot read duration 'a while'"),
         (["frobnicate"], "invalid choice"),
     ],
 )

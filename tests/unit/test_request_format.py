@@ -142,3 +142,18 @@ def test_etf1_bad_epoch() -> None:
     with pytest.raises(RejectedRequest) as info:
         parse_request(record(b"x", headers=(("scheduler-epoch", b"soon"),)))
     assert info.value.reason is RejectReason.MISSING_DUE
+
+
+def test_protobuf_with_a_123_byte_topic_is_not_taken_for_json() -> None:
+    # Field 1's tag is b"\n" and a 123-byte length is b"{": the value starts "\n{".
+    topic = "t" * 123
+    value = protowire.encode(protowire.Future(callback_topic=topic, id="x", due=5))
+    assert value[:2] == b"\n{"
+    timer = parse_request(RawRecord("requests", 0, 0, 0, b"k", value))
+    assert isinstance(timer, Timer) and timer.topic == topic and timer.due == 5
+
+
+def test_json_after_leading_whitespace_is_still_json() -> None:
+    value = b'\n  {"topic": "t", "at": 5, "id": "j"}'
+    timer = parse_request(RawRecord("requests", 0, 0, 0, b"k", value))
+    assert isinstance(timer, Timer) and timer.id == "j"

@@ -184,6 +184,20 @@ def test_cancel_removes_a_pending_timer_and_a_wrong_token_is_dead_lettered() -> 
     assert h.pending() == 0
 
 
+def test_each_cancel_answer_names_the_request_it_answers() -> None:
+    # A client matches its answer on (partition, offset): two cancels of one id get
+    # two answers, each with its own request's position.
+    h = Harness()
+    h.requests(h.schedule("a", NOW + 5, partition=3))
+    first, second = h.cancel("a", partition=3), h.cancel("a", token="wrong", partition=3)
+    h.requests(first, second)
+    assert h.output.durable.cancel_requests == [
+        ("a", 3, first.offset),
+        ("a", 3, second.offset),
+    ]
+    assert [o for _, _, o, _ in h.output.durable.cancels] == ["cancelled", "cancelled_in_advance"]
+
+
 def test_a_cancel_that_arrives_first_wins_when_the_request_comes() -> None:
     h = Harness()
     h.requests(h.cancel("early"))

@@ -184,3 +184,20 @@ def test_status_reads_keys_and_point_lookups() -> None:
     assert wheel.get_pending("a") is None
     assert wheel.lookup("a") == ("fired", 100, "t")
     assert wheel.get_pending("nope") is None
+
+
+def test_a_repeated_cancel_gets_the_same_answer_and_writes_nothing() -> None:
+    # A client that got no answer in time cancels again: it must not be told
+    # "cancelled in advance", nor lose the cancelled version's due second.
+    kv = MemoryKV()
+    wheel = PartitionWheel(kv)
+    wheel.schedule(timer("a", 100, token="t1"))
+    assert wheel.cancel(Cancel("a", "t1")) is CancelOutcome.CANCELLED
+    writes = len(kv.changes)
+    assert wheel.cancel(Cancel("a", "t1")) is CancelOutcome.CANCELLED
+    assert wheel.cancel(Cancel("a", "", check_token=False)) is CancelOutcome.CANCELLED
+    assert len(kv.changes) == writes
+    assert wheel.lookup("a") == ("cancelled", 100, "t1")
+    # another token is still a cancel in advance of a version not seen yet
+    assert wheel.cancel(Cancel("a", "t2")) is CancelOutcome.CANCELLED_IN_ADVANCE
+    assert fire(wheel, 100) == []
