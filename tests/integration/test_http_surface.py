@@ -21,13 +21,12 @@ import urllib.parse
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 from app.client import ScheduledTimer, TimerClient
 from app.core.keys import index_key, timer_key
 from app.settings import TABLE_NAME
-from tests.support.faults import start_logged_worker
 from tests.support.stack import Stack
 from tests.support.waiting import wait_until
 
@@ -96,11 +95,10 @@ def listening_addresses(port: int) -> set[str]:
 
 
 def test_no_route_shows_a_token_or_a_payload(stack: Stack) -> None:
-    stack.settings = replace(stack.settings, web_bind="127.0.0.1")
     settings = stack.settings
     topic = stack.callback_topic(f"http-surface-{uuid.uuid4().hex[:6]}")
     stack.oscillator()
-    worker = start_logged_worker(stack, "http-worker")
+    worker = stack.worker("http-worker", loglevel="info", web_bind="127.0.0.1")
 
     def routes_logged() -> re.Match[str] | None:
         return ROUTES_LINE.search(worker.log_text())

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from app.dev.stack import ServiceProcess
-from tests.support.faults import FireWatch, Planned, Verdict, schedule_spread, start_logged_worker
+from tests.support.faults import FireWatch, Planned, Verdict, schedule_spread
 from tests.support.stack import Stack
 
 pytestmark = pytest.mark.fault
@@ -44,9 +44,9 @@ def first_fire_after(watch: FireWatch, partitions: int, after_ms: int) -> dict[i
 
 def start_all(stack: Stack, generation: int) -> list[ServiceProcess]:
     return [
-        start_logged_worker(
-            stack,
+        stack.worker(
             f"{name}-{generation}",
+            loglevel="info",
             data_dir=stack.base_dir / name,  # a restart keeps its disk
         )
         for name in WORKERS
