@@ -114,7 +114,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     )
     register_status_views(worker_app.app, worker_app.service, worker_app.metrics, settings)
     register_health_views(worker_app.app, worker_app.health, worker_app.service)
-    serve_metrics(settings.metrics_port, worker_app.metrics.registry)
+    serve_metrics(settings.metrics_port, worker_app.metrics.registry, addr=settings.metrics_bind)
     worker = faust.Worker(worker_app.app, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()
     return 0

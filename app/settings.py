@@ -84,8 +84,12 @@ class Settings:
     data_dir: str = ".kafka-timers/worker"
     #: Port of the worker's Faust web server (status page).
     web_port: int = 6066
+    #: Address the worker's web server listens on (``127.0.0.1``: this host only).
+    web_bind: str = "0.0.0.0"
     #: Port of the Prometheus ``/metrics`` endpoint; ``None`` disables it.
     metrics_port: int | None = None
+    #: Address the ``/metrics`` endpoint listens on.
+    metrics_bind: str = "0.0.0.0"
     #: Regexes a callback topic must match (default: anything not always refused).
     callback_allow: tuple[str, ...] = (".*",)
     #: Largest callback value accepted, bytes.
@@ -102,6 +106,11 @@ class Settings:
     exactly_once: bool = False
     #: Clock skew against broker timestamps that is logged as a warning, seconds.
     clock_skew_warn_seconds: float = 2.0
+    #: How far ahead of the worker's clock a tick may be and still fire at once, seconds.
+    #: A tick from further ahead waits until the worker's clock reaches its second
+    #: minus this (see :mod:`app.core.tick_gate`): 0 means never before the worker's
+    #: own clock says the second has come.
+    tick_tolerance_seconds: float = 0.0
     #: ``/livez`` fails when work is this many seconds overdue: a worker holding timers
     #: due longer ago than this with no tick processed for as long, or an oscillator
     #: that sent no tick for as long (see docs/operations.md, Health endpoints).
@@ -164,6 +173,8 @@ class Settings:
             PREFIX + "WORKER_ID": self.worker_id,
             PREFIX + "DATA_DIR": self.data_dir,
             PREFIX + "WEB_PORT": str(self.web_port),
+            PREFIX + "WEB_BIND": self.web_bind,
+            PREFIX + "METRICS_BIND": self.metrics_bind,
             PREFIX + "CALLBACK_ALLOW": ",".join(self.callback_allow),
             PREFIX + "MAX_PAYLOAD_BYTES": str(self.max_payload_bytes),
             PREFIX + "HORIZON_SECONDS": str(self.horizon_seconds),
@@ -171,6 +182,7 @@ class Settings:
             PREFIX + "HEARTBEAT_INTERVAL": str(self.heartbeat_interval),
             PREFIX + "EXACTLY_ONCE": "true" if self.exactly_once else "false",
             PREFIX + "CLOCK_SKEW_WARN_SECONDS": str(self.clock_skew_warn_seconds),
+            PREFIX + "TICK_TOLERANCE_SECONDS": str(self.tick_tolerance_seconds),
             PREFIX + "LIVENESS_TIMEOUT": str(self.liveness_timeout),
             PREFIX + "SECURITY_PROTOCOL": self.security.protocol,
             PREFIX + "REMEMBER_SECONDS": str(self.remember_seconds),
@@ -239,7 +251,9 @@ class Settings:
             worker_id=get("WORKER_ID") or defaults.worker_id,
             data_dir=get("DATA_DIR") or defaults.data_dir,
             web_port=number("WEB_PORT", int, defaults.web_port),
+            web_bind=get("WEB_BIND") or defaults.web_bind,
             metrics_port=metrics_port,
+            metrics_bind=get("METRICS_BIND") or defaults.metrics_bind,
             callback_allow=tuple(p for p in allow.split(",") if p) if allow else (".*",),
             max_payload_bytes=number("MAX_PAYLOAD_BYTES", int, defaults.max_payload_bytes),
             horizon_seconds=number("HORIZON_SECONDS", int, defaults.horizon_seconds),
@@ -249,6 +263,9 @@ class Settings:
             clock_skew_warn_seconds=number(
                 "CLOCK_SKEW_WARN_SECONDS", float, defaults.clock_skew_warn_seconds
             ),
+            tick_tolerance_seconds=number(
+                "TICK_TOLERANCE_SECONDS", float, defaults.tick_tolerance_seconds
+            ),
             liveness_timeout=number("LIVENESS_TIMEOUT", float, defaults.liveness_timeout),
             security=security,
             remember_seconds=number("REMEMBER_SECONDS", int, defaults.remember_seconds),
@@ -257,6 +274,11 @@ class Settings:
             raise ConfigurationError(f"{PREFIX}PARTITIONS must be at least 1")
         if settings.remember_seconds < 1:
             raise ConfigurationError(f"{PREFIX}REMEMBER_SECONDS must be at least 1")
+        if not 0 <= settings.tick_tolerance_seconds < 60:
+            raise ConfigurationError(
+                f"{PREFIX}TICK_TOLERANCE_SECONDS must be from 0 to under 60 (seconds a tick "
+                "may run ahead of the worker's clock)"
+            )
         _check_security(settings.security)
         return settings
 

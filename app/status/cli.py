@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from app.core.errors import KafkaTimersError
 from app.settings import Settings
-from app.status.model import STORE_KEY_KINDS, merge_snapshots
+from app.status.model import AHEAD_ALERT_SECONDS, STORE_KEY_KINDS, merge_snapshots
 
 __all__ = ["fetch_json", "render_status", "status_main"]
 
@@ -72,6 +72,30 @@ def _rows(title: str, rows: Sequence[tuple[str, float]], empty: str) -> list[str
     top = max(v for _, v in rows)
     width = max(len(label) for label, _ in rows)
     lines += [f"  {label:<{width}} {_n(v):>8} {_bar(v, top)}" for label, v in rows]
+    return lines
+
+
+def _oscillator_lines(data: Mapping[str, Any]) -> list[str]:
+    """Each oscillator's lead over the workers' clocks, flagged past the alert's 1 s."""
+    lines = ["oscillator clocks (seconds ahead of the workers' clocks)"]
+    oscillators = data.get("oscillators", {})
+    if not oscillators:
+        lines.append("  no ticks seen")
+    for source, clock in oscillators.items():
+        ahead = clock.get("ahead_seconds")
+        flag = ""
+        if ahead is not None and ahead > AHEAD_ALERT_SECONDS:
+            flag = "  AHEAD: its ticks wait for the workers' clocks; check NTP"
+        shown = "-" if ahead is None else f"{ahead:+.2f}"
+        lines.append(
+            f"  {source:<24} {shown:>10} s   {_n(clock.get('ticks_held'))} ticks held{flag}"
+        )
+    held = data.get("held_ticks", {})
+    if held:
+        lines.append(
+            f"  holding ticks on partition(s) {', '.join(sorted(held, key=int))}: they fire "
+            "as the workers' clocks reach each second"
+        )
     return lines
 
 
@@ -129,6 +153,8 @@ def render_status(data: Mapping[str, Any]) -> str:
             f"  p{p:<4} "
             + "  ".join(f"{kind} {counts.get(kind, 0):>9}" for kind in STORE_KEY_KINDS)
         )
+    lines.append("")
+    lines += _oscillator_lines(data)
     lines.append("")
     lines += _rows("rejected by reason", sorted(data["rejected_by_reason"].items()), "none")
     lines += _rows("fired by callback topic", sorted(data["fired_by_topic"].items()), "none")

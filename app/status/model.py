@@ -22,6 +22,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 __all__ = [
+    "AHEAD_ALERT_SECONDS",
     "FAR_BUCKETS",
     "SOON_BUCKET_SECONDS",
     "SOON_WINDOW_SECONDS",
@@ -33,6 +34,7 @@ __all__ = [
     "lateness_summary",
     "merge_snapshots",
     "merge_sorted_dues",
+    "oscillator_clocks",
     "pending_by_due",
     "read_sample",
     "store_keys_summary",
@@ -41,6 +43,9 @@ __all__ = [
 #: The "next minutes" chart: this many seconds ahead, in bars of this many seconds.
 SOON_WINDOW_SECONDS = 600
 SOON_BUCKET_SECONDS = 10
+
+#: An oscillator this far ahead of a worker's clock is flagged (the alert's threshold).
+AHEAD_ALERT_SECONDS = 1.0
 
 #: The "further out" histogram: (label, upper bound in seconds from now). Everything
 #: beyond the soon window falls into the first bucket whose bound it is below.
@@ -73,6 +78,10 @@ class CounterSample:
     lateness_sum: float = 0.0
     #: Newest tick second processed, by partition.
     last_tick: Mapping[int, float] = field(default_factory=dict)
+    #: How far each oscillator's clock runs ahead of this worker's, seconds, by source.
+    oscillator_ahead: Mapping[str, float] = field(default_factory=dict)
+    #: Ticks held until this worker's clock reached their second, by source.
+    ticks_held: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def fired(self) -> float:
@@ -94,6 +103,8 @@ def read_sample(registry: CollectorRegistry, now: float) -> CounterSample:
     rejected: dict[str, float] = {}
     buckets: list[tuple[float, float]] = []
     last_tick: dict[int, float] = {}
+    ahead: dict[str, float] = {}
+    held: dict[str, float] = {}
     for family in registry.collect():
         for s in family.samples:
             name = s.name
@@ -115,6 +126,10 @@ def read_sample(registry: CollectorRegistry, now: float) -> CounterSample:
                 lateness_sum += s.value
             elif name == "kafka_timers_last_tick_seconds":
                 last_tick[int(s.labels["partition"])] = s.value
+            elif name == "kafka_timers_oscillator_ahead_seconds":
+                ahead[s.labels["source"]] = s.value
+            elif name == "kafka_timers_ticks_held_total":
+                held[s.labels["source"]] = s.value
     buckets.sort()
     return CounterSample(
         t=now,
@@ -126,7 +141,21 @@ def read_sample(registry: CollectorRegistry, now: float) -> CounterSample:
         lateness_buckets=tuple(buckets),
         lateness_sum=lateness_sum,
         last_tick=last_tick,
+        oscillator_ahead=ahead,
+        ticks_held=held,
     )
+
+
+def oscillator_clocks(sample: CounterSample) -> dict[str, dict[str, float | None]]:
+    """Per oscillator: how far its clock runs ahead of this worker's, and ticks held."""
+    sources = sorted(set(sample.oscillator_ahead) | set(sample.ticks_held))
+    return {
+        source: {
+            "ahead_seconds": sample.oscillator_ahead.get(source),
+            "ticks_held": sample.ticks_held.get(source, 0.0),
+        }
+        for source in sources
+    }
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
@@ -353,6 +382,8 @@ def merge_snapshots(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     far: dict[str, int] = {label: 0 for label, _ in FAR_BUCKETS}
     overdue = unscanned = scanned = 0
     exact_before: list[int] = []
+    oscillators: dict[str, dict[str, float | None]] = {}
+    held_ticks: dict[str, int] = {}
     workers = []
     now = 0.0
     for snap in snapshots:
@@ -387,6 +418,14 @@ def merge_snapshots(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             soon[key] = soon.get(key, 0) + c
         for f in due.get("far", []):
             far[f["label"]] = far.get(f["label"], 0) + f["count"]
+        for source, clock in snap.get("oscillators", {}).items():
+            seen = oscillators.setdefault(source, {"ahead_seconds": None, "ticks_held": 0.0})
+            ahead = clock.get("ahead_seconds")
+            if ahead is not None:  # the worker that sees it furthest ahead
+                seen["ahead_seconds"] = max(ahead, seen["ahead_seconds"] or -math.inf)
+            seen["ticks_held"] = (seen["ticks_held"] or 0.0) + clock.get("ticks_held", 0.0)
+        for p, second in snap.get("held_ticks", {}).items():
+            held_ticks[p] = max(held_ticks.get(p, second), second)
     cumulative: list[tuple[float, float]] = []
     running = 0.0
     for le in sorted(lateness, key=lambda b: math.inf if b is None else b):
@@ -406,6 +445,8 @@ def merge_snapshots(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "last_tick": {p: {"second": s, "age": now - s} for p, s in last_tick.items()},
         "pending_by_partition": pending_partitions,
         **store_keys_summary(store_keys),
+        "oscillators": dict(sorted(oscillators.items())),
+        "held_ticks": held_ticks,
         "pending_by_due": {
             "overdue": overdue,
             "soon": {

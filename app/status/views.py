@@ -39,6 +39,7 @@ from app.status.model import (
     SampleHistory,
     lateness_summary,
     merge_sorted_dues,
+    oscillator_clocks,
     pending_by_due,
     read_sample,
     store_keys_summary,
@@ -185,6 +186,8 @@ class StatusCollector:
             "pending_by_partition": {
                 str(p): n for p, n in sorted(self._service.pending_by_partition().items())
             },
+            "oscillators": oscillator_clocks(current),
+            "held_ticks": {str(p): s for p, s in sorted(self._service.held_ticks().items())},
             "pending_by_due": pending_by_due(self._scans(), now),
             **store_keys_summary(self._service.store_keys_by_partition()),
             **request_lag(self._metrics),

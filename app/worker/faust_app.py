@@ -34,6 +34,7 @@ from app.worker.faust_internals import (
     partition_db,
     recovery_start_offsets,
     tune_fetcher,
+    web_routes,
 )
 from app.worker.health import WorkerHealth
 from app.worker.metrics import WorkerMetrics
@@ -48,7 +49,7 @@ from app.worker.request_progress import RequestProgress
 from app.worker.request_reader import RequestReader
 from app.worker.service import TimerService
 
-__all__ = ["WorkerApp", "build_worker"]
+__all__ = ["WEB_VIEWS_OFF", "WorkerApp", "build_worker"]
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,15 @@ ROCKSDB_OPTIONS = {
     "block_cache_compressed_size": 0,
 }
 
+#: Every built-in Faust web view that shows table data, the cluster or internals: off.
+WEB_VIEWS_OFF: dict[str, Any] = {
+    "web_tables_enabled": False,
+    "web_router_enabled": False,
+    "web_stats_enabled": False,
+    "web_graph_enabled": False,
+    "web_metrics_enabled": False,
+}
+
 #: How often every worker refreshes the request lag of every partition from the
 #: informational group's committed offsets (two ListOffsets and one OffsetFetch each).
 GROUP_LAG_INTERVAL = 5.0
@@ -150,7 +160,13 @@ def build_worker(
         datadir=settings.data_dir,
         web_enabled=True,
         web_port=settings.web_port,
-        web_bind="0.0.0.0",
+        web_bind=settings.web_bind,
+        # Faust's own views would undo what ours promise: /table/timers/<key>/ reads any
+        # table entry (tokens, payloads), /router/ and /assignment/ show the cluster, /
+        # (stats), /graph/ and /performance/ the internals. None is needed: the table is
+        # never routed between workers. Passed explicitly, so APP_WEB_* variables in the
+        # environment cannot turn them back on. Faust's plain "/" index stays.
+        **WEB_VIEWS_OFF,
         topic_partitions=settings.partition_count,
         topic_replication_factor=settings.replication_factor,
         broker_session_timeout=settings.session_timeout,
@@ -210,6 +226,7 @@ def build_worker(
         ),
         clock_skew_warn_seconds=settings.clock_skew_warn_seconds,
         remember_seconds=settings.remember_seconds,
+        tick_tolerance_seconds=settings.tick_tolerance_seconds,
     )
 
     async def handle_request_batch(records: list[RawRecord]) -> None:
@@ -258,6 +275,14 @@ def build_worker(
             reader.close()
             progress.close()
 
+    @app.task  # type: ignore[untyped-decorator]
+    async def release_held_ticks() -> None:
+        # Ticks from an oscillator whose clock runs ahead of this worker's wait for it.
+        try:
+            await service.run_tick_release()
+        except DeliveryFailure as exc:
+            _exit_undurable(exc)
+
     @app.on_rebalance_complete.connect  # type: ignore[arg-type]
     async def on_rebalance_complete(app: faust.App, **_: Any) -> None:
         # Tables are recovered now: request partition n follows tick partition n. Faust
@@ -269,6 +294,19 @@ def build_worker(
         token = health.applying(ticks_held)
         await reader.assign(ticks_held)
         health.ready(token, ticks_held)
+
+    def log_web_routes(web: Any) -> None:
+        # Faust's hook, called once every view is registered: what this worker serves,
+        # in one line an operator (and the test that walks every route) can read.
+        routes = [f"{method} {path}" for method, path in web_routes(web)]
+        log.info(
+            "web server on %s:%d serves routes %s",
+            settings.web_bind,
+            settings.web_port,
+            json.dumps(routes),
+        )
+
+    app.on_webserver_init = log_web_routes  # type: ignore[method-assign]
 
     @app.agent(ticks, name="ticks")
     async def handle_ticks(stream: Any) -> None:
@@ -297,7 +335,7 @@ def build_worker(
     async def on_revoked(app: faust.App, revoked: set[Any], **_: Any) -> None:
         health.rebalancing()
         await reader.revoke({tp.partition for tp in revoked})
-        service.forget_partitions({tp.partition for tp in revoked})
+        await service.revoke_partitions({tp.partition for tp in revoked})
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def on_assigned(app: faust.App, assigned: set[Any], **_: Any) -> None:

@@ -85,6 +85,20 @@ class WorkerMetrics:
             ["source"],
             registry=r,
         )
+        self.ticks_held = Counter(
+            "kafka_timers_ticks_held",
+            "Ticks that arrived before this worker's clock reached their second, per "
+            "oscillator: held until it does.",
+            ["source"],
+            registry=r,
+        )
+        self.oscillator_ahead = Gauge(
+            "kafka_timers_oscillator_ahead_seconds",
+            "How far each oscillator's clock runs ahead of this worker's: tick second minus "
+            "this worker's clock at arrival, the maximum over 10 s (negative: the delay).",
+            ["source"],
+            registry=r,
+        )
         # Request lag (app/worker/request_progress.py): the held partitions, live...
         self.request_lag_records = Gauge(
             "kafka_timers_request_lag_records",

@@ -334,6 +334,11 @@ def test_status_page_in_headless_chromium_shows_what_was_scheduled(
             assert number("#total-rejected") == "2"
             assert number("#total-overdue") == "0"
             assert number("#tick-badge") == "ticking"
+            assert number("#clock-badge") == "clocks agree"
+            oscillators = page.eval_on_selector_all(
+                "#oscillator-table tbody tr", "rows => rows.map(r => r.dataset.source)"
+            )
+            assert oscillators == ["oscillator-1"]
 
             def bars(chart: str) -> dict[str, float]:
                 values: dict[str, float] = page.eval_on_selector_all(f"#{chart} rect.bar", BARS_JS)

@@ -1,6 +1,8 @@
 "use strict";
 const BASE = location.pathname.replace(/\/status\/?$/, "");
 const SVGNS = "http://www.w3.org/2000/svg";
+//: An oscillator this far ahead of the worker's clock is flagged (the alert's threshold).
+const AHEAD_ALERT = 1.0;
 
 function fmt(n) {
   if (n === null || n === undefined) return "–";
@@ -126,6 +128,24 @@ function render(d) {
     for (const v of [p === "all" ? "all" : "p" + p, fmt(k.pending), fmt(k.remembered), fmt(k.bookkeeping)])
       tr.insertCell().textContent = v;
   }
+  const clocks = Object.entries(d.oscillators || {});
+  const obody = document.querySelector("#oscillator-table tbody");
+  obody.innerHTML = "";
+  for (const [source, c] of clocks) {
+    const tr = obody.insertRow();
+    tr.dataset.source = source;
+    tr.dataset.ahead = String(c.ahead_seconds);
+    if (c.ahead_seconds !== null && c.ahead_seconds > AHEAD_ALERT) tr.className = "bad";
+    for (const v of [source, c.ahead_seconds === null ? "–" : c.ahead_seconds.toFixed(2) + " s", fmt(c.ticks_held)])
+      tr.insertCell().textContent = v;
+  }
+  const ahead = clocks.filter(([, c]) => c.ahead_seconds !== null && c.ahead_seconds > AHEAD_ALERT);
+  const clockBadge = document.getElementById("clock-badge");
+  if (!clocks.length) { clockBadge.className = "badge warn"; clockBadge.textContent = "clocks: no ticks"; }
+  else if (ahead.length) {
+    clockBadge.className = "badge bad";
+    clockBadge.textContent = "OSCILLATOR AHEAD: " + ahead.map(([s]) => s).join(", ");
+  } else { clockBadge.className = "badge ok"; clockBadge.textContent = "clocks agree"; }
 
   // Held partitions from this worker's reader (live), the others from the group's commits.
   const lag = Object.assign({}, d.request_group_lag || {});
