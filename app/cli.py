@@ -81,9 +81,9 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
 
 def cmd_topics(args: argparse.Namespace) -> int:
-    from app.kafka.topics import ensure_topics, service_topics
+    from app.kafka.topics import ensure_topics, resolve_partitions, service_topics
 
-    settings = _settings(args)
+    settings = resolve_partitions(_settings(args), timeout=args.timeout)
     ensure_topics(settings, timeout=args.timeout)
     print(json.dumps({"partitions": settings.partitions, "topics": list(service_topics(settings))}))
     return 0
@@ -99,18 +99,22 @@ def cmd_oscillator(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     import faust
 
-    from app.kafka.topics import ensure_topics
+    from app.kafka.topic_config import tombstone_retention_seconds
+    from app.kafka.topics import ensure_topics, resolve_partitions
     from app.status.health import register_health_views
     from app.status.views import register_status_views
     from app.telemetry import serve_metrics
     from app.worker.faust_app import build_worker
 
-    settings = _settings(args)
-    ensure_topics(settings, timeout=args.timeout)
-    worker_app = build_worker(settings)
+    settings = resolve_partitions(_settings(args), timeout=args.timeout)
+    configs = ensure_topics(settings, timeout=args.timeout)
+    worker_app = build_worker(
+        settings,
+        tombstone_retention=tombstone_retention_seconds(configs[settings.changelog_topic]),
+    )
     register_status_views(worker_app.app, worker_app.service, worker_app.metrics, settings)
     register_health_views(worker_app.app, worker_app.health, worker_app.service)
-    serve_metrics(settings.metrics_port, worker_app.metrics.registry)
+    serve_metrics(settings.metrics_port, worker_app.metrics.registry, addr=settings.metrics_bind)
     worker = faust.Worker(worker_app.app, loglevel=args.loglevel, quiet=True)
     worker.execute_from_commandline()
     return 0

@@ -23,6 +23,10 @@ PREFIX = "KAFKA_TIMERS_"
 #: Name of the worker's Faust table of timers; its changelog is named after it.
 TABLE_NAME = "timers"
 TEN_YEARS = 10 * 365 * 86400 + 3 * 86400
+#: Partitions of the topics the service creates when nothing says otherwise.
+DEFAULT_PARTITIONS = 8
+#: How long fired and cancelled ids are remembered by default (7 days).
+SEVEN_DAYS = 7 * 86400
 
 
 @dataclass(frozen=True)
@@ -65,8 +69,11 @@ class Settings:
 
     #: Kafka bootstrap address, ``host:port[,host:port]``.
     bootstrap_servers: str = "127.0.0.1:9092"
-    #: Partition count of every service topic (and the table changelog).
-    partitions: int = 8
+    #: Partition count of every service topic (and the table changelog); ``None`` when
+    #: ``KAFKA_TIMERS_PARTITIONS`` is unset: each entry point then adopts the request
+    #: topic's count if it exists, else :data:`DEFAULT_PARTITIONS`
+    #: (:func:`app.kafka.topics.resolve_partitions`).
+    partitions: int | None = None
     #: Replication factor for the topics the service creates.
     replication_factor: int = 1
     topics: TopicNames = field(default_factory=TopicNames)
@@ -78,8 +85,12 @@ class Settings:
     data_dir: str = ".kafka-timers/worker"
     #: Port of the worker's Faust web server (status page).
     web_port: int = 6066
+    #: Address the worker's web server listens on (``127.0.0.1``: this host only).
+    web_bind: str = "0.0.0.0"
     #: Port of the Prometheus ``/metrics`` endpoint; ``None`` disables it.
     metrics_port: int | None = None
+    #: Address the ``/metrics`` endpoint listens on.
+    metrics_bind: str = "0.0.0.0"
     #: Regexes a callback topic must match (default: anything not always refused).
     callback_allow: tuple[str, ...] = (".*",)
     #: Largest callback value accepted, bytes.
@@ -96,6 +107,11 @@ class Settings:
     exactly_once: bool = False
     #: Clock skew against broker timestamps that is logged as a warning, seconds.
     clock_skew_warn_seconds: float = 2.0
+    #: How far ahead of the worker's clock a tick may be and still fire at once, seconds.
+    #: A tick from further ahead waits until the worker's clock reaches its second
+    #: minus this (see :mod:`app.core.tick_gate`): 0 means never before the worker's
+    #: own clock says the second has come.
+    tick_tolerance_seconds: float = 0.0
     #: ``/livez`` fails when work is this many seconds overdue: a worker holding timers
     #: due longer ago than this with no tick processed for as long, or an oscillator
     #: that sent no tick for as long (see docs/operations.md, Health endpoints).
@@ -104,6 +120,19 @@ class Settings:
     #: half): ``fire`` or ``skip-after <duration>``, and ``coalesce`` or ``all``.
     late_policy: str = DEFAULT_POLICY.text()
     security: SecuritySettings = field(default_factory=SecuritySettings)
+    #: How long a fired or cancelled timer id is remembered, seconds: a redelivered
+    #: request or an early cancel within it is recognised; after it, the id is removed
+    #: from the table and its changelog.
+    remember_seconds: int = SEVEN_DAYS
+
+    @property
+    def partition_count(self) -> int:
+        """:attr:`partitions` once resolved; raise if an entry point forgot to resolve it."""
+        if self.partitions is None:
+            raise ConfigurationError(
+                "partition count not resolved: call app.kafka.topics.resolve_partitions first"
+            )
+        return self.partitions
 
     def default_late_policy(self) -> LatePolicy:
         """:attr:`late_policy` read, with what it leaves out from the built-in default."""
@@ -146,7 +175,6 @@ class Settings:
         """The environment from which :meth:`from_env` rebuilds these settings (for children)."""
         env = {
             "KAFKA_BOOTSTRAP_SERVERS": self.bootstrap_servers,
-            PREFIX + "PARTITIONS": str(self.partitions),
             PREFIX + "REPLICATION_FACTOR": str(self.replication_factor),
             PREFIX + "TICK_TOPIC": self.topics.ticks,
             PREFIX + "REQUEST_TOPIC": self.topics.requests,
@@ -156,6 +184,8 @@ class Settings:
             PREFIX + "WORKER_ID": self.worker_id,
             PREFIX + "DATA_DIR": self.data_dir,
             PREFIX + "WEB_PORT": str(self.web_port),
+            PREFIX + "WEB_BIND": self.web_bind,
+            PREFIX + "METRICS_BIND": self.metrics_bind,
             PREFIX + "CALLBACK_ALLOW": ",".join(self.callback_allow),
             PREFIX + "MAX_PAYLOAD_BYTES": str(self.max_payload_bytes),
             PREFIX + "HORIZON_SECONDS": str(self.horizon_seconds),
@@ -163,10 +193,14 @@ class Settings:
             PREFIX + "HEARTBEAT_INTERVAL": str(self.heartbeat_interval),
             PREFIX + "EXACTLY_ONCE": "true" if self.exactly_once else "false",
             PREFIX + "CLOCK_SKEW_WARN_SECONDS": str(self.clock_skew_warn_seconds),
+            PREFIX + "TICK_TOLERANCE_SECONDS": str(self.tick_tolerance_seconds),
             PREFIX + "LIVENESS_TIMEOUT": str(self.liveness_timeout),
             PREFIX + "LATE_POLICY": self.late_policy,
             PREFIX + "SECURITY_PROTOCOL": self.security.protocol,
+            PREFIX + "REMEMBER_SECONDS": str(self.remember_seconds),
         }
+        if self.partitions is not None:
+            env[PREFIX + "PARTITIONS"] = str(self.partitions)
         if self.metrics_port is not None:
             env["METRICS_PORT"] = str(self.metrics_port)
         optional = {
@@ -229,7 +263,9 @@ class Settings:
             worker_id=get("WORKER_ID") or defaults.worker_id,
             data_dir=get("DATA_DIR") or defaults.data_dir,
             web_port=number("WEB_PORT", int, defaults.web_port),
+            web_bind=get("WEB_BIND") or defaults.web_bind,
             metrics_port=metrics_port,
+            metrics_bind=get("METRICS_BIND") or defaults.metrics_bind,
             callback_allow=tuple(p for p in allow.split(",") if p) if allow else (".*",),
             max_payload_bytes=number("MAX_PAYLOAD_BYTES", int, defaults.max_payload_bytes),
             horizon_seconds=number("HORIZON_SECONDS", int, defaults.horizon_seconds),
@@ -239,12 +275,23 @@ class Settings:
             clock_skew_warn_seconds=number(
                 "CLOCK_SKEW_WARN_SECONDS", float, defaults.clock_skew_warn_seconds
             ),
+            tick_tolerance_seconds=number(
+                "TICK_TOLERANCE_SECONDS", float, defaults.tick_tolerance_seconds
+            ),
             liveness_timeout=number("LIVENESS_TIMEOUT", float, defaults.liveness_timeout),
             late_policy=get("LATE_POLICY") or defaults.late_policy,
             security=security,
+            remember_seconds=number("REMEMBER_SECONDS", int, defaults.remember_seconds),
         )
-        if settings.partitions < 1:
+        if settings.partitions is not None and settings.partitions < 1:
             raise ConfigurationError(f"{PREFIX}PARTITIONS must be at least 1")
+        if settings.remember_seconds < 1:
+            raise ConfigurationError(f"{PREFIX}REMEMBER_SECONDS must be at least 1")
+        if not 0 <= settings.tick_tolerance_seconds < 60:
+            raise ConfigurationError(
+                f"{PREFIX}TICK_TOLERANCE_SECONDS must be from 0 to under 60 (seconds a tick "
+                "may run ahead of the worker's clock)"
+            )
         settings.default_late_policy()  # a typo is refused at start, not at the first fire
         _check_security(settings.security)
         return settings

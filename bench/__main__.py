@@ -35,6 +35,7 @@ SCENARIOS: dict[str, str] = {
     "steady": "bench.steady",
     "burst": "bench.burst",
     "capacity": "bench.capacity",
+    "state": "bench.state",
     "recovery": "bench.recovery",
 }
 

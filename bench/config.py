@@ -44,6 +44,11 @@ class BenchConfig:
     idle_seconds: int = 15
     #: Pending timers held by the worker that the recovery scenario kills.
     recovery_pending: int = 100_000
+    #: Timers fired in the state scenario, timers left pending beside them, and how
+    #: long fired ids are remembered there (seconds; 7 days in production).
+    state_fired: int = 1_000_000
+    state_pending: int = 10_000
+    state_window: int = 60
 
     def with_sizes(self, **changes: object) -> BenchConfig:
         """A copy with some sizes changed; unknown names raise ``TypeError``."""
@@ -65,4 +70,7 @@ QUICK = BenchConfig(
     capacity_levels=(0, 20_000, 60_000),
     idle_seconds=5,
     recovery_pending=10_000,
+    state_fired=100_000,
+    state_pending=2_000,
+    state_window=20,
 )

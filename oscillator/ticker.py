@@ -9,6 +9,7 @@ worker fires everything due up to the tick it receives, so a gap is caught up th
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
@@ -18,6 +19,7 @@ from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
+from oscillator.broker_clock import LOG_APPEND_TIME, BrokerClockCheck
 from oscillator.clock import current_second, wait_for_second
 from oscillator.metrics import OscillatorMetrics
 
@@ -27,6 +29,8 @@ log = logging.getLogger(__name__)
 
 #: How often the partition count of the tick topic is looked up again.
 METADATA_REFRESH_SECONDS = 30.0
+#: Longest the first few ticks wait for their delivery reports (the broker-clock probe).
+PROBE_FLUSH_SECONDS = 1.0
 
 
 class Oscillator:
@@ -40,6 +44,8 @@ class Oscillator:
         oscillator_id: str,
         metrics: OscillatorMetrics | None = None,
         clock: Callable[[], float] = time.time,
+        clock_check: BrokerClockCheck | None = None,
+        append_time: Callable[[int, int], int | None] | None = None,
     ) -> None:
         conf = dict(producer_conf)
         conf.update({"linger.ms": 0, "acks": "all"})
@@ -50,6 +56,9 @@ class Oscillator:
         self._clock = clock
         self._partitions = 0
         self._partitions_checked = 0.0
+        self._clock_check = clock_check
+        #: ``(partition, offset) -> the broker's append time of that record``, if it says.
+        self._append_time = append_time
         #: ``time.monotonic()`` when this oscillator started and last sent a tick (``/livez``).
         self.started = time.monotonic()
         self.last_sent: float | None = None
@@ -71,13 +80,31 @@ class Oscillator:
         if err is not None:
             log.error("tick to %s[%s] failed: %s", msg.topic(), msg.partition(), err)
 
+    def _on_probe_delivery(self, sent_ms: int, err: KafkaError | None, msg: Message) -> None:
+        self._on_delivery(err, msg)
+        if err is not None or self._clock_check is None:
+            return
+        timestamp_type, timestamp_ms = msg.timestamp()
+        if timestamp_type == LOG_APPEND_TIME:
+            self._clock_check.delivered(timestamp_ms, sent_ms, "LogAppendTime")
+            return
+        offset, partition = msg.offset(), msg.partition()
+        appended = None
+        if self._append_time is not None and offset is not None and partition is not None:
+            appended = self._append_time(partition, offset)
+        self._clock_check.delivered(appended, sent_ms, "ListOffsets append time")
+
     def send_tick(self, second: int) -> int:
         """Produce tick ``second`` to every partition; return how many partitions."""
         partitions = self._partition_count()
         sent_ms = int(self._clock() * 1000)
         value = json.dumps({"second": second, "oscillator": self._id, "sent_ms": sent_ms}).encode()
         key = str(second).encode()
+        probe = self._clock_check is not None and not self._clock_check.done
         for p in range(partitions):
+            on_delivery: Callable[[KafkaError | None, Message], None] = self._on_delivery
+            if probe and p == 0:  # the broker's clock, where it stamps records (at start)
+                on_delivery = functools.partial(self._on_probe_delivery, sent_ms)
             # Stamped with the clock that decided the second had come (librdkafka would
             # stamp it a moment later from a clock we do not control): the worker's
             # clock-skew check then compares its clock with exactly that one.
@@ -87,8 +114,12 @@ class Oscillator:
                 key,
                 partition=p,
                 timestamp=sent_ms,
-                on_delivery=self._on_delivery,
+                on_delivery=on_delivery,
             )
+        if probe:
+            # At start only: have the probe's delivery report (and the broker's stamp) now,
+            # before another oscillator's tick lands behind it.
+            self._producer.flush(PROBE_FLUSH_SECONDS)
         self._producer.poll(0)
         self.last_sent = time.monotonic()
         self._metrics.ticks.inc()

@@ -26,7 +26,7 @@ from spark_audit.reconcile import Rules
 from spark_audit.results import write_summary, write_tables
 from spark_audit.summary import AuditSummary, ReadCounts
 
-__all__ = ["audit_settings", "check_topics", "run_audit"]
+__all__ = ["audit_settings", "check_topics", "partitions_with_deleted_records", "run_audit"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,33 @@ def check_topics(settings: Settings, topics: tuple[str, ...], timeout: float = 1
                 f"topic {topic!r} does not exist at {settings.bootstrap_servers} "
                 "(check KAFKA_TIMERS_REQUEST_TOPIC / KAFKA_TIMERS_FIRED_TOPIC or the flags)"
             )
+
+
+def partitions_with_deleted_records(
+    settings: Settings, topic: str, timeout: float = 15.0
+) -> frozenset[int]:
+    """Partitions of ``topic`` whose first records are gone (low watermark above 0).
+
+    Retention deletes a topic's oldest segments; a fire whose request is not found on
+    such a partition may be a fire of one of those requests, not an unrequested one.
+    """
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+
+    metadata = AdminClient(confluent_common(settings)).list_topics(timeout=timeout)
+    info = metadata.topics.get(topic)
+    if info is None:
+        return frozenset()
+    conf = {**confluent_common(settings), "group.id": "kafka-timers-audit-watermarks"}
+    consumer = Consumer(conf)
+    try:
+        return frozenset(
+            p
+            for p in info.partitions
+            if consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout)[0] > 0
+        )
+    finally:
+        consumer.close()
 
 
 def _short(exc: BaseException) -> str:
@@ -148,8 +175,15 @@ def _run(
     )
     phase("read_and_parse")
 
-    rules = Rules(as_of_ms=options.as_of_ms, grace_ms=options.grace_ms)
-    timers = persist(judge_timers(timer_events(requests, fired), rules))
+    rules = Rules(as_of_ms=options.as_of_ms, grace_ms=options.grace_ms, since_ms=options.since_ms)
+    incomplete = partitions_with_deleted_records(settings, requests_topic)
+    if incomplete:
+        log.info(
+            "request partitions %s lost records to retention: fires without a request "
+            "there are request_gone, not unrequested",
+            sorted(incomplete),
+        )
+    timers = persist(judge_timers(timer_events(requests, fired), rules, incomplete))
     timer_count = timers.count()
     requests.unpersist()
     fired.unpersist()
@@ -161,6 +195,7 @@ def _run(
     summary = AuditSummary(
         as_of_ms=options.as_of_ms,
         grace_ms=options.grace_ms,
+        since_ms=options.since_ms,
         requests_topic=requests_topic,
         fired_topic=fired_topic,
         source=options.source.value,

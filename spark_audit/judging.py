@@ -8,6 +8,8 @@ unpacked once per batch, not once per event, which keeps the Python cost per tim
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from dataclasses import replace
 from itertools import pairwise
 
 import pyarrow as pa
@@ -99,9 +101,21 @@ VERDICT_DDL = (
 )
 
 
-def judge_arrays(events: pa.Array, rules: Rules) -> pa.StructArray:
-    """One verdict per list of events (one list per timer)."""
+def judge_arrays(
+    events: pa.Array,
+    rules: Rules,
+    partitions: pa.Array | None = None,
+    incomplete: Collection[int] = (),
+) -> pa.StructArray:
+    """One verdict per list of events (one list per timer).
+
+    ``partitions`` (the request partition of each timer) and ``incomplete`` (request
+    partitions that lost records to retention) tell :func:`judge` where a missing
+    request may simply have been deleted.
+    """
     assert isinstance(events, pa.ListArray)
+    incomplete_rules = replace(rules, requests_complete=False)
+    timer_partitions = partitions.to_pylist() if partitions is not None else None
     offsets = events.offsets.to_pylist()
     base = offsets[0]
     flat = events.values.slice(base, offsets[-1] - base)
@@ -112,7 +126,10 @@ def judge_arrays(events: pa.Array, rules: Rules) -> pa.StructArray:
     outcome, worker = columns["outcome"], columns["worker"]
     series, occurrence, coalesced = columns["series"], columns["occurrence"], columns["coalesced"]
     verdicts = []
-    for start, end in pairwise(offsets):
+    for n, (start, end) in enumerate(pairwise(offsets)):
+        timer_rules = rules
+        if timer_partitions is not None and timer_partitions[n] in incomplete:
+            timer_rules = incomplete_rules
         requests: list[RequestEvent] = []
         fires: list[FireEvent] = []
         reports: list[CancelReport] = []
@@ -156,5 +173,5 @@ def judge_arrays(events: pa.Array, rules: Rules) -> pa.StructArray:
                 )
             else:
                 reports.append(CancelReport(token[i] or "", outcome[i], ts_ms[i]))
-        verdicts.append(judge(requests, fires, reports, rules, skips).to_dict())
+        verdicts.append(judge(requests, fires, reports, timer_rules, skips).to_dict())
     return pa.array(verdicts, VERDICT_TYPE)

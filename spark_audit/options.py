@@ -6,6 +6,7 @@ A bad flag is one line on stderr and exit status 2, like every other kafka-timer
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from dataclasses import dataclass, field
 from typing import NoReturn
@@ -18,6 +19,19 @@ from spark_audit.reading import SourceKind
 __all__ = ["AuditOptions", "build_parser", "parse_options"]
 
 DEFAULT_OUTPUT = ".kafka-timers/audit"
+#: The default window: as long as the request topic the service creates keeps requests.
+DEFAULT_WINDOW = "7d"
+_DURATION_WITH_UNIT = re.compile(r"^\d+(\.\d+)?\s*(ms|s|m|h|d|w)$")
+
+
+def _since(raw: str, as_of: float) -> float | None:
+    """``--since``: ``all``, a duration before ``as_of`` (``7d``), or a point in time."""
+    text = raw.strip().lower()
+    if text == "all":
+        return None
+    if _DURATION_WITH_UNIT.match(text):  # 7d, 36h (a bare number is an epoch second)
+        return as_of - parse_duration(text)
+    return float(parse_at(raw))
 
 
 @dataclass(frozen=True)
@@ -28,6 +42,9 @@ class AuditOptions:
     as_of_ms: int
     #: How late a fire may be before the timer counts as missing, ms.
     grace_ms: int = 60_000
+    #: Start of the audit window, epoch ms (``None``: the whole history): only what
+    #: happened from then on counts as a violation, so daily windows report each once.
+    since_ms: int | None = None
     #: Exit 0 despite duplicate fires (the at-least-once window), still reporting them.
     allow_duplicates: bool = False
     #: Directory for summary.json, report.html and the Parquet tables.
@@ -82,6 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--grace", default="60s", help="how late a fire may be before it is missing (60s)"
     )
     parser.add_argument(
+        "--since",
+        default=DEFAULT_WINDOW,
+        help=(
+            "start of the audit window: epoch seconds, ISO 8601, a duration before --as-of "
+            f"(e.g. 1d), or 'all' (default {DEFAULT_WINDOW}: the request topic's retention)"
+        ),
+    )
+    parser.add_argument(
         "--allow-duplicates",
         action="store_true",
         help="report duplicate fires but exit 0 for them (at-least-once delivery)",
@@ -118,8 +143,11 @@ def parse_options(argv: list[str], now: float | None = None) -> AuditOptions:
     try:
         as_of = float(parse_at(args.as_of)) if args.as_of else (now or time.time())
         grace = parse_duration(args.grace)
+        since = _since(args.since, as_of)
     except InvalidTimeSpec as exc:
         raise AuditError(str(exc)) from exc
+    if since is not None and since > as_of:
+        raise AuditError("--since must not be after --as-of")
     if args.max_offsets_per_partition is not None and args.max_offsets_per_partition < 1:
         raise AuditError("--max-offsets-per-partition must be at least 1")
     if args.max_listed < 0:
@@ -127,6 +155,7 @@ def parse_options(argv: list[str], now: float | None = None) -> AuditOptions:
     return AuditOptions(
         as_of_ms=int(as_of * 1000),
         grace_ms=int(grace * 1000),
+        since_ms=None if since is None else int(since * 1000),
         allow_duplicates=args.allow_duplicates,
         output_dir=args.output,
         tables_uri=args.tables_uri,

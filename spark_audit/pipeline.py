@@ -214,16 +214,21 @@ def timer_events(requests: DataFrame, fired: DataFrame) -> DataFrame:
     )
 
 
-def judge_timers(events: DataFrame, rules: Rules) -> DataFrame:
-    """One row per timer: partition, id and the verdict's columns."""
+def judge_timers(
+    events: DataFrame, rules: Rules, incomplete: frozenset[int] = frozenset()
+) -> DataFrame:
+    """One row per timer: partition, id and the verdict's columns.
 
-    def judge(events: pa.Array) -> pa.Array:
-        return judge_arrays(events, rules)
+    ``incomplete``: request partitions whose oldest records retention has deleted.
+    """
+
+    def judge(events: pa.Array, partitions: pa.Array) -> pa.Array:
+        return judge_arrays(events, rules, partitions, incomplete)
 
     udf = _arrow_udf()(judge, VERDICT_DDL)
     grouped = events.groupBy("partition", "id").agg(
         F.sort_array(F.collect_list("ev")).alias("events")
     )
-    return grouped.select("partition", "id", udf(F.col("events")).alias("v")).select(
-        "partition", "id", "v.*"
-    )
+    return grouped.select(
+        "partition", "id", udf(F.col("events"), F.col("partition")).alias("v")
+    ).select("partition", "id", "v.*")

@@ -38,6 +38,15 @@ as-of time and before the series was cancelled or replaced must be accounted for
 skipped by ``skip-after`` or folded by ``coalesce`` — or it is **missing**. Skipped and
 coalesced occurrences are counted, not judged. A one-shot timer the policy skipped is
 ``skipped``, not missing.
+
+Under retention the audit judges a *window*, ``[since, as-of]`` (:class:`Rules`). Every
+readable record is evidence, but only what happened in the window is a violation: a
+fire at or after ``since`` (early, after cancel, superseded, unrequested, the second fire
+of a duplicate), or a timer that became overdue (due, or requested, plus grace) at or
+after ``since``. Daily windows therefore report each violation once. And a fire whose
+request is not in the topic is *unrequested* only if nothing was ever deleted from its
+request partition; where retention has deleted records the request may simply be gone:
+status ``request_gone``, not a violation.
 """
 
 from __future__ import annotations
@@ -105,6 +114,9 @@ class Status(str, Enum):
     CANCEL_ONLY = "cancel_only"
     #: The late-fire policy skipped its fire (one-shot timers).
     SKIPPED = "skipped"
+    #: Fired, but no request is left to judge it by: its request partition lost records
+    #: to retention (the request was probably among them).
+    REQUEST_GONE = "request_gone"
     #: Fired without any request.
     UNREQUESTED = "unrequested"
 
@@ -173,6 +185,12 @@ class Rules:
     as_of_ms: int
     #: How long after its due second a fire may come before it is missing, ms.
     grace_ms: int = 60_000
+    #: Start of the audit window, epoch ms: what happened before it is evidence, not a
+    #: violation (``None``: no window, everything counts).
+    since_ms: int | None = None
+    #: Whether every request ever sent to this timer's partition is still readable (its
+    #: low watermark is 0). If not, a fire without a request is ``request_gone``.
+    requests_complete: bool = True
 
 
 @dataclass(frozen=True)
@@ -350,6 +368,21 @@ class _Replay:
         return None
 
 
+def _in_window(violations: list[Violation], rules: Rules) -> list[Violation]:
+    """The fire violations that count under ``rules``: in the window, and provable.
+
+    Every kind but ``missing`` is about a fire, and ``at_ms`` is that fire's time.
+    """
+    kept = []
+    for v in violations:
+        if rules.since_ms is not None and v.at_ms is not None and v.at_ms < rules.since_ms:
+            continue
+        if v.kind is ViolationKind.UNREQUESTED and not rules.requests_complete:
+            continue  # the request may be one retention deleted
+        kept.append(v)
+    return kept
+
+
 def judge(
     requests: Iterable[RequestEvent],
     fires: Iterable[FireEvent],
@@ -451,11 +484,15 @@ def judge(
                 )
             )
 
+    violations = _in_window(violations, rules)
     skips = _distinct(skips, lambda s: (s.at_ms, s.token, s.due))
     skip_versions = [replay.version_of(k.token, k.due, k.seq, k.at_ms) for k in skips]
     final = replay.final
     if final is None:
-        status = Status.UNREQUESTED if distinct else Status.CANCEL_ONLY
+        if not distinct:
+            status = Status.CANCEL_ONLY
+        else:
+            status = Status.UNREQUESTED if rules.requests_complete else Status.REQUEST_GONE
         return Verdict(status, len(requests), fires=fire_rows, violations=violations)
     assert final.due is not None
     version = (final.token, final.due)
@@ -493,15 +530,19 @@ def judge(
         verdict.status = Status.SKIPPED
     elif expected_ms + rules.grace_ms < rules.as_of_ms:
         verdict.status = Status.MISSING
-        violations.append(
-            Violation(
-                ViolationKind.MISSING,
-                final.token,
-                final.due,
-                expected_ms,
-                f"not fired {(rules.as_of_ms - expected_ms) / 1000:.1f} s after it was due",
+        overdue_ms = expected_ms + rules.grace_ms
+        if rules.since_ms is not None and overdue_ms < rules.since_ms:
+            pass  # overdue before the window: the window before this one reported it
+        else:
+            violations.append(
+                Violation(
+                    ViolationKind.MISSING,
+                    final.token,
+                    final.due,
+                    expected_ms,
+                    f"not fired {(rules.as_of_ms - expected_ms) / 1000:.1f} s after it was due",
+                )
             )
-        )
     verdict.cancelled = cancel_at is not None
     verdict.cancel_at_ms = cancel_at
     verdict.occurrences_fired = 1 if final_fires else 0
@@ -537,13 +578,14 @@ def _judge_series(
             coalesced.update(range(skip.seq - skip.coalesced, skip.seq))
     last_recorded = max([*fired, *skipped, *coalesced], default=0)
     missing: list[tuple[int, int]] = []
+    wrong: list[Violation] = []
     ended = False
     walked = 0
     for seq, due in recurrence.occurrences(verdict.final_due, 1):
         walked += 1
         got = fired.get(seq)
         if got is not None and got.due != due:
-            verdict.violations.append(
+            wrong.append(
                 Violation(
                     ViolationKind.UNREQUESTED,
                     got.token,
@@ -556,7 +598,16 @@ def _judge_series(
         expected = (ended_ms is None or due_ms + rules.grace_ms < ended_ms) and max(
             due_ms, live_since
         ) + rules.grace_ms < rules.as_of_ms
-        if expected and got is None and seq not in skipped and seq not in coalesced:
+        overdue_before_window = (
+            rules.since_ms is not None and max(due_ms, live_since) + rules.grace_ms < rules.since_ms
+        )
+        if (
+            expected
+            and got is None
+            and seq not in skipped
+            and seq not in coalesced
+            and not overdue_before_window  # the window before this one reported it
+        ):
             missing.append((seq, due))
         if not expected and seq > last_recorded:
             break
@@ -566,7 +617,7 @@ def _judge_series(
         ended = True  # the series ran out of occurrences (count or end)
     beyond = [f for s, f in fired.items() if s > walked]
     for fire in beyond if ended else ():
-        verdict.violations.append(
+        wrong.append(
             Violation(
                 ViolationKind.UNREQUESTED,
                 fire.token,
@@ -575,8 +626,9 @@ def _judge_series(
                 f"occurrence {fire.seq}: the series has only {walked}",
             )
         )
-    for seq, due in missing[:100]:  # one violation each; a long outage lists the first 100
-        more = len(missing) - 100 if (seq, due) == missing[-1] or len(missing) <= 100 else 0
+    verdict.violations.extend(_in_window(wrong, rules))
+    for i, (seq, due) in enumerate(missing[:100]):  # one each; a long outage lists 100
+        more = len(missing) - 100 if i == 99 else 0
         verdict.violations.append(
             Violation(
                 ViolationKind.MISSING,

@@ -78,7 +78,12 @@ def console_summary(summary: AuditSummary, max_violations: int = 20) -> str:
     """The summary printed at the end of a run."""
     reads = summary.reads
     lines = [
-        f"kafka-timers audit as of {_utc(summary.as_of_ms)} (grace {summary.grace_ms / 1000:g} s)",
+        f"kafka-timers audit as of {_utc(summary.as_of_ms)} (grace {summary.grace_ms / 1000:g} s"
+        + (
+            f", violations since {_utc(summary.since_ms)})"
+            if summary.since_ms is not None
+            else ", the whole history)"
+        ),
         f"  read {reads.request_records} request records ({reads.rejected_requests} refused) "
         f"from {summary.requests_topic}, {reads.fired_records} records from "
         f"{summary.fired_topic} ({reads.unreadable_fired_records} unreadable)",

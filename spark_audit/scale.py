@@ -96,7 +96,7 @@ def generate_history(settings: Settings, timers: int, now: float, seed: int = 7)
     planted: Counter[str] = Counter()
     for i in range(timers):
         timer_id = f"t{i:08d}"
-        partition = i % settings.partitions
+        partition = i % settings.partition_count
         due = start + (i * 7200) // timers
         token = f"k{i:x}"
         requested_ms = (due - 60 - rng.randrange(600)) * 1000

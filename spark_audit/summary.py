@@ -67,6 +67,8 @@ class AuditSummary:
     fires_per_minute: list[tuple[int, int]]
     elapsed_s: float = 0.0
     output_dir: str = ""
+    #: Start of the audit window (``None``: the whole history).
+    since_ms: int | None = None
     #: Occurrences (a one-shot timer is one) ``fired``, ``skipped`` by ``skip-after`` and
     #: ``coalesced`` by a series' ``coalesce`` policy: counted, not violations.
     occurrences: dict[str, int] = field(default_factory=dict)

@@ -8,6 +8,11 @@ prefixes. Keys of one kind sort together, so each kind is one ordered range:
     so "everything due up to S" is one range scan.
 ``I<id>``
     the id index: the newest version of timer ``id`` (see :mod:`app.core.wheel`).
+``X<expiry:012d>\\0<id>``
+    when a fired or cancelled id is forgotten: the value is the exact index entry it
+    expires. Sorted by expiry second, so forgetting is a range scan swept as ticks
+    advance, like firing; the index entry goes only if it still equals the value (a
+    reschedule since then changed it, and it must stay).
 ``W``
     the last second whose timers have all been fired and forgotten.
 ``R``
@@ -15,6 +20,12 @@ prefixes. Keys of one kind sort together, so each kind is one ordered range:
 ``__faust\\0offset__``
     Faust's own: the last changelog offset applied to this RocksDB. Local only, never
     in the changelog.
+``__kafka_timers\\0caught_up__``
+    when (epoch seconds, this worker's clock) the local store was last known to hold
+    everything its changelog held. Local only, never in the changelog: a store older
+    than the changelog's ``delete.retention.ms`` may have missed tombstones that
+    compaction has since removed, so it is rebuilt from scratch
+    (:mod:`app.worker.partition_store`).
 
 Changing a layout means a new prefix, never a new meaning for an old one: stores and
 changelogs outlive releases.
@@ -23,14 +34,22 @@ changelogs outlive releases.
 from __future__ import annotations
 
 __all__ = [
+    "BOOKKEEPING",
+    "CAUGHT_UP",
+    "EXPIRY",
+    "EXPIRY_END",
     "FAUST_OFFSET",
     "INDEX",
+    "INDEX_END",
     "PENDING",
     "PENDING_END",
     "REQUEST_OFFSET",
     "WATERMARK",
     "bucket_floor",
+    "expiry_floor",
+    "expiry_key",
     "index_key",
+    "parse_expiry_key",
     "parse_timer_key",
     "timer_key",
 ]
@@ -41,15 +60,25 @@ PENDING = b"T"
 PENDING_END = b"U"
 #: Prefix of the id index.
 INDEX = b"I"
+#: First key after the id index.
+INDEX_END = b"J"
+#: Prefix of the expiry keys of remembered (fired or cancelled) ids.
+EXPIRY = b"X"
+#: First key after every expiry key.
+EXPIRY_END = b"Y"
 #: Key of the fired-through second.
 WATERMARK = b"W"
 #: Key of the last applied request offset.
 REQUEST_OFFSET = b"R"
 #: Faust's bookkeeping key (local RocksDB only).
 FAUST_OFFSET = b"__faust\x00offset__"
+#: When the local store was last caught up with its changelog (local RocksDB only).
+CAUGHT_UP = b"__kafka_timers\x00caught_up__"
+#: Every key that is neither a timer nor a remembered id: one of each per partition.
+BOOKKEEPING = (WATERMARK, REQUEST_OFFSET, FAUST_OFFSET, CAUGHT_UP)
 
-#: Width of a due second in a key: 12 digits reach the year 33658.
-_DUE_DIGITS = 12
+#: Width of a second in a key: 12 digits reach the year 33658.
+_SECOND_DIGITS = 12
 
 
 def timer_key(due: int, timer_id: str) -> bytes:
@@ -59,7 +88,7 @@ def timer_key(due: int, timer_id: str) -> bytes:
 
 def parse_timer_key(key: bytes) -> tuple[int, str]:
     """``(due, id)`` of a pending timer's key (inverse of :func:`timer_key`)."""
-    return int(key[1 : 1 + _DUE_DIGITS]), key[2 + _DUE_DIGITS :].decode()
+    return int(key[1 : 1 + _SECOND_DIGITS]), key[2 + _SECOND_DIGITS :].decode()
 
 
 def bucket_floor(second: int) -> bytes:
@@ -70,3 +99,18 @@ def bucket_floor(second: int) -> bytes:
 def index_key(timer_id: str) -> bytes:
     """Key of timer ``timer_id``'s entry in the id index."""
     return INDEX + timer_id.encode()
+
+
+def expiry_key(expiry: int, timer_id: str) -> bytes:
+    """Key that forgets ``timer_id`` at tick ``expiry``: sorts by expiry second, then id."""
+    return b"X%012d\x00" % max(expiry, 0) + timer_id.encode()
+
+
+def parse_expiry_key(key: bytes) -> tuple[int, str]:
+    """``(expiry, id)`` of an expiry key (inverse of :func:`expiry_key`)."""
+    return int(key[1 : 1 + _SECOND_DIGITS]), key[2 + _SECOND_DIGITS :].decode()
+
+
+def expiry_floor(second: int) -> bytes:
+    """The smallest expiry key for ``second`` (negative seconds clamp to 0)."""
+    return b"X%012d" % max(second, 0)

@@ -16,23 +16,46 @@ does the entry become ``F``, with occurrence 1's due second (the version's ident
 An occurrence stored already due (catch-up left for the next tick) is keyed under the
 next tick's second, since scans only go forward, and keeps its true due in its value.
 
+State stays O(pending): a fired or cancelled id is remembered for a bounded window
+(``memory_seconds``, 7 days by default), long enough to recognise a redelivered request
+and a cancel that arrives before its request. Each terminal index entry gets an expiry
+key (``X<expiry>\\0<id>``, sorted by the tick second it expires at) whose value is the
+entry it expires; ticks sweep that range as they advance — at most
+:data:`EXPIRY_SWEEP_PER_TICK` keys per tick, the rest on the next — and remove the
+index entry only if it still equals the expired one. Every removal is a changelog
+tombstone, so compaction drops the id from the changelog too. Cost: one extra write
+when an id becomes terminal and two deletes when it expires, O(1) per timer. Expiry
+counts in the partition's tick seconds (the clock only before its first tick), so the
+window is the same for every worker that ever owns the partition. An id whose terminal
+entry is written again unchanged (the same cancel sent twice) is remembered from the
+first time.
+
 Nothing here knows about Kafka or Faust; :mod:`app.worker.partition_store` adapts this to a
 Faust RocksDB table and its changelog, and the unit tests use an in-memory store.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from enum import Enum
+from itertools import islice
 from typing import Protocol
 
 from app.core.keys import (
+    EXPIRY,
+    EXPIRY_END,
+    INDEX,
+    INDEX_END,
     PENDING,
     PENDING_END,
     WATERMARK,
     bucket_floor,
+    expiry_floor,
+    expiry_key,
     index_key,
+    parse_expiry_key,
     parse_timer_key,
     timer_key,
 )
@@ -40,16 +63,27 @@ from app.core.stored import pack_timer, unpack_timer
 from app.core.timer import Cancel, Timer
 
 __all__ = [
+    "DEFAULT_MEMORY_SECONDS",
+    "EXPIRY_SWEEP_PER_TICK",
     "Accepted",
     "CancelOutcome",
+    "KeyCounts",
     "OrderedKV",
     "PartitionWheel",
     "Scheduled",
+    "key_kind",
 ]
 
 #: An idle tick persists ``fired_through`` only this often (seconds): it bounds how far
 #: back a restarted scan starts, without a changelog write per partition per second.
 WATERMARK_PERSIST_INTERVAL = 60
+#: How long a fired or cancelled id is remembered by default, seconds (7 days: as long
+#: as the request topic the service creates keeps a request).
+DEFAULT_MEMORY_SECONDS = 7 * 86400
+#: Most expiry keys one tick sweeps per partition; the rest waits for the next tick, so
+#: a backlog (a million ids expiring in one second) never stalls a tick. Measured cost
+#: is a few microseconds per key plus two changelog tombstones.
+EXPIRY_SWEEP_PER_TICK = 1000
 _PENDING, _FIRED, _CANCELLED = b"P", b"F", b"C"
 
 
@@ -79,6 +113,35 @@ class _IndexEntry:
     @classmethod
     def decode(cls, raw: bytes) -> _IndexEntry:
         return cls(state=raw[:1], due=int(raw[1:13]), token=raw[13:].decode())
+
+
+def key_kind(key: bytes, value: bytes) -> str:
+    """Which kind of store key this is: ``pending``, ``remembered`` or ``bookkeeping``.
+
+    The same classification :class:`KeyCounts` keeps, for code that reads a store (or a
+    changelog) from outside: benchmarks, tests, tools.
+    """
+    prefix = key[:1]
+    if prefix == PENDING or (prefix == INDEX and value[:1] == _PENDING):
+        return "pending"
+    if prefix in (INDEX, EXPIRY):
+        return "remembered"
+    return "bookkeeping"
+
+
+@dataclass
+class KeyCounts:
+    """How many store keys a wheel holds, by kind; kept up to date with every write.
+
+    ``pending`` counts the keys of pending timers (the timer and its ``P`` index entry),
+    ``remembered`` the keys of fired and cancelled ids (their index entry and expiry
+    key); ``timers`` is the number of pending timers. Bookkeeping keys (``W``, ``R``,
+    Faust's offset) are not the wheel's: see :data:`app.core.keys.BOOKKEEPING`.
+    """
+
+    timers: int = 0
+    pending: int = 0
+    remembered: int = 0
 
 
 class Scheduled(str, Enum):
@@ -122,8 +185,23 @@ class CancelOutcome(str, Enum):
 class PartitionWheel:
     """Pending timers of one partition, and which of them a tick makes due."""
 
-    def __init__(self, kv: OrderedKV) -> None:
+    def __init__(
+        self,
+        kv: OrderedKV,
+        *,
+        memory_seconds: int = DEFAULT_MEMORY_SECONDS,
+        sweep_limit: int = EXPIRY_SWEEP_PER_TICK,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self._kv = kv
+        self._memory = memory_seconds
+        self._sweep_limit = sweep_limit
+        #: "Now" before this partition has seen a tick (a cancel can come first).
+        self._clock = clock
+        #: Expiry keys before this one are swept: later sweeps seek past their tombstones.
+        self._sweep_from = EXPIRY
+        #: Store keys by kind; exact after :meth:`recount`, then kept up to date.
+        self.counts = KeyCounts()
         raw = kv.get(WATERMARK)
         #: Every timer due at or before this second has fired and been forgotten.
         self.fired_through: int | None = int(raw) if raw is not None else None
@@ -148,6 +226,7 @@ class PartitionWheel:
         """
         index = self._index(timer.id)
         replaced = False
+        counts = self.counts
         if index is not None:
             if index.state == _CANCELLED and index.token == timer.token:
                 return Accepted(Scheduled.CANCELLED_EARLIER)
@@ -159,13 +238,23 @@ class PartitionWheel:
                 return Accepted(Scheduled.DUPLICATE)
             if index.state == _PENDING:
                 self._kv.delete(timer_key(index.due, timer.id))
+                counts.timers -= 1
+                counts.pending -= 1
                 replaced = True
         if self.ticked_through is not None and timer.due <= self.ticked_through:
             if replaced:
                 self._kv.delete(index_key(timer.id))
+                counts.pending -= 1
             return Accepted(Scheduled.FIRE_NOW, replaced)
         self._kv.put(timer_key(timer.due, timer.id), pack_timer(timer))
         self._kv.put(index_key(timer.id), _IndexEntry(_PENDING, timer.due, timer.token).encode())
+        counts.timers += 1
+        counts.pending += 1
+        if index is None:
+            counts.pending += 1
+        elif index.state != _PENDING:  # a new version of a remembered id: pending again
+            counts.remembered -= 1
+            counts.pending += 1
         return Accepted(Scheduled.STORED, replaced)
 
     def cancel(self, cancel: Cancel) -> CancelOutcome:
@@ -183,7 +272,9 @@ class PartitionWheel:
         if index is None or index.state == _CANCELLED:
             if not cancel.check_token:
                 return CancelOutcome.NOT_FOUND
-            self._kv.put(index_key(cancel.id), _IndexEntry(_CANCELLED, 0, cancel.token).encode())
+            entry = _IndexEntry(_CANCELLED, 0, cancel.token)
+            if index != entry:  # the same cancel again is remembered from the first one
+                self._terminal(cancel.id, entry, was=index)
             return CancelOutcome.CANCELLED_IN_ADVANCE
         if index.state == _FIRED or (
             cancel.id in self._in_flight and cancel.id not in self._in_flight_series
@@ -194,19 +285,29 @@ class PartitionWheel:
         if cancel.check_token and cancel.token != index.token:
             return CancelOutcome.WRONG_TOKEN
         self._kv.delete(timer_key(index.due, cancel.id))
-        self._kv.put(index_key(cancel.id), _IndexEntry(_CANCELLED, index.due, index.token).encode())
+        self.counts.timers -= 1
+        self.counts.pending -= 1
+        self._terminal(cancel.id, _IndexEntry(_CANCELLED, index.due, index.token), was=index)
         return CancelOutcome.CANCELLED
 
     def mark_fired(self, timer: Timer) -> None:
         """Record that ``timer`` (fired at once, never stored) has been delivered; for a
         series, that it ended at once (otherwise :meth:`store_successor` keeps it)."""
-        self._kv.put(
-            index_key(timer.id), _IndexEntry(_FIRED, timer.version_due, timer.token).encode()
-        )
+        entry = _IndexEntry(_FIRED, timer.version_due, timer.token)
+        self._terminal(timer.id, entry, was=self._index(timer.id))
 
     def store_successor(self, successor: Timer) -> None:
         """Store the next occurrence of a series fired at once (never stored before)."""
+        was = self._index(successor.id)
         self._store_occurrence(successor, self._slot_for(successor.due))
+        counts = self.counts
+        counts.timers += 1
+        counts.pending += 1
+        if was is None:
+            counts.pending += 1
+        elif was.state != _PENDING:  # a new version of a remembered id: pending again
+            counts.remembered -= 1
+            counts.pending += 1
 
     def _slot_for(self, due: int) -> int:
         """The second to key an occurrence due at ``due`` under: its own, or the next
@@ -217,11 +318,51 @@ class PartitionWheel:
 
     def _store_occurrence(self, occurrence: Timer, slot: int) -> None:
         # The new key before the index that points at it: a crash in between leaves an
-        # occurrence that fires, never an index entry that points nowhere.
+        # occurrence that fires, never an index entry that points nowhere. (Key counts
+        # are the caller's: in finish_tick one timer key replaces another.)
         self._kv.put(timer_key(slot, occurrence.id), pack_timer(occurrence))
         self._kv.put(
             index_key(occurrence.id), _IndexEntry(_PENDING, slot, occurrence.token).encode()
         )
+
+    def _terminal(self, timer_id: str, entry: _IndexEntry, was: _IndexEntry | None) -> None:
+        """Write the terminal index ``entry`` of ``timer_id`` and the key that expires it.
+
+        ``was`` is the index entry it replaces (for the key counts).
+        """
+        encoded = entry.encode()
+        expiry = expiry_key(self._now() + self._memory, timer_id)
+        counts = self.counts
+        if self._kv.get(expiry) is None:  # two versions can end in one second: one key
+            counts.remembered += 1
+        if was is None:
+            counts.remembered += 1
+        elif was.state == _PENDING:
+            counts.pending -= 1
+            counts.remembered += 1
+        self._kv.put(index_key(timer_id), encoded)
+        self._kv.put(expiry, encoded)
+
+    def _now(self) -> int:
+        """The partition's time: its newest tick, or the clock before the first tick."""
+        if self.ticked_through is not None:
+            return self.ticked_through
+        return int(self._clock())
+
+    def _sweep(self, second: int) -> None:
+        """Forget remembered ids whose expiry second is at or before ``second`` (bounded)."""
+        expired = list(
+            islice(self._kv.scan(self._sweep_from, expiry_floor(second + 1)), self._sweep_limit)
+        )
+        for key, value in expired:
+            self._kv.delete(key)
+            self.counts.remembered -= 1
+            index = index_key(parse_expiry_key(key)[1])
+            if self._kv.get(index) == value:
+                self._kv.delete(index)
+                self.counts.remembered -= 1
+        if expired:
+            self._sweep_from = expired[-1][0] + b"\x00"
 
     # -- ticks ------------------------------------------------------------------
 
@@ -275,15 +416,20 @@ class PartitionWheel:
             # else a reschedule or cancel while it was being delivered already removed it
             successor = successors.get(timer.id) if current and successors else None
             if successor is not None:
+                # A series goes on: its next occurrence replaces this one, the index entry
+                # stays pending (and is never remembered or expired while the series lives).
                 self._store_occurrence(successor, max(successor.due, second + 1))
                 self._kv.delete(key)  # after its successor is written: never neither
                 continue
             self._kv.delete(key)
             if current:
-                self._kv.put(
-                    index_key(timer.id),
-                    _IndexEntry(_FIRED, timer.version_due, timer.token).encode(),
-                )
+                self.counts.timers -= 1
+                self.counts.pending -= 1
+                # A one-shot timer, or a series that ended: terminal, remembered for the
+                # window under its version's due second, then expired.
+                entry = _IndexEntry(_FIRED, timer.version_due, timer.token)
+                self._terminal(timer.id, entry, was=index)
+        self._sweep(second)
         persisted = self._persisted_through
         if fired or persisted is None or second - persisted >= WATERMARK_PERSIST_INTERVAL:
             self._kv.put(WATERMARK, b"%d" % second)
@@ -331,6 +477,25 @@ class PartitionWheel:
     def count_pending(self) -> int:
         """Number of stored timers; O(pending), so only for start-up and status."""
         return sum(1 for _ in self._kv.scan(PENDING, PENDING_END))
+
+    def recount(self) -> KeyCounts:
+        """Count the store's keys by kind from scratch: O(pending + remembered).
+
+        Called once when a partition is loaded; every write keeps :attr:`counts` exact
+        after that.
+        """
+        timers = self.count_pending()
+        pending_index = terminal_index = 0
+        for _, value in self._kv.scan(INDEX, INDEX_END):
+            if value[:1] == _PENDING:
+                pending_index += 1
+            else:
+                terminal_index += 1
+        expiries = sum(1 for _ in self._kv.scan(EXPIRY, EXPIRY_END))
+        self.counts = KeyCounts(
+            timers=timers, pending=timers + pending_index, remembered=terminal_index + expiries
+        )
+        return self.counts
 
     def _index(self, timer_id: str) -> _IndexEntry | None:
         raw = self._kv.get(index_key(timer_id))

@@ -1,27 +1,40 @@
-"""Create the service's topics explicitly, all with one partition count.
+"""Create the service's topics explicitly, all with one partition count and a config.
 
 Never rely on auto-creation: brokers auto-create with their own default count (the dev
-broker uses 4), and topics that must be co-partitioned then disagree.
+broker uses 4) and their own retention, and topics that must be co-partitioned then
+disagree. What each topic is created with, and how an existing one is judged:
+:mod:`app.kafka.topic_config`.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Iterable
+from dataclasses import replace
 
 from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+)
 
 from app.core.errors import BrokerUnavailable, ConfigurationError
 from app.kafka.config import confluent_common
-from app.settings import Settings
+from app.kafka.topic_config import check_existing, topic_specs
+from app.settings import DEFAULT_PARTITIONS, Settings
 
 __all__ = [
+    "describe_topic_configs",
     "ensure_topics",
     "partition_count",
+    "resolve_partitions",
     "service_topics",
     "wait_for_broker",
 ]
+
+log = logging.getLogger(__name__)
 
 
 def service_topics(settings: Settings) -> tuple[str, ...]:
@@ -52,27 +65,114 @@ def wait_for_broker(settings: Settings, timeout: float = 15.0) -> None:
                 ) from exc
 
 
+def _existing(admin: AdminClient, timeout: float) -> dict[str, int]:
+    """Partition counts of every topic, by name.
+
+    Lists all topics rather than naming one: a metadata request that names a missing
+    topic makes brokers that auto-create topics (the dev broker, Apache Kafka by
+    default) create it, with their own partition count.
+    """
+    topics = admin.list_topics(timeout=timeout).topics
+    return {
+        name: len(info.partitions)
+        for name, info in topics.items()
+        if info.error is None and info.partitions
+    }
+
+
 def partition_count(settings: Settings, topic: str, timeout: float = 10.0) -> int | None:
-    """Partitions of ``topic``, or ``None`` if it does not exist."""
-    metadata = _admin(settings).list_topics(topic=topic, timeout=timeout)
-    info = metadata.topics.get(topic)
-    if info is None or info.error is not None or not info.partitions:
-        return None
-    return len(info.partitions)
+    """Partitions of ``topic``, or ``None`` if it does not exist (never creates it)."""
+    return _existing(_admin(settings), timeout).get(topic)
+
+
+def resolve_partitions(settings: Settings, timeout: float = 15.0) -> Settings:
+    """``settings`` with its partition count decided, once, at an entry point.
+
+    ``KAFKA_TIMERS_PARTITIONS`` wins when set (:func:`ensure_topics` then refuses
+    topics that differ). Unset, an existing request topic decides — producers often
+    create it, or have it auto-created, before the first worker runs — else any other
+    service topic that exists, else :data:`app.settings.DEFAULT_PARTITIONS`.
+    """
+    if settings.partitions is not None:
+        return settings
+    wait_for_broker(settings, timeout)
+    existing = _existing(_admin(settings), timeout)
+    requests = settings.topics.requests
+    names = (requests, *(n for n in service_topics(settings) if n != requests))
+    for name in names:
+        count = existing.get(name)
+        if count is not None:
+            log.info(
+                "KAFKA_TIMERS_PARTITIONS unset: using the %d partitions of existing topic %r",
+                count,
+                name,
+            )
+            return replace(settings, partitions=count)
+    return replace(settings, partitions=DEFAULT_PARTITIONS)
+
+
+def describe_topic_configs(
+    settings: Settings, names: Iterable[str], timeout: float = 15.0
+) -> dict[str, dict[str, str]]:
+    """Topic-level configuration of each existing topic in ``names``, as described."""
+    admin = _admin(settings)
+    resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
+    if not resources:
+        return {}
+    described: dict[str, dict[str, str]] = {}
+    for resource, future in admin.describe_configs(resources, request_timeout=timeout).items():
+        try:
+            entries = future.result(timeout)
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                continue
+            raise ConfigurationError(
+                f"cannot describe the configuration of topic {resource.name!r}: {exc}"
+            ) from exc
+        described[resource.name] = {
+            key: entry.value for key, entry in entries.items() if entry.value is not None
+        }
+    return described
 
 
 def ensure_topics(
     settings: Settings, names: Iterable[str] | None = None, timeout: float = 15.0
-) -> None:
-    """Create missing topics with ``settings.partitions``; refuse existing ones that differ."""
+) -> dict[str, dict[str, str]]:
+    """Create missing topics, check existing ones; return every service topic's config.
+
+    Missing topics are created with ``settings.partitions`` and, for service topics,
+    the configuration of :func:`app.kafka.topic_config.topic_specs`. Existing service
+    topics are described and checked: a changelog that is not compacted raises
+    :class:`ConfigurationError` (one line, with the fix); other differences are logged
+    as warnings. Any topic whose partition count differs is refused. Returns the
+    configuration of each service topic among ``names``: as described if it existed,
+    as created otherwise.
+    """
+    partitions = settings.partition_count
     wait_for_broker(settings, timeout)
     admin = _admin(settings)
     wanted = list(names if names is not None else service_topics(settings))
-    existing = admin.list_topics(timeout=timeout).topics
+    specs = topic_specs(settings)
+    existing = _existing(admin, timeout)
+    found = [n for n in wanted if n in existing]
+    configs = describe_topic_configs(settings, [n for n in found if n in specs], timeout)
+    fatal, warnings = check_existing(settings, configs)
+    if fatal is not None:
+        raise ConfigurationError(fatal)
+    for warning in warnings:
+        log.warning("%s", warning)
     missing = [n for n in wanted if n not in existing]
     if missing:
         futures = admin.create_topics(
-            [NewTopic(n, settings.partitions, settings.replication_factor) for n in missing],
+            [
+                NewTopic(
+                    n,
+                    partitions,
+                    settings.replication_factor,
+                    config=dict(specs[n].config) if n in specs else {},
+                )
+                for n in missing
+            ],
             operation_timeout=timeout,
         )
         for name, future in futures.items():
@@ -81,12 +181,18 @@ def ensure_topics(
             except KafkaException as exc:
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise ConfigurationError(f"cannot create topic {name!r}: {exc}") from exc
+        configs.update({n: dict(specs[n].config) for n in missing if n in specs})
     deadline = time.monotonic() + timeout
+    counts = _existing(admin, timeout)
+    while any(n not in counts for n in wanted) and time.monotonic() < deadline:
+        time.sleep(0.05)  # metadata for a just-created topic can lag for a moment
+        counts = _existing(admin, timeout)
     for name in wanted:
-        while (count := partition_count(settings, name)) is None and time.monotonic() < deadline:
-            time.sleep(0.05)  # metadata for a just-created topic can lag for a moment
-        if count != settings.partitions:
+        count = counts.get(name)
+        if count != partitions:
             raise ConfigurationError(
-                f"topic {name!r} has {count} partitions but KAFKA_TIMERS_PARTITIONS is "
-                f"{settings.partitions}: every service topic needs the same count"
+                f"topic {name!r} has {count} partitions but the service topics need "
+                f"{partitions} (KAFKA_TIMERS_PARTITIONS, or the existing request topic's "
+                f"count when it is unset): every service topic needs the same count"
             )
+    return configs

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from app.core.errors import KafkaTimersError
 from app.settings import Settings
-from app.status.model import merge_snapshots
+from app.status.model import AHEAD_ALERT_SECONDS, STORE_KEY_KINDS, merge_snapshots
 
 __all__ = ["fetch_json", "render_status", "status_main"]
 
@@ -75,6 +75,30 @@ def _rows(title: str, rows: Sequence[tuple[str, float]], empty: str) -> list[str
     return lines
 
 
+def _oscillator_lines(data: Mapping[str, Any]) -> list[str]:
+    """Each oscillator's lead over the workers' clocks, flagged past the alert's 1 s."""
+    lines = ["oscillator clocks (seconds ahead of the workers' clocks)"]
+    oscillators = data.get("oscillators", {})
+    if not oscillators:
+        lines.append("  no ticks seen")
+    for source, clock in oscillators.items():
+        ahead = clock.get("ahead_seconds")
+        flag = ""
+        if ahead is not None and ahead > AHEAD_ALERT_SECONDS:
+            flag = "  AHEAD: its ticks wait for the workers' clocks; check NTP"
+        shown = "-" if ahead is None else f"{ahead:+.2f}"
+        lines.append(
+            f"  {source:<24} {shown:>10} s   {_n(clock.get('ticks_held'))} ticks held{flag}"
+        )
+    held = data.get("held_ticks", {})
+    if held:
+        lines.append(
+            f"  holding ticks on partition(s) {', '.join(sorted(held, key=int))}: they fire "
+            "as the workers' clocks reach each second"
+        )
+    return lines
+
+
 def render_status(data: Mapping[str, Any]) -> str:
     """The merged snapshot as plain text, in the page's order."""
     totals = data["totals"]
@@ -117,6 +141,20 @@ def render_status(data: Mapping[str, Any]) -> str:
     for p, info in ticks:
         flag = "  STALE: no oscillator reaches it" if info["age"] > STALE_TICK_SECONDS else ""
         lines.append(f"  p{p:<4} {_hms(info['second'])}  {info['age']:6.1f} s ago{flag}")
+    lines.append("")
+    keys = data.get("store_keys_by_partition", {})
+    totals_keys = data.get("store_keys", {})
+    lines.append(
+        "store keys (RocksDB): "
+        + "   ".join(f"{kind} {_n(totals_keys.get(kind, 0))}" for kind in STORE_KEY_KINDS)
+    )
+    for p, counts in sorted(keys.items(), key=lambda kv: int(kv[0])):
+        lines.append(
+            f"  p{p:<4} "
+            + "  ".join(f"{kind} {counts.get(kind, 0):>9}" for kind in STORE_KEY_KINDS)
+        )
+    lines.append("")
+    lines += _oscillator_lines(data)
     lines.append("")
     lines += _rows("rejected by reason", sorted(data["rejected_by_reason"].items()), "none")
     lines += _rows("fired by callback topic", sorted(data["fired_by_topic"].items()), "none")

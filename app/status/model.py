@@ -22,9 +22,11 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 __all__ = [
+    "AHEAD_ALERT_SECONDS",
     "FAR_BUCKETS",
     "SOON_BUCKET_SECONDS",
     "SOON_WINDOW_SECONDS",
+    "STORE_KEY_KINDS",
     "CounterSample",
     "PartitionScan",
     "SampleHistory",
@@ -32,13 +34,18 @@ __all__ = [
     "lateness_summary",
     "merge_snapshots",
     "merge_sorted_dues",
+    "oscillator_clocks",
     "pending_by_due",
     "read_sample",
+    "store_keys_summary",
 ]
 
 #: The "next minutes" chart: this many seconds ahead, in bars of this many seconds.
 SOON_WINDOW_SECONDS = 600
 SOON_BUCKET_SECONDS = 10
+
+#: An oscillator this far ahead of a worker's clock is flagged (the alert's threshold).
+AHEAD_ALERT_SECONDS = 1.0
 
 #: The "further out" histogram: (label, upper bound in seconds from now). Everything
 #: beyond the soon window falls into the first bucket whose bound it is below.
@@ -71,6 +78,10 @@ class CounterSample:
     lateness_sum: float = 0.0
     #: Newest tick second processed, by partition.
     last_tick: Mapping[int, float] = field(default_factory=dict)
+    #: How far each oscillator's clock runs ahead of this worker's, seconds, by source.
+    oscillator_ahead: Mapping[str, float] = field(default_factory=dict)
+    #: Ticks held until this worker's clock reached their second, by source.
+    ticks_held: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def fired(self) -> float:
@@ -92,6 +103,8 @@ def read_sample(registry: CollectorRegistry, now: float) -> CounterSample:
     rejected: dict[str, float] = {}
     buckets: list[tuple[float, float]] = []
     last_tick: dict[int, float] = {}
+    ahead: dict[str, float] = {}
+    held: dict[str, float] = {}
     for family in registry.collect():
         for s in family.samples:
             name = s.name
@@ -113,6 +126,10 @@ def read_sample(registry: CollectorRegistry, now: float) -> CounterSample:
                 lateness_sum += s.value
             elif name == "kafka_timers_last_tick_seconds":
                 last_tick[int(s.labels["partition"])] = s.value
+            elif name == "kafka_timers_oscillator_ahead_seconds":
+                ahead[s.labels["source"]] = s.value
+            elif name == "kafka_timers_ticks_held_total":
+                held[s.labels["source"]] = s.value
     buckets.sort()
     return CounterSample(
         t=now,
@@ -124,7 +141,21 @@ def read_sample(registry: CollectorRegistry, now: float) -> CounterSample:
         lateness_buckets=tuple(buckets),
         lateness_sum=lateness_sum,
         last_tick=last_tick,
+        oscillator_ahead=ahead,
+        ticks_held=held,
     )
+
+
+def oscillator_clocks(sample: CounterSample) -> dict[str, dict[str, float | None]]:
+    """Per oscillator: how far its clock runs ahead of this worker's, and ticks held."""
+    sources = sorted(set(sample.oscillator_ahead) | set(sample.ticks_held))
+    return {
+        source: {
+            "ahead_seconds": sample.oscillator_ahead.get(source),
+            "ticks_held": sample.ticks_held.get(source, 0.0),
+        }
+        for source in sources
+    }
 
 
 def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
@@ -307,6 +338,31 @@ def lateness_summary(history: SampleHistory, window: float = 60.0) -> dict[str, 
     }
 
 
+#: Kinds of store keys, in the order they are shown.
+STORE_KEY_KINDS = ("pending", "remembered", "bookkeeping")
+
+
+def store_keys_summary(by_partition: Mapping[int, Mapping[str, int]]) -> dict[str, Any]:
+    """The ``store_keys`` (totals by kind) and ``store_keys_by_partition`` of a snapshot.
+
+    Pending timers take two keys each (the timer and its index entry), remembered
+    (fired or cancelled) ids two (the index entry and its expiry key); bookkeeping is
+    a few per partition. Once every remembered id's window has passed, only pending
+    timers and bookkeeping remain: state is O(pending), not O(history).
+    """
+    totals = dict.fromkeys(STORE_KEY_KINDS, 0)
+    for counts in by_partition.values():
+        for kind in STORE_KEY_KINDS:
+            totals[kind] += counts.get(kind, 0)
+    return {
+        "store_keys": totals,
+        "store_keys_by_partition": {
+            str(p): {kind: counts.get(kind, 0) for kind in STORE_KEY_KINDS}
+            for p, counts in sorted(by_partition.items())
+        },
+    }
+
+
 def merge_snapshots(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Add up the ``/status/data`` snapshots of several workers into one.
 
@@ -319,12 +375,15 @@ def merge_snapshots(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     rejected_by_reason: dict[str, float] = {}
     last_tick: dict[str, float] = {}
     pending_partitions: dict[str, int] = {}
+    store_keys: dict[int, dict[str, int]] = {}
     lateness: dict[float | None, float] = {}
     recent_rate = 0.0
     soon: dict[int, int] = {}
     far: dict[str, int] = {label: 0 for label, _ in FAR_BUCKETS}
     overdue = unscanned = scanned = 0
     exact_before: list[int] = []
+    oscillators: dict[str, dict[str, float | None]] = {}
+    held_ticks: dict[str, int] = {}
     workers = []
     now = 0.0
     for snap in snapshots:
@@ -340,6 +399,10 @@ def merge_snapshots(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             last_tick[p] = max(last_tick.get(p, 0), info["second"])
         for p, n in snap.get("pending_by_partition", {}).items():
             pending_partitions[p] = pending_partitions.get(p, 0) + n
+        for p, counts in snap.get("store_keys_by_partition", {}).items():
+            mine = store_keys.setdefault(int(p), dict.fromkeys(STORE_KEY_KINDS, 0))
+            for kind in STORE_KEY_KINDS:
+                mine[kind] += counts.get(kind, 0)
         for b in snap.get("lateness", {}).get("buckets", []):
             lateness[b["le"]] = lateness.get(b["le"], 0) + b["count"]
         recent_rate += snap.get("fires_per_second_recent") or 0.0
@@ -355,6 +418,14 @@ def merge_snapshots(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             soon[key] = soon.get(key, 0) + c
         for f in due.get("far", []):
             far[f["label"]] = far.get(f["label"], 0) + f["count"]
+        for source, clock in snap.get("oscillators", {}).items():
+            seen = oscillators.setdefault(source, {"ahead_seconds": None, "ticks_held": 0.0})
+            ahead = clock.get("ahead_seconds")
+            if ahead is not None:  # the worker that sees it furthest ahead
+                seen["ahead_seconds"] = max(ahead, seen["ahead_seconds"] or -math.inf)
+            seen["ticks_held"] = (seen["ticks_held"] or 0.0) + clock.get("ticks_held", 0.0)
+        for p, second in snap.get("held_ticks", {}).items():
+            held_ticks[p] = max(held_ticks.get(p, second), second)
     cumulative: list[tuple[float, float]] = []
     running = 0.0
     for le in sorted(lateness, key=lambda b: math.inf if b is None else b):
@@ -373,6 +444,9 @@ def merge_snapshots(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         "lateness": {"count": running, **_percentiles(cumulative)},
         "last_tick": {p: {"second": s, "age": now - s} for p, s in last_tick.items()},
         "pending_by_partition": pending_partitions,
+        **store_keys_summary(store_keys),
+        "oscillators": dict(sorted(oscillators.items())),
+        "held_ticks": held_ticks,
         "pending_by_due": {
             "overdue": overdue,
             "soon": {

@@ -7,7 +7,9 @@ Served by the worker's own Faust web server (``KAFKA_TIMERS_WEB_PORT``):
     percentiles, last tick per partition, rejects by reason (charts drawn in the
     browser from ``/status/data``; no outside resources).
 ``GET /status/data``
-    everything the page shows, as JSON (also what ``kafka-timers status`` reads).
+    everything the page shows, as JSON (also what ``kafka-timers status`` reads),
+    including the store's keys per partition by kind (pending timers, remembered ids,
+    bookkeeping): state must stay O(pending), and this is where to see that it does.
 ``GET /timers/next?n=N``
     the next ``N`` pending timers on this worker, in due order (``N`` <= 1000).
 ``GET /timers/{id}``
@@ -40,8 +42,10 @@ from app.status.model import (
     SampleHistory,
     lateness_summary,
     merge_sorted_dues,
+    oscillator_clocks,
     pending_by_due,
     read_sample,
+    store_keys_summary,
 )
 from app.worker.metrics import WorkerMetrics
 from app.worker.service import TimerService
@@ -204,7 +208,10 @@ class StatusCollector:
             "pending_by_partition": {
                 str(p): n for p, n in sorted(self._service.pending_by_partition().items())
             },
+            "oscillators": oscillator_clocks(current),
+            "held_ticks": {str(p): s for p, s in sorted(self._service.held_ticks().items())},
             "pending_by_due": pending_by_due(self._scans(), now),
+            **store_keys_summary(self._service.store_keys_by_partition()),
             **request_lag(self._metrics),
         }
         self._cached = (mono, data)

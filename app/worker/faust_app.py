@@ -26,6 +26,7 @@ from confluent_kafka import Consumer
 from app.core import proto
 from app.core.request_format import RawRecord
 from app.kafka.config import confluent_consumer, confluent_producer
+from app.kafka.topic_config import BROKER_DEFAULT_DELETE_RETENTION_MS
 from app.settings import TABLE_NAME, Settings
 from app.worker.faust_config import faust_credentials
 from app.worker.faust_internals import (
@@ -33,16 +34,22 @@ from app.worker.faust_internals import (
     partition_db,
     recovery_start_offsets,
     tune_fetcher,
+    web_routes,
 )
 from app.worker.health import WorkerHealth
 from app.worker.metrics import WorkerMetrics
 from app.worker.output import DeliveryFailure, OutputProducer
-from app.worker.partition_store import RocksDBStores, catch_up_changelogs, persisted_offset
+from app.worker.partition_store import (
+    RocksDBStores,
+    catch_up_changelogs,
+    persisted_offset,
+    stale_after,
+)
 from app.worker.request_progress import RequestProgress
 from app.worker.request_reader import RequestReader
 from app.worker.service import TimerService
 
-__all__ = ["WorkerApp", "build_worker"]
+__all__ = ["WEB_VIEWS_OFF", "WorkerApp", "build_worker"]
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +107,15 @@ ROCKSDB_OPTIONS = {
     "block_cache_compressed_size": 0,
 }
 
+#: Every built-in Faust web view that shows table data, the cluster or internals: off.
+WEB_VIEWS_OFF: dict[str, Any] = {
+    "web_tables_enabled": False,
+    "web_router_enabled": False,
+    "web_stats_enabled": False,
+    "web_graph_enabled": False,
+    "web_metrics_enabled": False,
+}
+
 #: How often every worker refreshes the request lag of every partition from the
 #: informational group's committed offsets (two ListOffsets and one OffsetFetch each).
 GROUP_LAG_INTERVAL = 5.0
@@ -120,8 +136,14 @@ def _exit_undurable(error: Exception) -> NoReturn:
     os._exit(EXIT_UNDURABLE)
 
 
-def build_worker(settings: Settings) -> WorkerApp:
-    """Assemble the Faust app, its table and agents, and the service behind them."""
+def build_worker(
+    settings: Settings, tombstone_retention: float = BROKER_DEFAULT_DELETE_RETENTION_MS / 1000
+) -> WorkerApp:
+    """Assemble the Faust app, its table and agents, and the service behind them.
+
+    ``tombstone_retention`` is the changelog's ``delete.retention.ms`` in seconds: a
+    local store last caught up longer ago than that is rebuilt from the changelog.
+    """
     apply_patches()
     if proto.IMPLEMENTATION != "upb":
         log.warning(
@@ -138,8 +160,14 @@ def build_worker(settings: Settings) -> WorkerApp:
         datadir=settings.data_dir,
         web_enabled=True,
         web_port=settings.web_port,
-        web_bind="0.0.0.0",
-        topic_partitions=settings.partitions,
+        web_bind=settings.web_bind,
+        # Faust's own views would undo what ours promise: /table/timers/<key>/ reads any
+        # table entry (tokens, payloads), /router/ and /assignment/ show the cluster, /
+        # (stats), /graph/ and /performance/ the internals. None is needed: the table is
+        # never routed between workers. Passed explicitly, so APP_WEB_* variables in the
+        # environment cannot turn them back on. Faust's plain "/" index stays.
+        **WEB_VIEWS_OFF,
+        topic_partitions=settings.partition_count,
         topic_replication_factor=settings.replication_factor,
         broker_session_timeout=settings.session_timeout,
         broker_heartbeat_interval=settings.heartbeat_interval,
@@ -157,11 +185,11 @@ def build_worker(settings: Settings) -> WorkerApp:
         settings.topics.ticks,
         key_serializer="raw",
         value_serializer="raw",
-        partitions=settings.partitions,
+        partitions=settings.partition_count,
     )
     table = app.Table(
         TABLE_NAME,
-        partitions=settings.partitions,
+        partitions=settings.partition_count,
         # Faust derives the changelog's serializers from key_type/value_type, not from
         # schema: without these its recovery JSON-decodes our raw keys, fails on every
         # record, and never completes (the worker then fires nothing at all).
@@ -188,12 +216,17 @@ def build_worker(settings: Settings) -> WorkerApp:
     def db_for_partition(partition: int) -> Any:
         return partition_db(table, partition)
 
+    max_age = stale_after(tombstone_retention)
     service = TimerService(
         policy=policy,
         output=output,
         metrics=metrics,
-        stores=RocksDBStores(db_for_partition, output, settings.changelog_topic, catchup_conf),
+        stores=RocksDBStores(
+            db_for_partition, output, settings.changelog_topic, catchup_conf, max_age=max_age
+        ),
         clock_skew_warn_seconds=settings.clock_skew_warn_seconds,
+        remember_seconds=settings.remember_seconds,
+        tick_tolerance_seconds=settings.tick_tolerance_seconds,
         late_policy=settings.default_late_policy(),
     )
 
@@ -207,7 +240,7 @@ def build_worker(settings: Settings) -> WorkerApp:
         # Only commits and reads offsets of the informational group; never subscribes.
         Consumer(confluent_consumer(settings, group_id=settings.request_group)),
         settings.topics.requests,
-        settings.partitions,
+        settings.partition_count,
         metrics,
     )
     reader = RequestReader(
@@ -243,6 +276,14 @@ def build_worker(settings: Settings) -> WorkerApp:
             reader.close()
             progress.close()
 
+    @app.task  # type: ignore[untyped-decorator]
+    async def release_held_ticks() -> None:
+        # Ticks from an oscillator whose clock runs ahead of this worker's wait for it.
+        try:
+            await service.run_tick_release()
+        except DeliveryFailure as exc:
+            _exit_undurable(exc)
+
     @app.on_rebalance_complete.connect  # type: ignore[arg-type]
     async def on_rebalance_complete(app: faust.App, **_: Any) -> None:
         # Tables are recovered now: request partition n follows tick partition n. Faust
@@ -254,6 +295,19 @@ def build_worker(settings: Settings) -> WorkerApp:
         token = health.applying(ticks_held)
         await reader.assign(ticks_held)
         health.ready(token, ticks_held)
+
+    def log_web_routes(web: Any) -> None:
+        # Faust's hook, called once every view is registered: what this worker serves,
+        # in one line an operator (and the test that walks every route) can read.
+        routes = [f"{method} {path}" for method, path in web_routes(web)]
+        log.info(
+            "web server on %s:%d serves routes %s",
+            settings.web_bind,
+            settings.web_port,
+            json.dumps(routes),
+        )
+
+    app.on_webserver_init = log_web_routes  # type: ignore[method-assign]
 
     @app.agent(ticks, name="ticks")
     async def handle_ticks(stream: Any) -> None:
@@ -282,7 +336,7 @@ def build_worker(settings: Settings) -> WorkerApp:
     async def on_revoked(app: faust.App, revoked: set[Any], **_: Any) -> None:
         health.rebalancing()
         await reader.revoke({tp.partition for tp in revoked})
-        service.forget_partitions({tp.partition for tp in revoked})
+        await service.revoke_partitions({tp.partition for tp in revoked})
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def on_assigned(app: faust.App, assigned: set[Any], **_: Any) -> None:
@@ -296,7 +350,10 @@ def build_worker(settings: Settings) -> WorkerApp:
         changelog = settings.changelog_topic
         mine = [tp for tp in assigned if tp.topic == changelog]
         catch_up_changelogs(
-            {tp.partition: db_for_partition(tp.partition) for tp in mine}, catchup_conf, changelog
+            {tp.partition: db_for_partition(tp.partition) for tp in mine},
+            catchup_conf,
+            changelog,
+            max_age=max_age,
         )
         # Faust's recovery noted each store's offset before this handler ran; it has no
         # public way to be told, so move its starting points to where the stores are now.

@@ -2,8 +2,10 @@
 
 Faust exposes no public way to do a few things the worker needs: shorten the fetch
 wait, read committed records only, reach a table partition's RocksDB, move recovery's
-starting offsets after the worker caught a changelog up itself, and send LeaveGroup in
-generation 0. Each is done here and nowhere else, so an upgrade has one file to read.
+starting offsets after the worker caught a changelog up itself, send LeaveGroup in
+generation 0 (the leader first), recover from the dev broker's departed group leader,
+and list the routes its web server serves. Each is done here and nowhere
+else, so an upgrade has one file to read.
 
 Nothing is patched at import: :func:`apply_patches` is called by the worker at start.
 :func:`missing_internals` lists what this module relies on and is gone; a unit test
@@ -14,6 +16,7 @@ to the ranges tested with this module.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 from collections.abc import Iterable
@@ -22,11 +25,13 @@ from typing import Any
 import aiokafka.errors
 import faust
 from aiokafka.consumer.fetcher import READ_COMMITTED, Fetcher
-from aiokafka.consumer.group_coordinator import GroupCoordinator
+from aiokafka.consumer.group_coordinator import BaseCoordinator, GroupCoordinator
+from aiokafka.protocol.admin import DescribeGroupsRequest
 from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 from faust.stores.rocksdb import Store as RocksDBStore
 from faust.tables.recovery import Recovery
 from faust.transport.drivers import aiokafka as faust_aiokafka
+from faust.web.drivers import aiohttp as faust_aiohttp_web
 
 __all__ = [
     "FaustInternalsMissing",
@@ -35,6 +40,7 @@ __all__ = [
     "partition_db",
     "recovery_start_offsets",
     "tune_fetcher",
+    "web_routes",
 ]
 
 log = logging.getLogger(__name__)
@@ -44,18 +50,31 @@ class FaustInternalsMissing(RuntimeError):
     """A private attribute the worker relies on is gone: pin the tested Faust/aiokafka."""
 
 
+#: How long a follower waits before its LeaveGroup, so that when every worker stops at
+#: once the leader's LeaveGroup reaches the broker first (see :func:`_send_req`).
+FOLLOWER_LEAVE_DELAY = 0.5
+
+
 async def _maybe_leave_group(self: Any) -> None:
-    """aiokafka's ``GroupCoordinator._maybe_leave_group``, for generation 0 too.
+    """aiokafka's ``GroupCoordinator._maybe_leave_group``, for generation 0 too, leader first.
 
     aiokafka leaves only ``if self.generation > 0``: Kafka numbers generations from 1,
     the dev broker (Tansu) from 0, so a worker stopped in a group's first generation
     left without a word and its partitions waited out a whole session timeout.
+
+    A follower (a member that did not compute the last assignment: aiokafka keeps
+    ``_group_subscription`` only on the leader) leaves :data:`FOLLOWER_LEAVE_DELAY`
+    later. The dev broker keeps as leader a leader whose LeaveGroup reaches a group that
+    is already rebalancing, which is what a follower's LeaveGroup just before makes it:
+    when every worker stops at once, the leader must leave first (see :func:`_send_req`).
     """
     if (
         self.generation >= 0
         and self.member_id != JoinGroupRequest.UNKNOWN_MEMBER_ID
         and self._group_instance_id is None
     ):
+        if self._group_subscription is None:
+            await asyncio.sleep(FOLLOWER_LEAVE_DELAY)
         try:
             await self._send_req(LeaveGroupRequest(self.group_id, self.member_id))
         except aiokafka.errors.KafkaError as err:
@@ -65,9 +84,76 @@ async def _maybe_leave_group(self: Any) -> None:
     self.reset_generation()
 
 
+#: aiokafka's own ``GroupCoordinator._send_req``, which :func:`_send_req` wraps.
+_AIOKAFKA_SEND_REQ = GroupCoordinator._send_req
+
+
+async def _send_req(self: Any, request: Any) -> Any:
+    """aiokafka's ``GroupCoordinator._send_req``, clearing a departed leader the dev broker
+    still names.
+
+    Tansu 0.6.0 keeps a leader that leaves with LeaveGroup while its group is
+    rebalancing (another member left just before: every worker stopped at once). Every
+    later JoinGroup names that departed member as leader, no member ever sends the
+    assignment, and the followers' SyncGroup fail with REBALANCE_IN_PROGRESS until a
+    chance race inside the broker reloads the group (seen: 10 s, 104 s, over 350 s).
+    Tansu drops a leader otherwise only when it evicts it as a member that stopped
+    heartbeating. So a follower told of a leader that DescribeGroups does not list as a
+    member joins once under that member id (making it a member again) and goes silent:
+    a session timeout later the broker evicts it, drops it as leader, and the next
+    JoinGroup elects a live member (measured: every partition firing again 6-18 s after
+    the restart). Several followers doing it at once are one broker-side member, which
+    nobody heartbeats. On Apache Kafka the leader named at the end of a join is a member,
+    and a JoinGroup under an unknown member id is refused: this does nothing there.
+    """
+    response = await _AIOKAFKA_SEND_REQ(self, request)
+    if (
+        isinstance(request, JoinGroupRequest)
+        and response.error_code == 0
+        and response.leader_id not in ("", response.member_id)
+    ):
+        try:
+            await _rejoin_as_departed_leader(self, request, response.leader_id)
+        except Exception as err:  # never let the workaround break a join
+            log.debug("could not check the group leader: %r", err)
+    return response
+
+
+async def _rejoin_as_departed_leader(self: Any, request: Any, leader: str) -> None:
+    client, node = self._client, self.coordinator_id
+    described = await client.send(node, DescribeGroupsRequest([self.group_id]))
+    error, _, state, _, _, members = described.groups[0][:6]
+    if error or leader in {member[0] for member in members}:
+        return
+    log.warning(
+        "group %s (%s): the broker names %s as leader, but it is not a member (it left); "
+        "joining once under its id so that the broker evicts it and elects a member",
+        self.group_id,
+        state,
+        leader,
+    )
+    joined = await client.send(
+        node,
+        JoinGroupRequest(
+            self.group_id,
+            self._session_timeout_ms,
+            self._rebalance_timeout_ms,
+            leader,
+            None,
+            request._protocol_type,
+            request._group_protocols,
+        ),
+    )
+    if joined.error_code == 0 and joined.leader_id != leader:
+        # The broker had elected someone else meanwhile: do not leave a silent member
+        # behind for the new leader to assign partitions to.
+        await client.send(node, LeaveGroupRequest(self.group_id, leader))
+
+
 def apply_patches() -> None:
     """Install the worker's patches of aiokafka (idempotent; called at worker start)."""
     GroupCoordinator._maybe_leave_group = _maybe_leave_group  # type: ignore[method-assign]
+    GroupCoordinator._send_req = _send_req  # type: ignore[method-assign]
 
 
 def tune_fetcher(app: faust.App, *, fetch_max_wait_ms: int, read_committed: bool) -> bool:
@@ -104,6 +190,17 @@ def recovery_start_offsets(app: faust.App) -> dict[Any, int] | None:
     return starts
 
 
+def web_routes(web: Any) -> list[tuple[str, str]]:
+    """Every ``(method, path pattern)`` the worker's web server serves, sorted.
+
+    Read from the aiohttp application behind Faust's web driver (``web.web_app``), so it
+    lists Faust's own views beside ours, whoever registered them.
+    """
+    return sorted(
+        {(route.method, route.resource.canonical) for route in web.web_app.router.routes()}
+    )
+
+
 def _source_mentions(obj: Any, names: Iterable[str]) -> list[str]:
     try:
         text = inspect.getsource(obj)
@@ -118,9 +215,23 @@ def missing_internals() -> list[str]:
     class_attrs: tuple[tuple[type, tuple[str, ...]], ...] = (
         (GroupCoordinator, ("_maybe_leave_group", "_send_req", "reset_generation")),
         (RocksDBStore, ("_db_for_partition",)),
+        (JoinGroupRequest, ("UNKNOWN_MEMBER_ID",)),
     )
     init_attrs: tuple[tuple[type, tuple[str, ...]], ...] = (
-        (GroupCoordinator, ("_group_instance_id", "generation", "member_id")),
+        (
+            GroupCoordinator,
+            (
+                "_group_instance_id",
+                "generation",
+                "member_id",
+                "_group_subscription",
+                "coordinator_id",
+                "_session_timeout_ms",
+                "_rebalance_timeout_ms",
+            ),
+        ),
+        (BaseCoordinator, ("_client",)),
+        (JoinGroupRequest, ("_protocol_type", "_group_protocols", "_member_id")),
         (Fetcher, ("_fetch_max_wait_ms", "_isolation_level")),
         (Recovery, ("active_offsets",)),
     )
@@ -131,6 +242,8 @@ def missing_internals() -> list[str]:
             f"{cls.__module__}.{cls.__name__}.{a} (set in __init__)"
             for a in _source_mentions(vars(cls)["__init__"], attrs)
         ]
+    if "self.web_app" not in inspect.getsource(faust_aiohttp_web):
+        missing.append("faust.web.drivers.aiohttp.Web.web_app")
     transport = inspect.getsource(faust_aiokafka)
     missing += [
         f"faust.transport.drivers.aiokafka: {a}"

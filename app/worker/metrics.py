@@ -81,9 +81,31 @@ class WorkerMetrics:
             ["partition"],
             registry=r,
         )
+        self.store_keys = Gauge(
+            "kafka_timers_store_keys",
+            "Keys in a partition's store (RocksDB; the changelog holds the same minus the "
+            "local ones), by kind: pending (a pending timer and its index entry), "
+            "remembered (a fired or cancelled id and its expiry key), bookkeeping.",
+            ["partition", "kind"],
+            registry=r,
+        )
         self.clock_skew = Gauge(
             "kafka_timers_clock_skew_seconds",
             "Local clock minus the record timestamp of the newest tick, per tick source.",
+            ["source"],
+            registry=r,
+        )
+        self.ticks_held = Counter(
+            "kafka_timers_ticks_held",
+            "Ticks that arrived before this worker's clock reached their second, per "
+            "oscillator: held until it does.",
+            ["source"],
+            registry=r,
+        )
+        self.oscillator_ahead = Gauge(
+            "kafka_timers_oscillator_ahead_seconds",
+            "How far each oscillator's clock runs ahead of this worker's: tick second minus "
+            "this worker's clock at arrival, the maximum over 10 s (negative: the delay).",
             ["source"],
             registry=r,
         )

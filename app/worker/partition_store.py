@@ -11,6 +11,15 @@ Recovery is then made correct on any broker: :func:`catch_up_changelog` reads th
 changelog partition from the store's persisted offset to the true end (EOF from the
 fetch high watermark), because some brokers — the dev broker among them — answer
 ListOffsets with a wrong end offset and Faust's own recovery stops early there.
+
+And correct over years: the changelog is compacted, and compaction removes a tombstone
+``delete.retention.ms`` after it cleaned it. A store that comes back after longer than
+that (a worker restarted on an old data directory) would resume from its persisted
+offset and never see the deletes whose tombstones are gone: fired timers would fire
+again, forgotten ids would be remembered for ever. Each store therefore records,
+locally, when it was last caught up (:data:`app.core.keys.CAUGHT_UP`), and a store
+older than the tombstone retention, less a margin, is emptied and rebuilt from the
+start of the changelog.
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from typing import Any
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 from rocksdict import Rdict, ReadOptions, WriteBatch
 
-from app.core.keys import FAUST_OFFSET
+from app.core.keys import CAUGHT_UP, FAUST_OFFSET
 from app.worker.output import OutputProducer
 
 __all__ = [
@@ -32,22 +41,62 @@ __all__ = [
     "RocksDBStores",
     "catch_up_changelog",
     "catch_up_changelogs",
+    "empty_store",
+    "is_stale",
     "persisted_offset",
+    "stale_after",
 ]
 
 log = logging.getLogger(__name__)
+
+#: Most of the safety margin taken off the tombstone retention (clocks, the time a
+#: catch-up takes): a store is rebuilt once it is older than the retention less this.
+STALE_MARGIN_SECONDS = 3600.0
+
+
+def stale_after(tombstone_retention: float) -> float:
+    """Age (seconds) past which a store may have missed compacted-away tombstones."""
+    return tombstone_retention - min(STALE_MARGIN_SECONDS, tombstone_retention / 10)
+
+
+def is_stale(db: Rdict, now: float, max_age: float) -> bool:
+    """Whether ``db`` holds data but was last caught up more than ``max_age`` ago.
+
+    A store with an offset but no record of when it was caught up (written before the
+    record existed) counts as stale: rebuilding is slower, never wrong.
+    """
+    if persisted_offset(db) is None:
+        return False  # empty or never caught up: it is read from the start anyway
+    raw = db.get(CAUGHT_UP)
+    if raw is None:
+        return True
+    return now - float(raw) > max_age
+
+
+def empty_store(db: Rdict) -> None:
+    """Remove every key (timers, index, bookkeeping, offsets) from ``db``."""
+    batch = WriteBatch(raw_mode=True)
+    # Every key starts with an ASCII letter or "_" (app.core.keys): one range covers all.
+    batch.delete_range(b"\x00", b"\xff")
+    db.write(batch)
 
 
 class ChangeloggedKV:
     """The :class:`~app.core.wheel.OrderedKV` of a partition: RocksDB, mirrored to the changelog."""
 
     def __init__(
-        self, db: Rdict, output: OutputProducer, changelog_topic: str, partition: int
+        self,
+        db: Rdict,
+        output: OutputProducer,
+        changelog_topic: str,
+        partition: int,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._db = db
         self._output = output
         self._topic = changelog_topic
         self._partition = partition
+        self._clock = clock
         #: Local writes held back until the unit's transaction commits (exactly-once mode).
         self._deferred: dict[bytes, bytes | None] | None = None
 
@@ -118,6 +167,13 @@ class ChangeloggedKV:
         """Tell Faust's recovery that changelog records up to ``offset`` are in this DB."""
         self._db.put(FAUST_OFFSET, str(offset).encode())
 
+    def mark_caught_up(self) -> None:
+        """Record (locally) that this store holds everything its changelog holds, now.
+
+        True for as long as this worker owns the partition: it writes the changelog.
+        """
+        self._db.put(CAUGHT_UP, repr(self._clock()).encode())
+
 
 class RocksDBStores:
     """The worker's :class:`~app.worker.stores.StoreFactory`: Faust's RocksDB partitions.
@@ -134,16 +190,27 @@ class RocksDBStores:
         output: OutputProducer,
         changelog_topic: str,
         catchup_consumer_conf: dict[str, Any],
+        *,
+        max_age: float | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._db_for_partition = db_for_partition
         self._output = output
         self._topic = changelog_topic
         self._catchup_conf = catchup_consumer_conf
+        self._max_age = max_age
+        self._clock = clock
 
     def open(self, partition: int) -> ChangeloggedKV:
         db = self._db_for_partition(partition)
-        catch_up_changelog(db, self._catchup_conf, self._topic, partition)
-        return ChangeloggedKV(db, self._output, self._topic, partition)
+        catch_up_changelogs(
+            {partition: db},
+            self._catchup_conf,
+            self._topic,
+            max_age=self._max_age,
+            clock=self._clock,
+        )
+        return ChangeloggedKV(db, self._output, self._topic, partition, self._clock)
 
 
 def persisted_offset(db: Rdict) -> int | None:
@@ -164,17 +231,39 @@ def catch_up_changelog(
 
 
 def catch_up_changelogs(
-    dbs: Mapping[int, Rdict], consumer_conf: dict[str, Any], topic: str, timeout: float = 60.0
+    dbs: Mapping[int, Rdict],
+    consumer_conf: dict[str, Any],
+    topic: str,
+    timeout: float = 60.0,
+    *,
+    max_age: float | None = None,
+    clock: Callable[[], float] = time.time,
 ) -> dict[int, int]:
     """:func:`catch_up_changelog` for several partitions at once, with one consumer.
 
     librdkafka applies a changelog at hundreds of thousands of records a second, where
     Faust's own recovery (a Python event per record) manages about ten thousand: run
-    before Faust's recovery, this leaves it nothing to do.
+    before Faust's recovery, this leaves it nothing to do. A store last caught up more
+    than ``max_age`` seconds ago (see :func:`stale_after`) is emptied first and rebuilt
+    from the start; every store is then marked caught up as of now.
     """
     applied = dict.fromkeys(dbs, 0)
     if not dbs:
         return applied
+    now = clock()
+    for p, db in dbs.items():
+        if max_age is not None and is_stale(db, now, max_age):
+            raw = db.get(CAUGHT_UP)
+            age = "an unknown time" if raw is None else f"{(now - float(raw)) / 86400:.1f} days"
+            log.warning(
+                "store of %s[%d] was last caught up %s ago, longer than the changelog keeps "
+                "tombstones (%.1f days with the margin): rebuilding it from the changelog",
+                topic,
+                p,
+                age,
+                max_age / 86400,
+            )
+            empty_store(db)
     conf = dict(consumer_conf)
     conf.update(
         {
@@ -224,7 +313,9 @@ def catch_up_changelogs(
                 applied[p] += 1
         for p, offset in last.items():
             batches[p].put(FAUST_OFFSET, str(offset).encode())
-            dbs[p].write(batches[p])
+        for p, db in dbs.items():
+            batches[p].put(CAUGHT_UP, repr(clock()).encode())
+            db.write(batches[p])
     finally:
         consumer.close()
     for p, count in applied.items():

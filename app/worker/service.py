@@ -12,27 +12,36 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.clock_check import ClockSkewMonitor
+from app.core.clock_check import ClockSkewMonitor, OscillatorLead
 from app.core.errors import RejectedRequest, RejectReason
 from app.core.fired import SkipReason
 from app.core.firing import StepKind, next_occurrence, plan
-from app.core.keys import REQUEST_OFFSET
+from app.core.keys import BOOKKEEPING, REQUEST_OFFSET
 from app.core.late import DEFAULT_POLICY, LatePolicy
 from app.core.policy import RequestPolicy
 from app.core.request_format import RawRecord, parse_request
+from app.core.tick_gate import TickGate
 from app.core.timer import Cancel, Timer
-from app.core.wheel import CancelOutcome, PartitionWheel, Scheduled
+from app.core.wheel import DEFAULT_MEMORY_SECONDS, CancelOutcome, PartitionWheel, Scheduled
 from app.worker.metrics import WorkerMetrics
 from app.worker.output import DeliveryFailure, Output, TransactionAborted
 from app.worker.stores import PartitionStore, StoreFactory
 
-__all__ = ["TimerService"]
+__all__ = ["KEY_KINDS", "TimerService"]
 
 log = logging.getLogger(__name__)
+
+#: How often (in tick seconds) a partition's store records that it is caught up: a store
+#: whose record is older than the changelog's tombstone retention is rebuilt.
+CAUGHT_UP_INTERVAL = 60
+#: The kinds of store keys exported per partition (``kafka_timers_store_keys{kind}``).
+KEY_KINDS = ("pending", "remembered", "bookkeeping")
+#: Added to each sleep of the release loop, so it wakes just past the second boundary.
+RELEASE_SLACK = 0.001
 
 
 @dataclass
@@ -64,6 +73,8 @@ class TimerService:
         clock: Callable[[], float] = time.time,
         clock_skew_warn_seconds: float = 2.0,
         late_policy: LatePolicy = DEFAULT_POLICY,
+        remember_seconds: int = DEFAULT_MEMORY_SECONDS,
+        tick_tolerance_seconds: float = 0.0,
     ) -> None:
         self._policy = policy
         #: The service's late-fire policy: what a timer's own policy leaves out.
@@ -75,7 +86,17 @@ class TimerService:
         self._partitions: dict[int, _Partition] = {}
         self._locks: dict[int, asyncio.Lock] = {}
         self._pending: dict[int, int] = {}
+        self._remember = remember_seconds
+        #: Tick second at which each partition's store was last marked caught up.
+        self._marked: dict[int, int] = {}
         self._skew = ClockSkewMonitor(metrics.clock_skew, clock_skew_warn_seconds, clock)
+        self._lead = OscillatorLead(metrics.oscillator_ahead, clock_skew_warn_seconds)
+        #: Ticks from further ahead than this worker's clock wait here (see tick_gate).
+        self._gate = TickGate(tick_tolerance_seconds)
+        #: Ticks from the agent and releases of held ones never interleave.
+        self._tick_lock = asyncio.Lock()
+        #: Set when a tick is held, so the release loop starts waking every second.
+        self._holding = asyncio.Event()
         #: Exactly-once mode runs one transaction at a time on the one producer.
         self._unit_lock: contextlib.AbstractAsyncContextManager[Any] = (
             asyncio.Lock() if output.transactional else contextlib.nullcontext()
@@ -84,13 +105,30 @@ class TimerService:
     # -- partition lifecycle ------------------------------------------------------
 
     def forget_partitions(self, partitions: Iterable[int]) -> None:
-        """Drop wheels of partitions revoked or reassigned: Faust reopens their stores."""
+        """Drop wheels of partitions revoked or reassigned: Faust reopens their stores.
+
+        A tick held for one of them is dropped too: held ticks are never fired on a
+        partition this worker may no longer own, and the next tick holds again.
+        """
+        partitions = list(partitions)
+        self._gate.forget(partitions)
         for p in partitions:
             self._partitions.pop(p, None)
             self._pending.pop(p, None)
+            self._marked.pop(p, None)
             with contextlib.suppress(KeyError):  # a partition given away stops exporting it
                 self._metrics.last_tick.remove(str(p))
+            for kind in KEY_KINDS:
+                with contextlib.suppress(KeyError):
+                    self._metrics.store_keys.remove(str(p), kind)
         self._metrics.pending.set(sum(self._pending.values()))
+
+    async def revoke_partitions(self, partitions: Iterable[int]) -> None:
+        """:meth:`forget_partitions` once no tick is being fired: a release of held ticks
+        that is under way finishes before its partitions go (Faust waits for its agents
+        before a revocation, but the release loop is not an agent)."""
+        async with self._tick_lock:
+            self.forget_partitions(partitions)
 
     async def _partition(self, p: int) -> _Partition:
         part = self._partitions.get(p)
@@ -102,10 +140,13 @@ class TimerService:
             if part is None:
                 loop = asyncio.get_running_loop()
                 kv = await loop.run_in_executor(None, self._stores.open, p)
-                part = _Partition(PartitionWheel(kv), kv)
-                self._pending[p] = await loop.run_in_executor(None, part.wheel.count_pending)
+                wheel = PartitionWheel(kv, memory_seconds=self._remember, clock=self._clock)
+                part = _Partition(wheel, kv)
+                counts = await loop.run_in_executor(None, wheel.recount)
+                self._pending[p] = counts.timers
                 self._metrics.pending.set(sum(self._pending.values()))
                 self._partitions[p] = part
+                self._export_keys(p, part)
         return part
 
     # -- requests -------------------------------------------------------------------
@@ -186,6 +227,8 @@ class TimerService:
                 part.wheel.mark_fired(timer)
         self._account_fired(delivered)
         self._record_persisted()
+        for p in {record.partition for record in records}:
+            self._export_keys(p, await self._partition(p))
 
     def _cancel(self, part: _Partition, record: RawRecord, cancel: Cancel) -> None:
         outcome = part.wheel.cancel(cancel)
@@ -218,23 +261,73 @@ class TimerService:
         """Fire everything due up to each tick's second on its partition; return how many.
 
         ``ticks`` are ``(partition, second, record_timestamp, source)``; the timestamp and
-        source (the oscillator) feed the clock-skew check. Partitions are independent, so
-        their callbacks can share a flush: with one flush per partition, a worker's
-        fourth partition waited for three round trips before its own began (measured:
-        ~25 ms each, so its callbacks left ~110 ms after the second). Only the newest
-        tick per partition counts: it covers every second before it. In exactly-once
-        mode each tick is its own transaction instead.
+        source (the oscillator) feed the clock checks. A tick whose second this worker's
+        clock has not reached yet is held (:class:`~app.core.tick_gate.TickGate`): only
+        the seconds both clocks agree on fire now, and :meth:`run_tick_release` fires the
+        rest as this worker's clock reaches them. Partitions are independent, so their
+        callbacks can share a flush: with one flush per partition, a worker's fourth
+        partition waited for three round trips before its own began (measured: ~25 ms
+        each, so its callbacks left ~110 ms after the second). Only the newest tick per
+        partition counts: it covers every second before it. In exactly-once mode each
+        tick is its own transaction instead.
         """
-        for _, _, stamp, source in ticks:
+        arrived = self._clock()
+        for _, second, stamp, source in ticks:
             if stamp:
                 self._skew.observe(source, stamp)
+            self._lead.observe(source, second, arrived)
+        async with self._tick_lock:
+            now = self._clock()
+            accepted = []
+            for partition, second, _, source in ticks:
+                admitted, held = self._gate.admit(partition, second, now)
+                if held:
+                    self._metrics.ticks_held.labels(source=source).inc()
+                accepted.append((partition, admitted))
+            if self._gate.holding:
+                self._holding.set()
+            return await self._fire_accepted(accepted)
+
+    async def release_held_ticks(self) -> int:
+        """Fire, on every partition holding a tick, up to what this worker's clock allows."""
+        async with self._tick_lock:
+            released = self._gate.release(self._clock())
+            return await self._fire_accepted(list(released.items())) if released else 0
+
+    async def run_tick_release(
+        self, sleep: Callable[[float], Awaitable[object]] = asyncio.sleep
+    ) -> None:
+        """Release held ticks at each of this worker's second boundaries; run forever.
+
+        Sleeps on an event while nothing is held. The boundary is read from this worker's
+        wall clock on every round, so a clock that is stepped (NTP) is followed; waking a
+        little early only costs a round that releases nothing.
+        """
+        while True:
+            if not self._gate.holding:
+                self._holding.clear()
+                await self._holding.wait()
+                continue
+            await sleep(self._gate.seconds_to_next_release(self._clock()) + RELEASE_SLACK)
+            await self.release_held_ticks()
+
+    def held_ticks(self) -> dict[int, int]:
+        """The held tick second of each partition that has one (for status)."""
+        return self._gate.held()
+
+    def oscillator_leads(self) -> dict[str, float]:
+        """How far each oscillator heard from recently runs ahead of this worker's clock."""
+        return self._lead.leads()
+
+    async def _fire_accepted(self, accepted: Sequence[tuple[int, int]]) -> int:
+        """Fire ``(partition, second)`` pairs this worker's clock has accepted."""
         if self._output.transactional:
             fired = 0
-            for partition, second, _, _ in ticks:
+            for partition, second in accepted:
                 fired += await self._tick_in_transaction(partition, second)
             return fired
         newest: dict[int, int] = {}
-        for partition, second, _, _ in ticks:
+        for partition, second in accepted:
             newest[partition] = max(second, newest.get(partition, second))
         return await self._fire_at_least_once(newest)
 
@@ -262,7 +355,7 @@ class TimerService:
             # duplicate. A series' next occurrence is written before its fired one is
             # deleted, so a crash loses neither (finish_tick).
             part.wheel.finish_tick(second, timers, fired.successors)
-            self._ticked(partition, second, timers, fired)
+            self._ticked(partition, part, second, timers, fired)
         count = sum(len(fired.delivered) for _, _, _, _, fired in began)
         if any(timers for _, _, _, timers, _ in began):
             self._record_persisted()
@@ -321,12 +414,14 @@ class TimerService:
             fired = await self._fire_in_transaction(partition, part, second, timers)
             if fired is None:
                 return 0
-        self._ticked(partition, second, timers, fired)
+        self._ticked(partition, part, second, timers, fired)
         if timers:
             self._record_persisted()
         return len(fired.delivered)
 
-    def _ticked(self, partition: int, second: int, timers: list[Timer], fired: _Fired) -> None:
+    def _ticked(
+        self, partition: int, part: _Partition, second: int, timers: list[Timer], fired: _Fired
+    ) -> None:
         """The metrics and pending count after ``partition`` fired ``timers`` for ``second``."""
         if fired.delivered:
             self._account_fired(fired.delivered)
@@ -334,6 +429,10 @@ class TimerService:
         if ended:
             self._adjust_pending(partition, -ended)
         self._metrics.last_tick.labels(partition=str(partition)).set(second)
+        self._export_keys(partition, part)
+        if second - self._marked.get(partition, second - CAUGHT_UP_INTERVAL) >= CAUGHT_UP_INTERVAL:
+            part.kv.mark_caught_up()
+            self._marked[partition] = second
 
     async def _fire_in_transaction(
         self, partition: int, part: _Partition, second: int, timers: list[Timer]
@@ -376,6 +475,26 @@ class TimerService:
             )
             self._metrics.rejected.labels(reason=RejectReason.DELIVERY_FAILED.value).inc()
             self._output.dead_letter_timer(timer, RejectReason.DELIVERY_FAILED, error)
+
+    @staticmethod
+    def _key_counts(part: _Partition) -> dict[str, int]:
+        counts = part.wheel.counts
+        bookkeeping = sum(1 for key in BOOKKEEPING if part.kv.get(key) is not None)
+        return {
+            "pending": counts.pending,
+            "remembered": counts.remembered,
+            "bookkeeping": bookkeeping,
+        }
+
+    def _export_keys(self, partition: int, part: _Partition) -> None:
+        """Set the store-key gauges of ``partition`` from the wheel's running counts."""
+        for kind, count in self._key_counts(part).items():
+            self._metrics.store_keys.labels(str(partition), kind).set(count)
+
+    def store_keys_by_partition(self) -> dict[int, dict[str, int]]:
+        """Store keys per held partition, by kind (for status): counted once when the
+        partition loaded, then kept up to date by the wheel, never by a scan."""
+        return {p: self._key_counts(part) for p, part in self._partitions.items()}
 
     def _adjust_pending(self, partition: int, delta: int) -> None:
         self._pending[partition] = self._pending.get(partition, 0) + delta

@@ -56,6 +56,10 @@ class PartitionStore(Protocol):
         """The changelog is durable up to ``offset``: recovery may start after it."""
         ...
 
+    def mark_caught_up(self) -> None:
+        """Record, locally, that the store holds everything its changelog holds, now."""
+        ...
+
 
 class StoreFactory(Protocol):
     """Opens partition stores for the service."""

@@ -371,6 +371,62 @@ def test_the_audit_of_a_real_run_finds_no_violations(
     assert summary["lateness_overall"]["fires"] == len(expected)
 
 
+def write_before_window(h: History, t_old: int) -> set[tuple[str, str]]:
+    """Violations that happened ten days ago; returns them as (kind, id)."""
+    h.schedule("old-early", "e", t_old + 10, t_old)
+    h.fired("old-early", "e", t_old + 10, (t_old + 10) * 1000 - 300)
+    h.schedule("old-dup", "d", t_old + 11, t_old)
+    h.fired("old-dup", "d", t_old + 11, (t_old + 11) * 1000 + 5)
+    h.fired("old-dup", "d", t_old + 11, (t_old + 11) * 1000 + 900)
+    h.schedule("old-missing", "m", t_old + 12, t_old)
+    h.fired("old-orphan", "o", t_old + 13, (t_old + 13) * 1000 + 5)  # no request at all
+    return {
+        ("early", "old-early"),
+        ("duplicate", "old-dup"),
+        ("missing", "old-missing"),
+        ("unrequested_fire", "old-orphan"),
+    }
+
+
+def test_the_audit_window_judges_only_what_happened_in_it(
+    spark: Any, settings: Settings, tmp_path: Path
+) -> None:
+    now = time.time()
+    t0 = int(now) - 3600
+    t_old = int(now) - 10 * 86400
+    history = History(settings)
+    old = write_before_window(history, t_old)
+    write_clean(history, t0, now)
+    # requested 30 days ago (a long timer), fired within the window: judged on its request
+    history.schedule("long", "l", t0 + 650, int(now) - 30 * 86400)
+    history.fired("long", "l", t0 + 650, (t0 + 650) * 1000 + 40)
+    # due inside the grace at the window's end: pending, not missing
+    history.schedule("at-the-end", "z", int(now) - 30, t0)
+    # one violation inside the window
+    history.schedule("new-early", "n", t0 + 651, t0)
+    history.fired("new-early", "n", t0 + 651, (t0 + 651) * 1000 - 100)
+
+    code, summary = run_audit(settings, tmp_path / "window", "--as-of", str(now))
+
+    assert summary["since_ms"] == int((now - 7 * 86400) * 1000), "default window: 7 days"
+    assert [(v["kind"], v["id"]) for v in summary["violations"]] == [("early", "new-early")]
+    assert code == 1
+    assert summary["statuses"]["pending"] == 2  # "pending" from write_clean and at-the-end
+
+    code, summary = run_audit(settings, tmp_path / "all", "--as-of", str(now), "--since", "all")
+    assert {(v["kind"], v["id"]) for v in summary["violations"]} == old | {("early", "new-early")}
+
+    # The next day's window reports each violation once: none of the above again, but
+    # the two timers that were pending at the end of this one and became overdue in it.
+    code, summary = run_audit(
+        settings, tmp_path / "next", "--as-of", str(now + 86400), "--since", "1d"
+    )
+    assert {(v["kind"], v["id"]) for v in summary["violations"]} == {
+        ("missing", "pending"),
+        ("missing", "at-the-end"),
+    }
+
+
 @pytest.mark.fault
 def test_a_kill_9_in_the_middle_of_a_series_loses_no_occurrence_and_the_audit_is_clean(
     spark: Any, stack: Stack, tmp_path: Path

@@ -334,6 +334,11 @@ def test_status_page_in_headless_chromium_shows_what_was_scheduled(
             assert number("#total-rejected") == "2"
             assert number("#total-overdue") == "0"
             assert number("#tick-badge") == "ticking"
+            assert number("#clock-badge") == "clocks agree"
+            oscillators = page.eval_on_selector_all(
+                "#oscillator-table tbody tr", "rows => rows.map(r => r.dataset.source)"
+            )
+            assert oscillators == ["oscillator-1"]
 
             def bars(chart: str) -> dict[str, float]:
                 values: dict[str, float] = page.eval_on_selector_all(f"#{chart} rect.bar", BARS_JS)
@@ -381,3 +386,13 @@ def test_status_page_in_headless_chromium_shows_what_was_scheduled(
         finally:
             browser.close()
     assert errors == [], f"the page reported errors: {errors}"
+
+
+def test_status_data_shows_store_keys_by_kind(scene: Scene) -> None:
+    keys = data(scene)["store_keys"]
+    # two keys per pending timer; two per fired or cancelled id (index entry + expiry)
+    assert keys["pending"] == 2 * len(scene.pending)
+    assert keys["remembered"] == 2 * (len(scene.fired) + 1)
+    assert 0 < keys["bookkeeping"] <= 4 * scene.partitions
+    by_partition = data(scene)["store_keys_by_partition"]
+    assert sum(k["pending"] for k in by_partition.values()) == keys["pending"]

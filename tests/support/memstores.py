@@ -151,6 +151,7 @@ class MemoryStore(MemoryKV):
         self._output = output
         self._deferred: dict[bytes, bytes | None] | None = None
         self.persisted_offset: int | None = None
+        self.caught_up_marks = 0
 
     def get(self, key: bytes) -> bytes | None:
         if self._deferred is not None and key in self._deferred:
@@ -195,6 +196,9 @@ class MemoryStore(MemoryKV):
 
     def record_persisted(self, offset: int) -> None:
         self.persisted_offset = offset
+
+    def mark_caught_up(self) -> None:
+        self.caught_up_marks += 1
 
 
 class MemoryStores:

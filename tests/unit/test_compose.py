@@ -74,6 +74,7 @@ def _known_environment() -> set[str]:
     """Every variable :meth:`Settings.from_env` reads (what ``to_env`` writes, all set)."""
     full = replace(
         Settings(),
+        partitions=8,
         metrics_port=9100,
         security=SecuritySettings(
             protocol="SASL_SSL",
@@ -252,6 +253,8 @@ def _exported_metric_names() -> set[str]:
     worker.rejected.labels(reason="r").inc()
     worker.last_tick.labels(partition="0").set(1)
     worker.clock_skew.labels(source="oscillator-1").set(0)
+    worker.ticks_held.labels(source="oscillator-1").inc()
+    worker.oscillator_ahead.labels(source="oscillator-1").set(0)
     worker.request_lag_records.labels(partition="0").set(0)
     worker.request_lag_seconds.labels(partition="0").set(0)
     worker.request_group_lag.labels(partition="0").set(0)

@@ -1,5 +1,7 @@
+import dataclasses
+
 from app.core.firing import plan
-from app.core.keys import timer_key
+from app.core.keys import EXPIRY, timer_key
 from app.core.late import DEFAULT_POLICY, CatchUp, LatePolicy
 from app.core.recurrence import Recurrence
 from app.core.timer import Cancel, Timer
@@ -308,3 +310,47 @@ def test_a_series_due_at_once_fires_and_its_successor_is_stored() -> None:
     wheel.store_successor(successor)
     assert wheel.lookup("s") == ("pending", 101, "tok")
     assert fire_series(wheel, 101) == [("s", 2, 101)]
+
+
+def test_a_series_stays_pending_while_it_lives_then_is_remembered_and_expires() -> None:
+    """With the bounded id memory: a living series is never expired; when it ends (or is
+    cancelled) its id becomes terminal and is forgotten after the window. The running
+    key counts agree with a recount all along."""
+    kv = MemoryKV()
+    wheel = PartitionWheel(kv, memory_seconds=100, clock=lambda: 90)
+
+    def counts_agree() -> bool:
+        running = dataclasses.replace(wheel.counts)
+        return running == wheel.recount()
+
+    wheel.schedule(series_timer("s", 100, count=3))
+    wheel.schedule(series_timer("c", 100))
+    fire(wheel, 99)
+    assert fire_series(wheel, 100) == [("c", 1, 100), ("s", 1, 100)]
+    assert counts_agree()
+    assert not [k for k in kv.data if k.startswith(EXPIRY)], "nothing expires while alive"
+    # a catch-up occurrence keyed forward, a cancel while one is in flight, and the end
+    due = wheel.begin_tick(150)
+    assert due is not None
+    policy = LatePolicy(0, CatchUp.ALL)
+    successors = {}
+    for t in due:
+        nxt = plan(t, 150, 150_000, policy, budget=1).successor
+        if nxt is not None:
+            successors[t.id] = nxt
+    assert wheel.cancel(Cancel("c", "tok")) is CancelOutcome.CANCELLED
+    wheel.finish_tick(150, due, successors)
+    assert counts_agree()
+    assert fire_series(wheel, 151) == [("s", 3, 104)]  # its last occurrence, late
+    assert counts_agree()
+    assert wheel.lookup("s") == ("fired", 100, "tok") and wheel.count_pending() == 0
+    fire(wheel, 151 + 100)  # the memory window has passed
+    assert wheel.lookup("s") is None and wheel.lookup("c") is None
+    assert counts_agree()
+    # fired at once, its successor stored
+    first = series_timer("n", 250)
+    assert wheel.schedule(first).outcome is Scheduled.FIRE_NOW
+    nxt = plan(first, 251, 251_000, DEFAULT_POLICY).successor
+    assert nxt is not None
+    wheel.store_successor(nxt)
+    assert counts_agree()

@@ -1,6 +1,8 @@
 "use strict";
 const BASE = location.pathname.replace(/\/status\/?$/, "");
 const SVGNS = "http://www.w3.org/2000/svg";
+//: An oscillator this far ahead of the worker's clock is flagged (the alert's threshold).
+const AHEAD_ALERT = 1.0;
 
 function fmt(n) {
   if (n === null || n === undefined) return "–";
@@ -115,6 +117,35 @@ function render(d) {
   else if (stale.length || held.length < d.partitions_held.length) {
     badge.className = "badge bad"; badge.textContent = "NO TICKS on " + (stale.length || d.partitions_held.length - held.length) + " partition(s)";
   } else { badge.className = "badge ok"; badge.textContent = "ticking"; }
+
+  const keysBody = document.querySelector("#store-keys-table tbody");
+  keysBody.innerHTML = "";
+  const keyRows = Object.entries(d.store_keys_by_partition || {}).sort((a, b) => Number(a[0]) - Number(b[0]));
+  keyRows.push(["all", d.store_keys || {}]);
+  for (const [p, k] of keyRows) {
+    const tr = keysBody.insertRow();
+    tr.dataset.partition = p;
+    for (const v of [p === "all" ? "all" : "p" + p, fmt(k.pending), fmt(k.remembered), fmt(k.bookkeeping)])
+      tr.insertCell().textContent = v;
+  }
+  const clocks = Object.entries(d.oscillators || {});
+  const obody = document.querySelector("#oscillator-table tbody");
+  obody.innerHTML = "";
+  for (const [source, c] of clocks) {
+    const tr = obody.insertRow();
+    tr.dataset.source = source;
+    tr.dataset.ahead = String(c.ahead_seconds);
+    if (c.ahead_seconds !== null && c.ahead_seconds > AHEAD_ALERT) tr.className = "bad";
+    for (const v of [source, c.ahead_seconds === null ? "–" : c.ahead_seconds.toFixed(2) + " s", fmt(c.ticks_held)])
+      tr.insertCell().textContent = v;
+  }
+  const ahead = clocks.filter(([, c]) => c.ahead_seconds !== null && c.ahead_seconds > AHEAD_ALERT);
+  const clockBadge = document.getElementById("clock-badge");
+  if (!clocks.length) { clockBadge.className = "badge warn"; clockBadge.textContent = "clocks: no ticks"; }
+  else if (ahead.length) {
+    clockBadge.className = "badge bad";
+    clockBadge.textContent = "OSCILLATOR AHEAD: " + ahead.map(([s]) => s).join(", ");
+  } else { clockBadge.className = "badge ok"; clockBadge.textContent = "clocks agree"; }
 
   // Held partitions from this worker's reader (live), the others from the group's commits.
   const lag = Object.assign({}, d.request_group_lag || {});

@@ -1,0 +1,179 @@
+"""The configuration every topic the service creates gets, and the check of existing ones.
+
+A broker applies its own defaults to a topic created without configuration; on Apache
+Kafka that is ``cleanup.policy=delete`` after 7 days, which would drop a timer's
+changelog record a week after it was written — and with it the timer, on the next
+rebuild. So every topic is created with an explicit configuration, chosen here, and a
+topic that already exists is checked against it at start-up. Why each value is what it
+is: docs/operations.md, "Topics".
+
+Pure: no Kafka client here, so the choices and the check are unit-tested directly;
+:mod:`app.kafka.topics` does the describing and creating.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from app.core.errors import ConfigurationError
+from app.settings import Settings
+
+__all__ = [
+    "BROKER_DEFAULT_DELETE_RETENTION_MS",
+    "TopicSpec",
+    "changelog_not_compacted",
+    "check_existing",
+    "tombstone_retention_seconds",
+    "topic_specs",
+]
+
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
+
+#: Apache Kafka's ``log.cleaner.delete.retention.ms``: assumed where a broker does not
+#: say (the dev broker returns only the keys a topic was created with).
+BROKER_DEFAULT_DELETE_RETENTION_MS = DAY_MS
+
+#: The timer table's changelog: the only durable copy of every pending timer.
+CHANGELOG_CONFIG = {
+    # Keep the newest record per key for ever: a timer due in 9 years stays.
+    "cleanup.policy": "compact",
+    # Compact as soon as a segment is closed: nothing needs the old values.
+    "min.compaction.lag.ms": "0",
+    # Compaction only touches closed segments, and a rebuild reads the open one whole:
+    # roll hourly and at 100 MiB so both stay small even when traffic is light.
+    "segment.ms": str(HOUR_MS),
+    "segment.bytes": str(100 * 1024 * 1024),
+    # Clean once 10% of the log is superseded (Kafka: 50%): fired timers are deleted
+    # within seconds to days, so most of the log is soon dead; a smaller log is a
+    # faster rebuild after a lost disk or a takeover.
+    "min.cleanable.dirty.ratio": "0.1",
+    # How long a tombstone (a fired, cancelled or forgotten key) outlives compaction:
+    # a store more out of date than this is rebuilt from scratch, see
+    # app.worker.partition_store.
+    "delete.retention.ms": str(DAY_MS),
+}
+
+#: Ticks: a worker needs only the newest one, which covers every second before it.
+TICKS_CONFIG = {
+    "cleanup.policy": "delete",
+    # A worker back after all workers were down replays at most this much (and one
+    # that needs an older, deleted offset starts from the next tick and catches up).
+    "retention.ms": str(HOUR_MS),
+    # Retention removes whole closed segments: small ones keep it close to an hour.
+    "segment.ms": str(10 * 60_000),
+}
+
+#: Requests, when the service creates the topic: kept until a worker applied them.
+REQUESTS_CONFIG = {
+    "cleanup.policy": "delete",
+    # Workers apply a request within seconds; 7 days covers an outage of every worker
+    # over a long weekend, and matches how long fired and cancelled ids are remembered
+    # (KAFKA_TIMERS_REMEMBER_SECONDS), so a request that can still be read again is
+    # still recognised.
+    "retention.ms": str(7 * DAY_MS),
+}
+
+#: One audit record per fire and cancel: the audit runs daily, reruns need history.
+FIRED_CONFIG = {"cleanup.policy": "delete", "retention.ms": str(14 * DAY_MS)}
+
+#: Rejected requests: operators need time to look, fix the producer and replay.
+DLQ_CONFIG = {"cleanup.policy": "delete", "retention.ms": str(30 * DAY_MS)}
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic the service creates, and the configuration it creates it with."""
+
+    #: Topic name.
+    name: str
+    #: What it is for: ``changelog``, ``ticks``, ``requests``, ``fired``, ``dlq``.
+    role: str
+    #: Topic-level configuration given at creation.
+    config: Mapping[str, str]
+
+
+def topic_specs(settings: Settings) -> dict[str, TopicSpec]:
+    """Every service topic by name, with its configuration."""
+    t = settings.topics
+    specs = (
+        TopicSpec(t.ticks, "ticks", TICKS_CONFIG),
+        TopicSpec(t.requests, "requests", REQUESTS_CONFIG),
+        TopicSpec(t.fired, "fired", FIRED_CONFIG),
+        TopicSpec(t.dlq, "dlq", DLQ_CONFIG),
+        TopicSpec(settings.changelog_topic, "changelog", CHANGELOG_CONFIG),
+    )
+    return {spec.name: spec for spec in specs}
+
+
+def fix_command(settings: Settings, topic: str, setting: str) -> str:
+    """The ``kafka-configs`` command that sets ``setting`` (``name=value``) on ``topic``."""
+    return (
+        f"kafka-configs --bootstrap-server {settings.bootstrap_servers} --alter "
+        f"--entity-type topics --entity-name {topic} --add-config {setting}"
+    )
+
+
+def changelog_not_compacted(settings: Settings, described: Mapping[str, str]) -> str | None:
+    """Why the existing changelog must not be used (one line, with the fix), or None.
+
+    Only ``cleanup.policy=compact`` keeps a timer for years: ``delete`` (Apache Kafka's
+    default, assumed when the broker does not say) drops it after the retention, and
+    ``compact,delete`` too. Never altered silently: the operator decides.
+    """
+    topic = settings.changelog_topic
+    policy = described.get("cleanup.policy")
+    if policy is not None and policy.replace(" ", "") == "compact":
+        return None
+    shown = (
+        f"cleanup.policy={policy}" if policy is not None else "no cleanup.policy (broker default)"
+    )
+    return (
+        f"changelog topic {topic!r} has {shown}, not compact: the broker would delete "
+        f"pending timers once they are older than its retention. Fix it with: "
+        f"{fix_command(settings, topic, 'cleanup.policy=compact')}"
+    )
+
+
+def check_existing(
+    settings: Settings, described: Mapping[str, Mapping[str, str]]
+) -> tuple[str | None, list[str]]:
+    """Judge the configuration of service topics that already existed.
+
+    ``described`` maps a topic name to its configuration as the broker describes it.
+    Returns the one fatal problem (a changelog that is not compacted), if any, and one
+    warning per other setting that differs from what the service would have created.
+    A setting the broker does not report is not judged (it may be a broker default).
+    """
+    specs = topic_specs(settings)
+    fatal = None
+    warnings = []
+    for name, config in described.items():
+        spec = specs.get(name)
+        if spec is None:
+            continue
+        if spec.role == "changelog":
+            fatal = changelog_not_compacted(settings, config)
+        for key, wanted in spec.config.items():
+            actual = config.get(key)
+            if actual is None or actual == wanted:
+                continue
+            if spec.role == "changelog" and key == "cleanup.policy":
+                continue  # judged above
+            warnings.append(
+                f"topic {name!r} ({spec.role}) has {key}={actual}; kafka-timers creates it "
+                f"with {key}={wanted} (see docs/operations.md, Topics). To align it: "
+                f"{fix_command(settings, name, f'{key}={wanted}')}"
+            )
+    return fatal, warnings
+
+
+def tombstone_retention_seconds(described: Mapping[str, str]) -> float:
+    """How long the changelog keeps a tombstone after compaction, seconds."""
+    raw = described.get("delete.retention.ms")
+    try:
+        ms = int(raw) if raw is not None else BROKER_DEFAULT_DELETE_RETENTION_MS
+    except ValueError as exc:
+        raise ConfigurationError(f"changelog delete.retention.ms={raw!r} is not a number") from exc
+    return ms / 1000

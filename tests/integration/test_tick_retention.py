@@ -1,0 +1,92 @@
+"""The tick topic keeps one hour: a worker whose tick offset is gone still catches up.
+
+On Apache Kafka a worker (group) away for longer than the tick topic's retention comes
+back to a committed offset that no longer exists (OFFSET_OUT_OF_RANGE: the consumer
+resets to the oldest tick kept). The dev broker has no retention and no DeleteRecords,
+so the test does what has the same effect there: the tick topic is deleted and created
+again while the worker is down, which removes the group's committed offsets with it
+(Kafka does the same). Whatever tick the worker then reads first covers every second
+before it: everything due in its absence fires at once, exactly once, none early.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+
+from app.kafka.config import confluent_common
+from app.kafka.topic_config import topic_specs
+from app.kafka.topics import describe_topic_configs, ensure_topics, partition_count
+from tests.support.faults import FireWatch, deliberate_fault_window, schedule_spread
+from tests.support.stack import Stack
+from tests.support.waiting import wait_until
+
+FIRE_TIMEOUT = 120.0
+
+
+def committed_tick_offsets(stack: Stack) -> dict[int, int]:
+    """The workers' group's committed offsets on the tick topic (absent ones left out)."""
+    settings = stack.settings
+    admin = AdminClient(confluent_common(settings))
+    request = ConsumerGroupTopicPartitions(
+        settings.app_id,
+        [TopicPartition(settings.topics.ticks, p) for p in range(settings.partition_count)],
+    )
+    result = admin.list_consumer_group_offsets([request])[settings.app_id].result(15)
+    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
+
+
+def test_a_worker_whose_tick_offset_is_gone_catches_up_from_the_next_tick(
+    stack: Stack,
+) -> None:
+    settings = stack.settings
+    ticks = settings.topics.ticks
+    assert describe_topic_configs(settings, [ticks])[ticks] == dict(
+        topic_specs(settings)[ticks].config
+    )
+    callbacks = stack.callback_topic("tick-retention-callbacks")
+    oscillator = stack.oscillator()
+    worker = stack.worker("worker-1")
+    watch = FireWatch(settings, callbacks)
+    now = int(time.time())
+    warm = schedule_spread(settings, callbacks, 16, now, now, prefix="warm")
+    watch.wait(lambda w: w.fired_ids() >= set(warm), FIRE_TIMEOUT, "the worker to start firing")
+    # due while the worker is away, and after it is back
+    absent = schedule_spread(settings, callbacks, 400, now + 8, now + 20, prefix="gone")
+    later = schedule_spread(settings, callbacks, 80, now + 45, now + 50, prefix="later")
+    wait_until(
+        lambda: len(committed_tick_offsets(stack)) == settings.partition_count,
+        30,
+        "the worker to commit tick offsets",
+    )
+    assert worker.stop() == 0
+    assert oscillator.stop() == 0  # a running producer would re-create the topic
+
+    admin = AdminClient(confluent_common(settings))
+    admin.delete_topics([ticks])[ticks].result(15)
+    wait_until(lambda: partition_count(settings, ticks) is None, 30, "the tick topic to go")
+    ensure_topics(settings, [ticks])
+    assert committed_tick_offsets(stack) == {}, "the group's tick offsets went with the topic"
+    last_absent = max(p.due for p in absent.values())
+    deliberate_fault_window(max(0.0, last_absent + 1 - time.time()))  # all of them now due
+
+    # the same worker, on its own RocksDB directory, as after a long absence
+    stack.worker("worker-1", loglevel="info", data_dir=stack.base_dir / "worker-1", log_name="w1b")
+    stack.oscillator("oscillator-2")
+    everything = {**warm, **absent, **later}
+    watch.wait(lambda w: w.fired_ids() >= set(everything), FIRE_TIMEOUT, "every timer to fire")
+    watch.poll(1.0)
+    fires = watch.fires()
+    counts = Counter(f.id for f in fires)
+    assert counts == Counter(dict.fromkeys(everything, 1)), "lost or fired twice"
+    early = [f for f in fires if f.fired_at_ms < everything[f.id].due * 1000]
+    assert early == []
+    restart_fires = [f for f in fires if f.id in absent]
+    # caught up from the first tick it read: within seconds of its start, together
+    spread_ms = max(f.fired_at_ms for f in restart_fires) - min(
+        f.fired_at_ms for f in restart_fires
+    )
+    assert spread_ms < 5000, f"the backlog took {spread_ms} ms to fire"

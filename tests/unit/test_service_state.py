@@ -1,0 +1,89 @@
+"""The worker's state stays O(pending): store keys by kind, through the service.
+
+On memory stores and a fake output (see tests/unit/test_service.py): ids are forgotten
+a window after their fire or cancel, the store-key gauge follows every change, and each
+partition's store is marked caught up as ticks arrive.
+"""
+
+from __future__ import annotations
+
+from app.core.keys import REQUEST_OFFSET, WATERMARK
+from app.core.policy import RequestPolicy
+from app.worker.service import CAUGHT_UP_INTERVAL, TimerService
+from tests.unit.test_service import NOW, Harness
+
+WINDOW = 100
+
+
+def harness() -> Harness:
+    h = Harness()
+    h.service = TimerService(
+        policy=RequestPolicy.build(
+            allow_patterns=(".*",),
+            own_topics=("ticks", "requests", "fired", "dlq"),
+            app_id="kt",
+            max_payload_bytes=1000,
+            horizon_seconds=86400,
+        ),
+        output=h.output,
+        metrics=h.metrics,
+        stores=h.stores,
+        clock=h.clock,
+        remember_seconds=WINDOW,
+    )
+    return h
+
+
+def gauge(h: Harness, partition: int, kind: str) -> float:
+    value: float = h.metrics.store_keys.labels(str(partition), kind)._value.get()
+    return value
+
+
+def test_store_keys_by_kind_follow_fires_and_the_window() -> None:
+    h = harness()
+    h.requests(*(h.schedule(f"t{i}", NOW + 1) for i in range(10)), h.cancel("never"))
+    assert h.service.store_keys_by_partition() == {
+        0: {"pending": 20, "remembered": 2, "bookkeeping": 1}  # R
+    }
+    assert gauge(h, 0, "pending") == 20
+    h.tick(NOW + 1)
+    assert gauge(h, 0, "pending") == 0
+    assert gauge(h, 0, "remembered") == 22
+    assert gauge(h, 0, "bookkeeping") == 2  # R and W
+    h.tick(NOW + WINDOW)  # the cancel (at NOW, before any tick) expires
+    assert gauge(h, 0, "remembered") == 20
+    h.tick(NOW + 1 + WINDOW)
+    assert gauge(h, 0, "remembered") == 0
+    store = h.stores.stores[0]
+    assert set(store.data) == {REQUEST_OFFSET, WATERMARK}
+    # what a compacted changelog keeps: nothing but the bookkeeping (the last tombstones
+    # are produced, not yet flushed: idle ticks do not wait for acknowledgements)
+    newest: dict[bytes, bytes | None] = {}
+    for _, key, value in h.output.durable.changelog + h.output.pending.changelog:
+        newest[key] = value
+    assert {k for k, v in newest.items() if v is not None} == {REQUEST_OFFSET, WATERMARK}
+
+
+def test_a_reloaded_partition_counts_its_keys_once_and_goes_on() -> None:
+    h = harness()
+    h.requests(h.schedule("a", NOW + 1), h.schedule("b", NOW + 50))
+    h.tick(NOW + 1)
+    h.service.forget_partitions([0])
+    h.tick(NOW + 2)  # reloaded: counted from the store
+    assert h.service.store_keys_by_partition()[0] == {
+        "pending": 2,
+        "remembered": 2,
+        "bookkeeping": 2,
+    }
+
+
+def test_stores_are_marked_caught_up_as_ticks_arrive() -> None:
+    h = harness()
+    h.requests(h.schedule("a", NOW + 500))
+    store = h.stores.stores[0]
+    h.tick(NOW)
+    assert store.caught_up_marks == 1
+    h.tick(NOW + CAUGHT_UP_INTERVAL - 1)
+    assert store.caught_up_marks == 1
+    h.tick(NOW + CAUGHT_UP_INTERVAL)
+    assert store.caught_up_marks == 2
