@@ -121,7 +121,7 @@ def test_a_six_field_cron_fires_on_its_seconds(stack: Stack) -> None:
 def test_with_the_oscillators_stopped_skip_after_skips_and_the_default_fires_late(
     stack: Stack,
 ) -> None:
-    topic = stack.callback_topic("late-callbacks")
+    topic = stack.callback_topic("skip-after-callbacks")
     oscillator = stack.oscillator()
     stack.worker()
     client = TimerClient(stack.settings)
