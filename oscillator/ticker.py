@@ -105,17 +105,9 @@ class Oscillator:
             on_delivery: Callable[[KafkaError | None, Message], None] = self._on_delivery
             if probe and p == 0:  # the broker's clock, where it stamps records (at start)
                 on_delivery = functools.partial(self._on_probe_delivery, sent_ms)
-            # Stamped with the clock that decided the second had come (librdkafka would
-            # stamp it a moment later from a clock we do not control): the worker's
-            # clock-skew check then compares its clock with exactly that one.
-            self._producer.produce(
-                self._topic,
-                value,
-                key,
-                partition=p,
-                timestamp=sent_ms,
-                on_delivery=on_delivery,
-            )
+            # The record timestamp is librdkafka's: the clock that decided the second had
+            # come is ``sent_ms`` in the value, which the worker's clock check reads.
+            self._producer.produce(self._topic, value, key, partition=p, on_delivery=on_delivery)
         if probe:
             # At start only: have the probe's delivery report (and the broker's stamp) now,
             # before another oscillator's tick lands behind it.

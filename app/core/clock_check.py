@@ -1,13 +1,14 @@
-"""Clock sanity: how far this process's clock is from the clocks stamping its input.
+"""Clock sanity: how far this process's clock is from the oscillators' clocks.
 
 A tick for second S is sent when the oscillator's clock reaches S, and the worker fires
 S only once its own clock has reached S too (:mod:`app.core.tick_gate`): a wrong clock
 on one side makes timers late, never early. Two checks make a wrong clock visible.
 
-:class:`ClockSkewMonitor` compares the worker's clock with the timestamp of each tick
-record (set by the oscillator's Kafka client, or by the broker under LogAppendTime).
+:class:`ClockSkewMonitor` compares the worker's clock with the time each tick was sent
+by its oscillator's clock (``sent_ms`` in our ticks; the record timestamp for ticks
+that do not say).
 
-``local now - record timestamp`` is the clock offset plus the delivery delay, and a
+``local now - sent time`` is the clock offset plus the delivery delay, and a
 backlog of old ticks (a worker starting, or catching up) only makes it larger. So the
 estimate is the *minimum* over a sliding window: delays and backlogs come and go, a
 clock offset stays. A negative estimate means the source's clock is ahead of ours —
@@ -60,7 +61,7 @@ class ClockSkewMonitor:
         self._newest: dict[str, float] = {}
         self._estimate: dict[str, float] = {}
 
-    def observe(self, source: str, record_timestamp: float) -> float:
+    def observe(self, source: str, sent: float) -> float:
         """Record one observation; return the current estimate in seconds.
 
         A tick older than one already seen from the same source is a backlog (a worker
@@ -70,15 +71,15 @@ class ClockSkewMonitor:
         so the backlog that follows is not taken for skew either.
         """
         now = self._clock()
-        if record_timestamp < self._newest.get(source, record_timestamp):
+        if sent < self._newest.get(source, sent):
             return self._estimate[source]
-        self._newest[source] = record_timestamp
+        self._newest[source] = sent
         window = self._window.setdefault(source, deque())
         while window and window[0][0] < now - WINDOW:
             window.popleft()
         if not window:
             self._first_seen[source] = now
-        window.append((now, now - record_timestamp))
+        window.append((now, now - sent))
         skew = self._estimate[source] = min(s for _, s in window)
         self._gauge.labels(source=source).set(skew)
         # A positive estimate may still be a start-up backlog until a full window passed.

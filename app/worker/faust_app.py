@@ -88,12 +88,19 @@ def _tick_second(event: Any) -> int | None:
         return None
 
 
-def _tick_source(event: Any) -> str:
-    """The oscillator that sent a tick (our ticks say so in their JSON value)."""
+def _tick_origin(event: Any) -> tuple[str, float | None]:
+    """Which oscillator sent a tick, and its clock when it did (epoch seconds).
+
+    Our ticks say both in their JSON value (``oscillator``, ``sent_ms``). Other
+    oscillators (the article's send ``"1"``) fall back to the record timestamp.
+    """
+    stamp = event.message.timestamp
     try:
-        return str(json.loads(event.value)["oscillator"])
-    except (ValueError, KeyError, TypeError):
-        return "unknown"
+        doc = json.loads(event.value)
+        sent = doc.get("sent_ms")
+        return str(doc["oscillator"]), sent / 1000 if isinstance(sent, int) else stamp
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return "unknown", stamp
 
 
 #: RocksDB memory per partition. Faust's defaults (64 MiB write buffers x3 and a 2 GiB
@@ -325,7 +332,8 @@ def build_worker(
                     )
                     continue
                 message = event.message
-                ticks.append((message.partition, second, message.timestamp, _tick_source(event)))
+                source, sent = _tick_origin(event)
+                ticks.append((message.partition, second, sent, source))
             try:
                 await service.handle_ticks(ticks)
             except DeliveryFailure as exc:

@@ -91,7 +91,7 @@ class WorkerMetrics:
         )
         self.clock_skew = Gauge(
             "kafka_timers_clock_skew_seconds",
-            "Local clock minus the record timestamp of the newest tick, per tick source.",
+            "Local clock minus the send time of the newest tick, per tick source.",
             ["source"],
             registry=r,
         )

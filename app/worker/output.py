@@ -133,13 +133,10 @@ class OutputProducer:
         partition: int | None = None,
         headers: HeaderList | None = None,
         on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
-        timestamp_ms: int | None = None,
     ) -> None:
         kwargs: dict[str, Any] = {"key": key, "value": value}
         if partition is not None:
             kwargs["partition"] = partition
-        if timestamp_ms is not None:
-            kwargs["timestamp"] = timestamp_ms
         if headers:
             kwargs["headers"] = headers
         if on_delivery is not None:
@@ -156,10 +153,11 @@ class OutputProducer:
     ) -> None:
         """Produce ``timer``'s callback and its audit record on the fired topic.
 
-        The callback's record timestamp is ``fired_at_ms``, the worker's own fire time,
-        the same as its ``timer-fired-at`` header: what a receiver reads as "when did it
-        fire" is one number, whichever it looks at (left to librdkafka, the timestamp
-        would be a few ms later and taken from a clock the worker does not control).
+        ``timer-fired-at`` is the worker's fire time. The record timestamp is left to
+        librdkafka (the same system clock in production, a moment later): a timestamp
+        set from the process's own clock would be refused by brokers that bound how far
+        ahead a timestamp may be (Kafka 4's ``message.timestamp.after.max.ms``, 1 hour)
+        when a test moves that clock, and would add nothing in production.
         A series occurrence also carries ``timer-seq``, and ``timer-coalesced`` when the
         ``coalesce`` policy folded earlier occurrences into it.
         """
@@ -185,7 +183,6 @@ class OutputProducer:
             timer.key,
             headers=headers,
             on_delivery=delivered,
-            timestamp_ms=fired_at_ms,
         )
         audit = FiredRecord.fired(
             timer,

@@ -260,15 +260,17 @@ class TimerService:
     async def handle_ticks(self, ticks: Sequence[tuple[int, int, float | None, str]]) -> int:
         """Fire everything due up to each tick's second on its partition; return how many.
 
-        ``ticks`` are ``(partition, second, record_timestamp, source)``; the timestamp and
-        source (the oscillator) feed the clock checks. A tick whose second this worker's
-        clock has not reached yet is held (:class:`~app.core.tick_gate.TickGate`): only
-        the seconds both clocks agree on fire now, and :meth:`run_tick_release` fires the
-        rest as this worker's clock reaches them. Partitions are independent, so their
-        callbacks can share a flush: with one flush per partition, a worker's fourth
-        partition waited for three round trips before its own began (measured: ~25 ms
-        each, so its callbacks left ~110 ms after the second). Only the newest tick per
-        partition counts: it covers every second before it. In exactly-once mode each
+        ``ticks`` are ``(partition, second, sent, source)``; ``sent`` (the oscillator's
+        clock when it sent the tick, epoch s: the record timestamp for ticks that do not
+        say) and ``source`` (the oscillator) feed the clock checks. A tick whose second
+        this worker's clock has not reached yet is held
+        (:class:`~app.core.tick_gate.TickGate`): only the seconds both clocks agree on
+        fire now, and :meth:`run_tick_release` fires the rest as this worker's clock
+        reaches them. Partitions are independent, so their callbacks can share a flush:
+        with one flush per partition, a worker's fourth partition waited for three round
+        trips before its own began (measured: ~25 ms each, so its callbacks left ~110 ms
+        after the second). Only the newest tick per partition counts: it covers every
+        second before it. In exactly-once mode each
         tick is its own transaction instead.
         """
         arrived = self._clock()

@@ -89,9 +89,8 @@ def test_timers_fire_at_their_second_on_moved_clocks(stack: Stack, offset: int) 
         ticks = tick_reader.read_to_end()
     read_real_ms = int(time.time() * 1000)
     assert ticks, "the oscillator ticked"
-    for tick in ticks:  # on the moved clock, stamped with it: no clock skew for the worker
+    for tick in ticks:  # sent on the moved clock, which the value says
         sent_ms = json.loads(tick.value or b"{}")["sent_ms"]
-        assert tick.timestamp_ms == sent_ms
         assert int(tick.key or b"0") * 1000 <= sent_ms
         assert sent_real_ms - 120_000 <= sent_ms - offset * 1000 <= read_real_ms
     for record in callbacks:
@@ -99,4 +98,6 @@ def test_timers_fire_at_their_second_on_moved_clocks(stack: Stack, offset: int) 
         fired_at = int(record.header("timer-fired-at") or 0)
         assert record.header("timer-due") == str(timer.due).encode()
         assert fired_at >= timer.due * 1000, "callback stamped before its second"
-        assert record.timestamp_ms == fired_at, "record timestamp = the worker's fire time"
+        # The record timestamp is librdkafka's, on real time: a broker may refuse one
+        # set from a moved clock (Kafka 4 bounds future timestamps to an hour).
+        assert sent_real_ms <= record.timestamp_ms <= read_real_ms
