@@ -1,0 +1,1 @@
+"""For development only: the embedded dev broker, real child processes, the demo."""
