@@ -1,9 +1,11 @@
-"""Burst: 200,000 timers due in the same second with 2 workers.
+"""Burst: 1,000,000 timers due in the same second with 2 workers.
 
 The timers are keyed by id like the client keys them, so they spread over the
 partitions by hash; each partition's worker fires its share when that second's tick
-arrives. Reported: time from the due second to the last callback, and each partition's
-share of the burst (from the audit records, which name the partition and worker).
+arrives. Reported: time from the due second to the last callback delivered (readable by
+a consumer: taken from the consumer here, polled every 50 ms; the last one's record
+timestamp, when it was produced, is kept too), and each partition's share of the burst
+(from the audit records, which name the partition and worker).
 Beside them, how long the same burst would take at this run's Faust passthrough rate
 and at the raw librdkafka rate, split over the same two workers.
 
@@ -25,13 +27,10 @@ from bench.report import Figure, fmt_seconds
 from bench.scan import TopicFollower, read_topic, timestamp_ms
 from bench.stack import wait_serving
 from bench.stats import rate
+from bench.targets import BURST_SECONDS, BURST_SHARE
 
 __all__ = ["run"]
 
-#: Targets: every timer fired within this many seconds of its due second...
-TARGET_SECONDS = 15.0
-#: ...and no partition carrying more than this multiple of its fair share.
-TARGET_SHARE = 2.0
 #: Ingest rate assumed per worker when this run has not measured one (requests/s).
 FALLBACK_INGEST = 3_000.0
 WORKERS = 2
@@ -61,19 +60,20 @@ def run(ctx: RunContext) -> ScenarioResult:
         load.send(TimerSpec(timer_id, due) for timer_id in timer_ids("burst", count))
         load.flush()
         stored_at = None
+        next_check = 0.0
         with TopicFollower(stack.settings, callbacks, timestamp_ms) as follower:
             while len(follower.items) < count:
-                if (
-                    stored_at is None
-                    and sum(w.metric("kafka_timers_scheduled_total") for w in workers) >= count
-                ):
-                    stored_at = time.time()
+                if stored_at is None and time.monotonic() >= next_check:
+                    next_check = time.monotonic() + 0.5  # the workers' metrics, not too often
+                    if sum(w.metric("kafka_timers_scheduled_total") for w in workers) >= count:
+                        stored_at = time.time()
                 if time.time() > due + 120:
                     raise TimeoutError(f"{len(follower.items):,} of {count:,} fired by due+120s")
-                follower.poll(0.2)
+                follower.poll(0.05)
             stamps = follower.items
+            arrived = follower.arrived
         audits = [a for a in read_topic(stack.settings, stack.settings.topics.fired, _audit) if a]
-    last = max(stamps) / 1000 - due
+    last = max(arrived) - due
     by_partition = Counter(p for _, p, _, _ in audits)
     by_worker = Counter(w for _, _, w, _ in audits)
     finish = {
@@ -88,7 +88,8 @@ def run(ctx: RunContext) -> ScenarioResult:
         "lead_seconds": lead,
         "stored_before_due": stored_at is not None and stored_at < due,
         "stored_seconds_before_due": (due - stored_at) if stored_at else None,
-        "last_fire_after_due_seconds": last,
+        "last_delivered_after_due_seconds": last,
+        "last_fire_after_due_seconds": max(stamps) / 1000 - due,
         "first_fire_after_due_seconds": min(stamps) / 1000 - due,
         "partition_share": shares,
         "partition_finish_seconds": finish,
@@ -104,11 +105,11 @@ def run(ctx: RunContext) -> ScenarioResult:
         figures=[
             Figure(
                 "burst",
-                f"{count:,} due in one second, 2 workers: last fired after{note}",
+                f"{count:,} due in one second, 2 workers: last delivered after{note}",
                 fmt_seconds(last),
                 "; ".join(baseline),
-                f"≤ {TARGET_SECONDS:.0f} s",
-                last <= TARGET_SECONDS and bool(detail["stored_before_due"]),
+                f"≤ {BURST_SECONDS:.0f} s",
+                last <= BURST_SECONDS and bool(detail["stored_before_due"]),
                 value=last,
                 detail=detail,
             ),
@@ -117,8 +118,8 @@ def run(ctx: RunContext) -> ScenarioResult:
                 "largest partition share",
                 f"{worst:.2f}x fair",
                 "fair share 1.00x; " + " ".join(f"{shares[p]:.2f}" for p in sorted(shares)),
-                f"≤ {TARGET_SHARE:.0f}x fair",
-                worst <= TARGET_SHARE,
+                f"≤ {BURST_SHARE}x fair",
+                worst <= BURST_SHARE,
                 value=worst,
             ),
             Figure(
