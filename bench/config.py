@@ -28,12 +28,12 @@ class BenchConfig:
     #: Records for the raw confluent-kafka produce/consume baseline.
     raw_records: int = 200_000
     #: Events for the Faust passthrough baseline.
-    faust_events: int = 40_000
+    faust_events: int = 20_000
     #: Requests preloaded for the ingest scenario; all due in one second, they are then
     #: the bucket the fire figure makes due. The scale-out scenario gives each of its two
     #: workers as many.
     ingest_requests: int = 200_000
-    #: Requests of each of the series scenario's six rounds.
+    #: Requests of each of the series scenario's four rounds.
     series_requests: int = 50_000
     #: Timers due per second, and for how many seconds, in the steady scenario.
     steady_rate: int = 10_000
@@ -52,9 +52,9 @@ class BenchConfig:
     recovery_pending: int = 100_000
     #: Timers fired in the state scenario, timers left pending beside them, and how
     #: long fired ids are remembered there (seconds; 7 days in production).
-    state_fired: int = 200_000
+    state_fired: int = 100_000
     state_pending: int = 10_000
-    state_window: int = 20
+    state_window: int = 10
 
     def with_sizes(self, **changes: object) -> BenchConfig:
         """A copy with some sizes changed; unknown names raise ``TypeError``."""

@@ -1,6 +1,6 @@
 """State: what a worker keeps after many timers fired — O(pending), not O(history).
 
-One worker (and one oscillator) is given ``state_fired`` timers (200,000 in the full
+One worker (and one oscillator) is given ``state_fired`` timers (100,000 in the full
 run) due within a minute or so, and ``state_pending`` due next week. Every fired id is
 remembered for a window (here ``state_window`` seconds, 7 days in production) and then
 forgotten: removed from RocksDB and tombstoned in the changelog. Measured:
@@ -49,11 +49,11 @@ def run(ctx: RunContext) -> ScenarioResult:
         callbacks = stack.topic("state-callbacks")
         load = RequestLoad(stack, callbacks)
         # Due once the worker has had time to start and store them all (at this run's
-        # ingest rate, with a margin), spread over 20 s or more: the fire path, not one
+        # ingest rate, with a margin), spread over 10 s or more: the fire path, not one
         # giant bucket.
         per_second = ctx.baselines.ingest or FALLBACK_INGEST
         first_due = int(time.time() + 15 + 1.5 * (fired_count + pending_count) / per_second)
-        spread = max(20, fired_count // 20_000)
+        spread = max(10, fired_count // 20_000)
         load.send(
             TimerSpec(timer_id, first_due + i % spread)
             for i, timer_id in enumerate(timer_ids("fired", fired_count))

@@ -24,7 +24,7 @@ from bench.load import RequestLoad, TimerSpec
 from bench.probes import BoundaryProbe, EchoResponder, echo_lateness
 from bench.procstat import cpu_seconds
 from bench.report import Figure, fmt_count, fmt_ms
-from bench.scan import TopicFollower, header, read_topic, timestamp_ms
+from bench.scan import TopicFollower, header, timestamp_ms
 from bench.stack import wait_serving
 from bench.stats import summarize
 from bench.targets import STEADY_MAX, STEADY_P99
@@ -93,21 +93,21 @@ def run(ctx: RunContext) -> ScenarioResult:
         probe.start()
         load.start()
         try:
-            with TopicFollower(stack.settings, callbacks, timestamp_ms) as follower:
+            with TopicFollower(stack.settings, callbacks, _callback) as follower:
                 follower.wait_for_count(total, cfg.steady_seconds + 60, "steady callbacks")
-            load.join(10)
-            if load.error is not None:
-                raise load.error
-            follower_done = time.monotonic()
-            cpu = {
-                w.name: (cpu_seconds(w.pid) - cpu_before[w.name]) / (follower_done - began)
-                for w in workers
-            }
+                load.join(10)
+                if load.error is not None:
+                    raise load.error
+                follower_done = time.monotonic()
+                cpu = {
+                    w.name: (cpu_seconds(w.pid) - cpu_before[w.name]) / (follower_done - began)
+                    for w in workers
+                }
+                follower.poll(1.0)  # a duplicate of the last second's would arrive by now
+                fired = follower.items
         finally:
             probe.stop()
             echo.stop()
-        time.sleep(1.0)  # a duplicate of the last second's callbacks would arrive by now
-        fired = read_topic(stack.settings, callbacks, _callback)
         ticks = oscillator_precision.read_ticks(stack.settings, first - LEAD_SECONDS, last)
         echoes = echo_lateness(stack.settings, echo_topic)
     first_fire: dict[str, float] = {}
