@@ -17,6 +17,7 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
+from bench import readme
 from bench.config import FULL, QUICK
 from bench.context import RunContext, ScenarioResult
 from bench.machine import describe, summary_line
@@ -25,18 +26,21 @@ from bench.report import Figure, render, render_markdown
 __all__ = ["SCENARIOS", "main"]
 
 #: Every scenario (name: module with a ``run(ctx)``) in the order it runs: baselines
-#: first; the burst after ingest (it sizes its lead time from this run's ingest rate).
-#: ``ingest`` also measures fire, and ``steady`` the oscillator, under that load.
+#: first; scale-out right after ingest (its one-worker figure is also ingest's); the
+#: burst after ingest (it sizes its lead time from this run's ingest rate). ``ingest``
+#: also measures fire, ``steady`` the oscillator under that load, and ``capacity`` idle
+#: CPU and memory.
 SCENARIOS: dict[str, str] = {
     "baseline-raw": "bench.baseline_raw",
     "baseline-faust": "bench.baseline_faust",
     "ingest": "bench.ingest",  # and fire, on the bucket ingest stored
+    "scaleout": "bench.scaleout",
     "series": "bench.series",  # the same for recurring timers, set beside ingest's figures
     "steady": "bench.steady",
     "burst": "bench.burst",
-    "capacity": "bench.capacity",
+    "capacity": "bench.capacity",  # and idle, and memory at 10,000,000 pending
     "state": "bench.state",
-    "recovery": "bench.recovery",
+    "restarts": "bench.restarts",  # rolling restart and kill -9 (was: recovery)
 }
 
 
@@ -51,7 +55,7 @@ RESULTS_DIR = Path(__file__).parent / "results"
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument(
-        "--quick", action="store_true", help="small sizes: a ~2-minute smoke run of every path"
+        "--quick", action="store_true", help="small sizes: a ~4-minute smoke run of every path"
     )
     parser.add_argument(
         "--only",
@@ -71,6 +75,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="override one size of the config, e.g. --set steady_seconds=30 (repeatable)",
     )
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
+    parser.add_argument(
+        "--readme",
+        action="store_true",
+        help="write the table into README.md and docs/performance.md (between their markers)",
+    )
     return parser.parse_args(argv)
 
 
@@ -137,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     (args.results_dir / "latest.md").write_text(render_markdown(figures) + "\n")
     print(f"results: {path}")
+    if args.readme:
+        for changed in readme.update_files(json.loads(path.read_text()), readme.FILES_PATHS):
+            print(f"updated {changed}")
     return 0
 
 

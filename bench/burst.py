@@ -1,19 +1,24 @@
-"""Burst: 200,000 timers due in the same second with 2 workers.
+"""Burst: 1,000,000 timers due in the same second with 2 workers.
 
 The timers are keyed by id like the client keys them, so they spread over the
 partitions by hash; each partition's worker fires its share when that second's tick
-arrives. Reported: time from the due second to the last callback, and each partition's
-share of the burst (from the audit records, which name the partition and worker).
+arrives. Reported: time from the due second to the last callback delivered (readable by
+a consumer: taken from the consumer here, polled every 50 ms; the last one's record
+timestamp, when it was produced, is kept too), and each partition's share of the burst:
+callbacks per partition of the callback topic, which is keyed by timer id like the
+request topic, so a callback's partition is its request's (the audit records say the
+same, at the price of a million JSON records to read back).
 Beside them, how long the same burst would take at this run's Faust passthrough rate
 and at the raw librdkafka rate, split over the same two workers.
 
 The due second is set far enough ahead that both workers have stored every timer
-before it comes (estimated from this run's ingest rate; checked, and reported if not).
+before it comes (estimated from this run's two-worker storing rate, from the scale-out
+scenario; checked, and reported if not: a timer stored after its second fires at once,
+one request batch at a time, which is not a burst).
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 
@@ -22,33 +27,29 @@ from confluent_kafka import Message
 from bench.context import RunContext, ScenarioResult
 from bench.load import RequestLoad, TimerSpec, timer_ids
 from bench.report import Figure, fmt_seconds
-from bench.scan import TopicFollower, read_topic, timestamp_ms
+from bench.scan import TopicFollower, timestamp_ms
 from bench.stack import wait_serving
 from bench.stats import rate
+from bench.targets import BURST_SECONDS, BURST_SHARE
 
 __all__ = ["run"]
 
-#: Targets: every timer fired within this many seconds of its due second...
-TARGET_SECONDS = 15.0
-#: ...and no partition carrying more than this multiple of its fair share.
-TARGET_SHARE = 2.0
 #: Ingest rate assumed per worker when this run has not measured one (requests/s).
 FALLBACK_INGEST = 3_000.0
 WORKERS = 2
 
 
-def _audit(msg: Message) -> tuple[str, int, str, int] | None:
-    record = json.loads(msg.value() or b"{}")
-    if record.get("event") != "fired":
-        return None
-    return record["id"], record["partition"], record["worker"], record["fired_at_ms"]
+def _callback(msg: Message) -> tuple[int, int]:
+    return msg.partition() or 0, timestamp_ms(msg)
 
 
 def run(ctx: RunContext) -> ScenarioResult:
     cfg = ctx.config
     count = cfg.burst_timers
-    per_worker = ctx.baselines.ingest or FALLBACK_INGEST
-    lead = 10 + 1.5 * count / (WORKERS * per_worker)
+    group_rate = ctx.baselines.ingest_two_workers or WORKERS * (
+        ctx.baselines.ingest or FALLBACK_INGEST
+    )
+    lead = 15 + 1.5 * count / group_rate
     with ctx.stack("burst") as stack:
         callbacks = stack.topic("burst-callbacks")
         stack.oscillator("oscillator-1")
@@ -61,24 +62,26 @@ def run(ctx: RunContext) -> ScenarioResult:
         load.send(TimerSpec(timer_id, due) for timer_id in timer_ids("burst", count))
         load.flush()
         stored_at = None
-        with TopicFollower(stack.settings, callbacks, timestamp_ms) as follower:
+        next_check = 0.0
+        with TopicFollower(stack.settings, callbacks, _callback) as follower:
             while len(follower.items) < count:
-                if (
-                    stored_at is None
-                    and sum(w.metric("kafka_timers_scheduled_total") for w in workers) >= count
-                ):
-                    stored_at = time.time()
+                if stored_at is None and time.monotonic() >= next_check:
+                    next_check = time.monotonic() + 0.5  # the workers' metrics, not too often
+                    if sum(w.metric("kafka_timers_scheduled_total") for w in workers) >= count:
+                        stored_at = time.time()
                 if time.time() > due + 120:
                     raise TimeoutError(f"{len(follower.items):,} of {count:,} fired by due+120s")
-                follower.poll(0.2)
-            stamps = follower.items
-        audits = [a for a in read_topic(stack.settings, stack.settings.topics.fired, _audit) if a]
-    last = max(stamps) / 1000 - due
-    by_partition = Counter(p for _, p, _, _ in audits)
-    by_worker = Counter(w for _, _, w, _ in audits)
-    finish = {
-        p: max(f for _, q, _, f in audits if q == p) / 1000 - due for p in sorted(by_partition)
-    }
+                follower.poll(0.05)
+            follower.poll(1.0)  # anything extra (a duplicate) would show here
+            fired = follower.items
+            arrived = follower.arrived
+        fired_by_worker = {w.name: w.metric("kafka_timers_fired_total") for w in workers}
+    last = max(arrived) - due
+    stamps = [stamp for _, stamp in fired]
+    by_partition = Counter(p for p, _ in fired)
+    finish: dict[int, float] = {}
+    for p, stamp in fired:
+        finish[p] = max(finish.get(p, 0.0), stamp / 1000 - due)
     fair = count / cfg.partitions
     shares = {p: by_partition.get(p, 0) / fair for p in range(cfg.partitions)}
     worst = max(shares.values())
@@ -88,11 +91,13 @@ def run(ctx: RunContext) -> ScenarioResult:
         "lead_seconds": lead,
         "stored_before_due": stored_at is not None and stored_at < due,
         "stored_seconds_before_due": (due - stored_at) if stored_at else None,
-        "last_fire_after_due_seconds": last,
+        "last_delivered_after_due_seconds": last,
+        "last_fire_after_due_seconds": max(stamps) / 1000 - due,
         "first_fire_after_due_seconds": min(stamps) / 1000 - due,
         "partition_share": shares,
-        "partition_finish_seconds": finish,
-        "worker_share": {w: n / count for w, n in by_worker.items()},
+        "callbacks": len(fired),
+        "partition_finish_seconds": dict(sorted(finish.items())),
+        "worker_share": {w: n / count for w, n in fired_by_worker.items()},
     }
     baseline = []
     if ctx.baselines.faust_passthrough:
@@ -104,11 +109,11 @@ def run(ctx: RunContext) -> ScenarioResult:
         figures=[
             Figure(
                 "burst",
-                f"{count:,} due in one second, 2 workers: last fired after{note}",
+                f"{count:,} due in one second, 2 workers: last delivered after{note}",
                 fmt_seconds(last),
                 "; ".join(baseline),
-                f"≤ {TARGET_SECONDS:.0f} s",
-                last <= TARGET_SECONDS and bool(detail["stored_before_due"]),
+                f"≤ {BURST_SECONDS:.0f} s",
+                last <= BURST_SECONDS and bool(detail["stored_before_due"]),
                 value=last,
                 detail=detail,
             ),
@@ -117,8 +122,8 @@ def run(ctx: RunContext) -> ScenarioResult:
                 "largest partition share",
                 f"{worst:.2f}x fair",
                 "fair share 1.00x; " + " ".join(f"{shares[p]:.2f}" for p in sorted(shares)),
-                f"≤ {TARGET_SHARE:.0f}x fair",
-                worst <= TARGET_SHARE,
+                f"≤ {BURST_SHARE}x fair",
+                worst <= BURST_SHARE,
                 value=worst,
             ),
             Figure(

@@ -23,8 +23,11 @@ class Baselines:
     raw_consume: float | None = None
     #: A plain Faust agent forwarding each event with ``await topic.send`` (events/s).
     faust_passthrough: float | None = None
-    #: Requests per second one worker stored in this run (sizes the burst's lead time).
+    #: Requests per second one worker stored in this run (sizes lead times).
     ingest: float | None = None
+    #: Requests per second two workers stored together in this run (the scale-out
+    #: scenario; sizes the burst's lead time).
+    ingest_two_workers: float | None = None
 
 
 @dataclass

@@ -81,6 +81,27 @@ class RequestLoad:
         self._producer: Producer = stack.producer(**{"linger.ms": 20, "batch.num.messages": 10000})
         self.sent = 0
 
+    def encode(self, specs: Iterable[TimerSpec]) -> list[tuple[bytes, bytes]]:
+        """``(key, value)`` of each spec's request, for :meth:`send_encoded`: a scenario
+        that must produce a backlog as fast as possible encodes it first."""
+        callback_topic = self._callback_topic
+        return [(spec.id.encode(), request_record(spec, callback_topic)) for spec in specs]
+
+    def send_encoded(self, records: Iterable[tuple[bytes, bytes]]) -> int:
+        """Queue encoded requests (keyed: the partitioner places them), as fast as it can."""
+        produce, poll, topic = self._producer.produce, self._producer.poll, self._topic
+        count = 0
+        for key, value in records:
+            while True:
+                try:
+                    produce(topic, value, key)
+                    break
+                except BufferError:
+                    poll(0.01)  # the local queue is full: let deliveries drain first
+            count += 1
+        self.sent += count
+        return count
+
     def send(self, specs: Iterable[TimerSpec]) -> int:
         """Queue a request per spec (waiting when librdkafka's queue is full)."""
         produce, poll = self._producer.produce, self._producer.poll

