@@ -176,9 +176,7 @@ def tune_fetcher(app: faust.App, *, fetch_max_wait_ms: int, read_committed: bool
     return True
 
 
-async def take_events_when_ready(
-    stream: Any, max_: int, within: float
-) -> AsyncIterator[list[Any]]:
+async def take_events_when_ready(stream: Any, max_: int, within: float) -> AsyncIterator[list[Any]]:
     """Faust's ``Stream.take_events(max_, within)``, asleep while no event arrives.
 
     Faust's version waits for a full buffer with a timeout of ``within`` in a loop, so
