@@ -4,10 +4,7 @@
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 import uuid
 from typing import Any
@@ -25,6 +22,7 @@ from app.dev.stack import wait_until_firing
 from app.kafka.config import confluent_producer
 from app.kafka.records import TopicReader
 from app.settings import Settings
+from tests.support.cli import run_cli
 from tests.support.probes import start_probed
 from tests.support.stack import Stack, fired_ids
 from tests.support.waiting import wait_until
@@ -32,20 +30,6 @@ from tests.support.waiting import wait_until
 #: Generous: 2 shared cores; a cancel is answered in ~50 ms here when the machine is idle.
 ANSWER_WAIT = "30"
 FIRE_TIMEOUT = 60.0
-
-
-def run_cli(
-    settings: Settings, *args: str, timeout: float = 90
-) -> subprocess.CompletedProcess[str]:
-    """The real ``kafka-timers`` command, configured through its environment only."""
-    return subprocess.run(
-        [sys.executable, "-m", "app", *args],
-        env={**os.environ, **settings.to_env()},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def firing_client(stack: Stack, topic: str) -> TimerClient:

@@ -10,9 +10,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import replace
@@ -28,24 +25,11 @@ from app.kafka.topics import describe_topic_configs, ensure_topics, partition_co
 from app.settings import Settings
 from tests.conftest import fresh_settings
 from tests.support.broker import BrokerInfo
+from tests.support.cli import run_cli
 from tests.support.stack import fired_ids, running_stack
 from tests.support.waiting import wait_until
 
 FIRE_TIMEOUT = 90.0
-
-
-def run_cli(
-    settings: Settings, *args: str, timeout: float = 60.0
-) -> subprocess.CompletedProcess[str]:
-    """``kafka-timers <args>`` as its own process, stdout and stderr apart."""
-    return subprocess.run(
-        [sys.executable, "-m", "app", *args],
-        env={**os.environ, **settings.to_env()},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def assert_created_as_specified(settings: Settings) -> None:

@@ -7,15 +7,11 @@ import sys
 
 import pytest
 
+from tests.support.cli import run_cli as run_support_cli
+
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_support_cli(None, *args)
 
 
 @pytest.mark.parametrize(

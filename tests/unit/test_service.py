@@ -43,7 +43,7 @@ class Clock:
 class Harness:
     """A service on memory stores, plus helpers to feed it requests and ticks."""
 
-    def __init__(self, *, transactional: bool = False) -> None:
+    def __init__(self, *, transactional: bool = False, **service_options: Any) -> None:
         self.clock = Clock()
         self.output = FakeOutput(transactional=transactional)
         self.stores = MemoryStores(self.output)
@@ -60,6 +60,7 @@ class Harness:
             metrics=self.metrics,
             stores=self.stores,
             clock=self.clock,
+            **service_options,
         )
         self._offsets: dict[int, int] = {}
 
@@ -372,15 +373,7 @@ def test_all_fires_every_missed_occurrence() -> None:
 
 
 def test_the_service_default_policy_applies_where_a_timer_names_none() -> None:
-    h = Harness()
-    h.service = TimerService(
-        policy=h.service._policy,
-        output=h.output,
-        metrics=h.metrics,
-        stores=h.stores,
-        clock=h.clock,
-        late_policy=LatePolicy.parse("skip-after 10s, all"),
-    )
+    h = Harness(late_policy=LatePolicy.parse("skip-after 10s, all"))
     h.requests(h.schedule("plain", NOW + 1), h.one_shot("own", NOW + 1, "fire"))
     h.clock.now = NOW + 30
     h.tick(NOW + 30)

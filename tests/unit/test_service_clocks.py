@@ -13,7 +13,6 @@ from collections.abc import Sequence
 
 import pytest
 
-from app.worker.service import TimerService
 from tests.unit.test_service import NOW, Harness, run
 
 
@@ -92,15 +91,7 @@ def test_a_worker_clock_behind_fires_late_by_its_lag_never_early() -> None:
 
 
 def test_the_tolerance_lets_ticks_that_far_ahead_fire_at_once() -> None:
-    h = Harness()
-    h.service = TimerService(
-        policy=h.service._policy,
-        output=h.output,
-        metrics=h.metrics,
-        stores=h.stores,
-        clock=h.clock,
-        tick_tolerance_seconds=0.5,
-    )
+    h = Harness(tick_tolerance_seconds=0.5)
     h.clock.now = NOW + 0.6
     h.requests(h.schedule("a", NOW + 1))
     assert tick_at(h, NOW + 1) == 1

@@ -8,30 +8,14 @@ partition's store is marked caught up as ticks arrive.
 from __future__ import annotations
 
 from app.core.keys import REQUEST_OFFSET, WATERMARK
-from app.core.policy import RequestPolicy
-from app.worker.service import CAUGHT_UP_INTERVAL, TimerService
+from app.worker.service import CAUGHT_UP_INTERVAL
 from tests.unit.test_service import NOW, Harness
 
 WINDOW = 100
 
 
 def harness() -> Harness:
-    h = Harness()
-    h.service = TimerService(
-        policy=RequestPolicy.build(
-            allow_patterns=(".*",),
-            own_topics=("ticks", "requests", "fired", "dlq"),
-            app_id="kt",
-            max_payload_bytes=1000,
-            horizon_seconds=86400,
-        ),
-        output=h.output,
-        metrics=h.metrics,
-        stores=h.stores,
-        clock=h.clock,
-        remember_seconds=WINDOW,
-    )
-    return h
+    return Harness(remember_seconds=WINDOW)
 
 
 def gauge(h: Harness, partition: int, kind: str) -> float:
