@@ -1,7 +1,8 @@
 """Every use of a private Faust or aiokafka attribute, behind one door.
 
 Faust exposes no public way to do a few things the worker needs: shorten the fetch
-wait, read committed records only, reach a table partition's RocksDB, move recovery's
+wait, read committed records only, open a table partition's RocksDB with the worker's
+options (on every open, not only the first) and reach it, move recovery's
 starting offsets after the worker caught a changelog up itself, send LeaveGroup in
 generation 0 (the leader first), recover from the dev broker's departed group leader,
 take a stream's events in batches without waking while none arrive, and list the
@@ -25,10 +26,12 @@ from typing import Any
 
 import aiokafka.errors
 import faust
+import rocksdict
 from aiokafka.consumer.fetcher import READ_COMMITTED, Fetcher
 from aiokafka.consumer.group_coordinator import BaseCoordinator, GroupCoordinator
 from aiokafka.protocol.admin import DescribeGroupsRequest
 from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
+from faust.stores.rocksdb import RocksDBOptions
 from faust.stores.rocksdb import Store as RocksDBStore
 from faust.streams import Stream
 from faust.tables.recovery import Recovery
@@ -153,10 +156,57 @@ async def _rejoin_as_departed_leader(self: Any, request: Any, leader: str) -> No
         await client.send(node, LeaveGroupRequest(self.group_id, leader))
 
 
+#: Faust's own ``RocksDBOptions.open``, which :func:`_open_partition_db` replaces.
+_FAUST_ROCKSDB_OPEN = RocksDBOptions.open
+
+
+def _open_partition_db(self: Any, path: Any, *, read_only: bool = False) -> Any:
+    """Faust's ``RocksDBOptions.open`` (rocksdict), with the options applied on every open.
+
+    Two fixes to how Faust opens a partition's store:
+
+    * **Options on reopen.** rocksdict opens an *existing* database with the column-family
+      options saved in its OPTIONS file unless ``column_families`` is given, and a block
+      cache cannot be saved in a file: every restarted worker's partitions had rocksdict's
+      default 8 MiB cache instead of the 2 MiB asked for (+48 MB RSS per worker, measured),
+      and no change to the options ever reached an existing store. Passing the default
+      column family's options makes them apply.
+    * **Index and filters in the bounded cache.** With Faust's binary-search index, the
+      index and filter blocks of every table file stay in memory outside the cache, so RSS
+      grew with pending (+29 MB from 1M to 10M). A two-level (partitioned) index and
+      partitioned filters, held in the block cache with only their top level pinned,
+      keep RSS flat in pending (measured: 101-103 MB at 1M, 102-104 MB at 10M) with index
+      lookups as fast as before (8.7 µs). Files written before keep their format until
+      compaction rewrites them.
+    """
+    if not self.use_rocksdict:
+        return _FAUST_ROCKSDB_OPEN(self, path, read_only=read_only)
+    options = self.as_options()
+    table = rocksdict.BlockBasedOptions()
+    table.set_bloom_filter(self.bloom_filter_size, True)
+    table.set_block_cache(rocksdict.Cache(self.block_cache_size))
+    table.set_index_type(rocksdict.BlockBasedIndexType.two_level_index_search())
+    table.set_partition_filters(True)
+    table.set_cache_index_and_filter_blocks(True)
+    table.set_pin_top_level_index_and_filter(True)
+    options.set_block_based_table_factory(table)
+    access = (
+        rocksdict.AccessType.read_write()
+        if self.ttl is None
+        else rocksdict.AccessType.with_ttl(self.ttl)
+    )
+    db = rocksdict.Rdict(
+        str(path), options=options, column_families={"default": options}, access_type=access
+    )
+    db.set_read_options(rocksdict.ReadOptions())
+    return db
+
+
 def apply_patches() -> None:
-    """Install the worker's patches of aiokafka (idempotent; called at worker start)."""
+    """Install the worker's patches of aiokafka and Faust (idempotent; called at worker start)."""
     GroupCoordinator._maybe_leave_group = _maybe_leave_group  # type: ignore[method-assign]
     GroupCoordinator._send_req = _send_req  # type: ignore[method-assign]
+    RocksDBOptions.open = _open_partition_db  # type: ignore[method-assign]
 
 
 def tune_fetcher(app: faust.App, *, fetch_max_wait_ms: int, read_committed: bool) -> bool:
@@ -297,6 +347,7 @@ def missing_internals() -> list[str]:
     class_attrs: tuple[tuple[type, tuple[str, ...]], ...] = (
         (GroupCoordinator, ("_maybe_leave_group", "_send_req", "reset_generation")),
         (RocksDBStore, ("_db_for_partition",)),
+        (RocksDBOptions, ("open", "as_options")),
         (
             Stream,
             (
@@ -330,6 +381,7 @@ def missing_internals() -> list[str]:
         (JoinGroupRequest, ("_protocol_type", "_group_protocols", "_member_id")),
         (Fetcher, ("_fetch_max_wait_ms", "_isolation_level")),
         (Recovery, ("active_offsets",)),
+        (RocksDBOptions, ("use_rocksdict", "bloom_filter_size", "block_cache_size", "ttl")),
         (Stream, ("_processors", "channel")),
     )
     for cls, attrs in class_attrs:
