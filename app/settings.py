@@ -27,6 +27,8 @@ TEN_YEARS = 10 * 365 * 86400 + 3 * 86400
 DEFAULT_PARTITIONS = 8
 #: How long fired and cancelled ids are remembered by default (7 days).
 SEVEN_DAYS = 7 * 86400
+#: Longest tick fetch wait accepted (ms): well inside the consumer's request timeout.
+MAX_TICK_FETCH_WAIT_MS = 10_000
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,12 @@ class Settings:
     session_timeout: float = 6.0
     #: Consumer-group heartbeat interval, seconds.
     heartbeat_interval: float = 1.0
+    #: Longest a worker's fetch of ticks waits at the broker when none has come, in
+    #: milliseconds. On Apache Kafka a waiting fetch returns as soon as a record arrives,
+    #: so a long wait (500) costs no lateness and lets an idle worker fetch twice a
+    #: second instead of 20 times. The dev broker looks for records at halving intervals
+    #: during the wait, so there a tick can wait up to half of it: the default suits both.
+    tick_fetch_wait_ms: int = 50
     #: Exactly-once firing through Kafka transactions (needs broker support).
     exactly_once: bool = False
     #: Clock skew against broker timestamps that is logged as a warning, seconds.
@@ -191,6 +199,7 @@ class Settings:
             PREFIX + "HORIZON_SECONDS": str(self.horizon_seconds),
             PREFIX + "SESSION_TIMEOUT": str(self.session_timeout),
             PREFIX + "HEARTBEAT_INTERVAL": str(self.heartbeat_interval),
+            PREFIX + "TICK_FETCH_WAIT_MS": str(self.tick_fetch_wait_ms),
             PREFIX + "EXACTLY_ONCE": "true" if self.exactly_once else "false",
             PREFIX + "CLOCK_SKEW_WARN_SECONDS": str(self.clock_skew_warn_seconds),
             PREFIX + "TICK_TOLERANCE_SECONDS": str(self.tick_tolerance_seconds),
@@ -271,6 +280,7 @@ class Settings:
             horizon_seconds=number("HORIZON_SECONDS", int, defaults.horizon_seconds),
             session_timeout=number("SESSION_TIMEOUT", float, defaults.session_timeout),
             heartbeat_interval=number("HEARTBEAT_INTERVAL", float, defaults.heartbeat_interval),
+            tick_fetch_wait_ms=number("TICK_FETCH_WAIT_MS", int, defaults.tick_fetch_wait_ms),
             exactly_once=(get("EXACTLY_ONCE") or "false").lower() in ("1", "true", "yes"),
             clock_skew_warn_seconds=number(
                 "CLOCK_SKEW_WARN_SECONDS", float, defaults.clock_skew_warn_seconds
@@ -285,6 +295,11 @@ class Settings:
         )
         if settings.partitions is not None and settings.partitions < 1:
             raise ConfigurationError(f"{PREFIX}PARTITIONS must be at least 1")
+        if not 1 <= settings.tick_fetch_wait_ms <= MAX_TICK_FETCH_WAIT_MS:
+            raise ConfigurationError(
+                f"{PREFIX}TICK_FETCH_WAIT_MS must be from 1 to {MAX_TICK_FETCH_WAIT_MS} "
+                "(milliseconds a fetch of ticks may wait at the broker)"
+            )
         if settings.remember_seconds < 1:
             raise ConfigurationError(f"{PREFIX}REMEMBER_SECONDS must be at least 1")
         if not 0 <= settings.tick_tolerance_seconds < 60:

@@ -131,9 +131,11 @@ GROUP_LAG_INTERVAL = 5.0
 #: Exit status when writes could not be made durable (EX_SOFTWARE): restart the worker.
 EXIT_UNDURABLE = 70
 
-#: Longest a fetch may wait at the broker for new records, in milliseconds. Faust fixes
-#: aiokafka's at 1,500 ms; a tick that lands while a fetch waits can then sit at the
-#: broker until the wait ends (measured here: up to ~330 ms of added lateness).
+#: Longest the request reader's fetch may wait at the broker for new records, in
+#: milliseconds. librdkafka reports a partition's end (and so an assignment's backlog
+#: read) only after a fetch at the end has waited this long. The tick fetch wait is
+#: ``Settings.tick_fetch_wait_ms``: Faust fixes aiokafka's at 1,500 ms, and on the dev
+#: broker a tick that lands while a fetch waits can sit there up to half the wait.
 FETCH_MAX_WAIT_MS = 50
 
 
@@ -380,7 +382,9 @@ def build_worker(
         # Recovery may rewrite the stores of newly assigned partitions: reload lazily.
         service.forget_partitions({tp.partition for tp in assigned})
         if not tune_fetcher(
-            app, fetch_max_wait_ms=FETCH_MAX_WAIT_MS, read_committed=settings.exactly_once
+            app,
+            fetch_max_wait_ms=settings.tick_fetch_wait_ms,
+            read_committed=settings.exactly_once,
         ):
             if settings.exactly_once:
                 raise RuntimeError("cannot switch Faust's consumer to read_committed")
