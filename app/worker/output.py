@@ -260,17 +260,33 @@ class OutputProducer:
         self._produce(self._dlq_topic, timer.value, timer.key, headers=headers)
 
     def changelog(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
-        """Write one table change to the changelog partition that mirrors ``partition``."""
+        """Write one table change to the changelog partition that mirrors ``partition``.
 
-        def delivered(err: KafkaError | None, msg: Message) -> None:
-            if err is not None:
-                self._changelog_errors.append(str(err))
-            else:
-                offset = msg.offset()
-                if offset is not None and offset > self.changelog_acked.get(partition, -1):
-                    self.changelog_acked[partition] = offset
+        Two of these per stored timer make this the hottest produce: positional
+        arguments and one bound delivery callback (no closure, no kwargs dict per
+        record) cost about a third of :meth:`_produce`'s way. A full local queue takes
+        :meth:`_produce`'s wait-and-retry.
+        """
+        try:
+            self._producer.produce(topic, value, key, partition, self._changelog_delivered)
+        except BufferError:
+            self._produce(
+                topic, value, key, partition=partition, on_delivery=self._changelog_delivered
+            )
 
-        self._produce(topic, value, key, partition=partition, on_delivery=delivered)
+    def _changelog_delivered(self, err: KafkaError | None, msg: Message) -> None:
+        """Note a changelog record's fate; its partition is the table partition it mirrors."""
+        if err is not None:
+            self._changelog_errors.append(str(err))
+            return
+        offset = msg.offset()
+        partition = msg.partition()
+        if (
+            offset is not None
+            and partition is not None
+            and offset > self.changelog_acked.get(partition, -1)
+        ):
+            self.changelog_acked[partition] = offset
 
     # -- waiting ----------------------------------------------------------------
 
