@@ -176,6 +176,11 @@ _CANCELLED_EARLIER = Accepted(Scheduled.CANCELLED_EARLIER)
 _DUPLICATE = Accepted(Scheduled.DUPLICATE)
 
 
+#: Stands for "a pending entry" where only the state of the replaced entry matters
+#: (:meth:`PartitionWheel._terminal`'s key counts).
+_WAS_PENDING = _IndexEntry(_PENDING, 0, "")
+
+
 def _pending_entry(due: int, token: str) -> bytes:
     """``_IndexEntry(_PENDING, due, token).encode()`` without building the dataclass."""
     return b"P%012d" % due + token.encode()
@@ -417,16 +422,13 @@ class PartitionWheel:
         on: it replaces the fired one (and its index entry stays ``P``). A series
         without one has ended.
         """
+        kv = self._kv
         for timer in fired:
             slot = self._slots.get((timer.id, timer.due), timer.due)
             key = timer_key(slot, timer.id)
-            index = self._index(timer.id)
-            current = (
-                index is not None
-                and index.state == _PENDING
-                and index.due == slot
-                and index.token == timer.token
-            )
+            # Still the entry this occurrence was stored with, compared as bytes (the
+            # entry is always written by _pending_entry): no decode per fired timer.
+            current = kv.get(index_key(timer.id)) == _pending_entry(slot, timer.token)
             # else a reschedule or cancel while it was being delivered already removed it
             successor = successors.get(timer.id) if current and successors else None
             if successor is not None:
@@ -442,7 +444,7 @@ class PartitionWheel:
                 # A one-shot timer, or a series that ended: terminal, remembered for the
                 # window under its version's due second, then expired.
                 entry = _IndexEntry(_FIRED, timer.version_due, timer.token)
-                self._terminal(timer.id, entry, was=index)
+                self._terminal(timer.id, entry, was=_WAS_PENDING)
         self._sweep(second)
         persisted = self._persisted_through
         if fired or persisted is None or second - persisted >= WATERMARK_PERSIST_INTERVAL:

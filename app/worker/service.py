@@ -376,8 +376,13 @@ class TimerService:
         for partition, part, second, timers, fired in began:
             # The forgetting rides with the next flush; lost in a crash, it means a
             # duplicate. A series' next occurrence is written before its fired one is
-            # deleted, so a crash loses neither (finish_tick).
-            part.wheel.finish_tick(second, timers, fired.successors)
+            # deleted, so a crash loses neither (finish_tick). Locally it is one write
+            # per partition (a RocksDB WriteBatch), so a crash keeps all of it or none.
+            part.kv.defer_local_writes()
+            try:
+                part.wheel.finish_tick(second, timers, fired.successors)
+            finally:
+                part.kv.apply_deferred()
             self._ticked(partition, part, second, timers, fired)
         count = sum(len(fired.delivered) for _, _, _, _, fired in began)
         if any(timers for _, _, _, timers, _ in began):

@@ -15,7 +15,7 @@ import pytest
 
 from app.core import protowire
 from app.core.errors import RejectReason
-from app.core.keys import REQUEST_OFFSET, timer_key
+from app.core.keys import REQUEST_OFFSET, index_key, timer_key
 from app.core.late import LatePolicy
 from app.core.policy import RequestPolicy
 from app.core.request_format import RawRecord
@@ -178,6 +178,10 @@ def test_a_tick_fires_what_is_due_and_forgets_it_only_after_delivery() -> None:
     assert h.tick(NOW + 2) == 2
     assert h.fired() == ["a", "b"]
     assert h.stores.stores[0].get(timer_key(NOW + 1, "a")) is None
+    # Forgotten in the store itself (the tick's writes are applied at once, not held).
+    assert h.stores.stores[0]._deferred is None
+    assert MemoryKV.get(h.stores.stores[0], timer_key(NOW + 2, "b")) is None
+    assert MemoryKV.get(h.stores.stores[0], index_key("b")) is not None  # remembered
     assert h.pending() == 1
     assert h.tick(NOW + 2) == 0  # the same second again, from a second oscillator
     assert h.fired() == ["a", "b"]
