@@ -27,7 +27,7 @@ from app.core.request_format import RawRecord, parse_request
 from app.core.tick_gate import TickGate
 from app.core.timer import Cancel, Timer
 from app.core.wheel import DEFAULT_MEMORY_SECONDS, CancelOutcome, PartitionWheel, Scheduled
-from app.worker.metrics import WorkerMetrics
+from app.worker.metrics import WorkerMetrics, observe_many
 from app.worker.output import DeliveryFailure, Output, TransactionAborted
 from app.worker.stores import PartitionStore, StoreFactory
 
@@ -492,11 +492,20 @@ class TimerService:
         failures = self._output.take_failures()
         refused = {t.id for t, _ in failures}
         now = self._clock()
+        # Counted per callback topic and per due second (timers of one second share their
+        # lateness), then added once each: a label lookup and an observe per timer cost
+        # ~2.5 µs of a fire's ~40.
+        by_topic: dict[str, int] = {}
+        by_due: dict[int, int] = {}
         for timer in timers:
-            if timer.id in refused:
+            if refused and timer.id in refused:
                 continue
-            self._metrics.fired.labels(callback_topic=timer.topic).inc()
-            self._metrics.lateness.observe(max(0.0, now - timer.due))
+            by_topic[timer.topic] = by_topic.get(timer.topic, 0) + 1
+            by_due[timer.due] = by_due.get(timer.due, 0) + 1
+        for topic, n in by_topic.items():
+            self._metrics.fired.labels(callback_topic=topic).inc(n)
+        for due, n in by_due.items():
+            observe_many(self._metrics.lateness, max(0.0, now - due), n)
         for timer, error in failures:
             log.error(
                 "callback of timer %s to %s refused by the broker: %s", timer.id, timer.topic, error
