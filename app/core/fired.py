@@ -25,7 +25,14 @@ from typing import Any
 
 from app.core.timer import Timer
 
-__all__ = ["FIRED_RECORD_DDL", "FiredKind", "FiredRecord", "SkipReason"]
+__all__ = [
+    "FIRED_RECORD_DDL",
+    "FiredKind",
+    "FiredRecord",
+    "SkipReason",
+    "fired_json",
+    "json_string",
+]
 
 
 class FiredKind(str, Enum):
@@ -190,6 +197,33 @@ class FiredRecord:
             return cls(**values)
         except (KeyError, TypeError) as exc:
             raise ValueError(f"not a fired-topic record: {exc}") from exc
+
+
+#: JSON-escapes a string exactly as ``json.dumps`` does (``ensure_ascii``).
+json_string = json.encoder.encode_basestring_ascii
+
+
+def fired_json(
+    timer: Timer, *, partition: int, worker_json: str, fired_at_ms: int, coalesced: int = 0
+) -> bytes:
+    """``FiredRecord.fired(timer, ...).to_json()``, byte for byte, without the record.
+
+    This runs once per callback, where building the record and ``json.dumps`` cost about
+    5 µs and this 0.5. The keys are in :class:`FiredRecord`'s order; ``worker_json`` is
+    the worker id already escaped with :data:`json_string`. A unit test pins the equality
+    (escapes, unicode, series fields).
+    """
+    text = (
+        f'{{"event": "fired", "id": {json_string(timer.id)}, '
+        f'"token": {json_string(timer.token)}, "partition": {partition}, '
+        f'"worker": {worker_json}, "due": {timer.due}, "fired_at_ms": {fired_at_ms}, '
+        f'"topic": {json_string(timer.topic)}'
+    )
+    if timer.seq:
+        text += f', "seq": {timer.seq}'
+    if coalesced:
+        text += f', "coalesced": {coalesced}'
+    return (text + "}").encode()
 
 
 #: The record's fields, in order (the JSON's keys).

@@ -167,6 +167,25 @@ class Accepted:
     replaced: bool = False
 
 
+#: Outcomes are immutable, so :meth:`PartitionWheel.schedule` hands out shared ones.
+_STORED_NEW = Accepted(Scheduled.STORED, False)
+_STORED_REPLACED = Accepted(Scheduled.STORED, True)
+_FIRE_NOW_NEW = Accepted(Scheduled.FIRE_NOW, False)
+_FIRE_NOW_REPLACED = Accepted(Scheduled.FIRE_NOW, True)
+_CANCELLED_EARLIER = Accepted(Scheduled.CANCELLED_EARLIER)
+_DUPLICATE = Accepted(Scheduled.DUPLICATE)
+
+
+#: Stands for "a pending entry" where only the state of the replaced entry matters
+#: (:meth:`PartitionWheel._terminal`'s key counts).
+_WAS_PENDING = _IndexEntry(_PENDING, 0, "")
+
+
+def _pending_entry(due: int, token: str) -> bytes:
+    """``_IndexEntry(_PENDING, due, token).encode()`` without building the dataclass."""
+    return b"P%012d" % due + token.encode()
+
+
 class CancelOutcome(str, Enum):
     """What a cancel did; reported on the fired topic so the audit can tell."""
 
@@ -224,18 +243,20 @@ class PartitionWheel:
         For a series, "fire it now" means its first occurrence; the caller then stores
         the next one with :meth:`store_successor`.
         """
-        index = self._index(timer.id)
+        ikey = index_key(timer.id)
+        raw = self._kv.get(ikey)
+        index = _IndexEntry.decode(raw) if raw is not None else None
         replaced = False
         counts = self.counts
         if index is not None:
             if index.state == _CANCELLED and index.token == timer.token:
-                return Accepted(Scheduled.CANCELLED_EARLIER)
+                return _CANCELLED_EARLIER
             if (
                 index.state == _FIRED
                 and index.token == timer.token
                 and index.due == timer.version_due
             ):
-                return Accepted(Scheduled.DUPLICATE)
+                return _DUPLICATE
             if index.state == _PENDING:
                 self._kv.delete(timer_key(index.due, timer.id))
                 counts.timers -= 1
@@ -243,11 +264,11 @@ class PartitionWheel:
                 replaced = True
         if self.ticked_through is not None and timer.due <= self.ticked_through:
             if replaced:
-                self._kv.delete(index_key(timer.id))
+                self._kv.delete(ikey)
                 counts.pending -= 1
-            return Accepted(Scheduled.FIRE_NOW, replaced)
+            return _FIRE_NOW_REPLACED if replaced else _FIRE_NOW_NEW
         self._kv.put(timer_key(timer.due, timer.id), pack_timer(timer))
-        self._kv.put(index_key(timer.id), _IndexEntry(_PENDING, timer.due, timer.token).encode())
+        self._kv.put(ikey, _pending_entry(timer.due, timer.token))
         counts.timers += 1
         counts.pending += 1
         if index is None:
@@ -255,7 +276,7 @@ class PartitionWheel:
         elif index.state != _PENDING:  # a new version of a remembered id: pending again
             counts.remembered -= 1
             counts.pending += 1
-        return Accepted(Scheduled.STORED, replaced)
+        return _STORED_REPLACED if replaced else _STORED_NEW
 
     def cancel(self, cancel: Cancel) -> CancelOutcome:
         """Remove the pending timer ``cancel.id`` if the token matches."""
@@ -321,9 +342,7 @@ class PartitionWheel:
         # occurrence that fires, never an index entry that points nowhere. (Key counts
         # are the caller's: in finish_tick one timer key replaces another.)
         self._kv.put(timer_key(slot, occurrence.id), pack_timer(occurrence))
-        self._kv.put(
-            index_key(occurrence.id), _IndexEntry(_PENDING, slot, occurrence.token).encode()
-        )
+        self._kv.put(index_key(occurrence.id), _pending_entry(slot, occurrence.token))
 
     def _terminal(self, timer_id: str, entry: _IndexEntry, was: _IndexEntry | None) -> None:
         """Write the terminal index ``entry`` of ``timer_id`` and the key that expires it.
@@ -403,16 +422,13 @@ class PartitionWheel:
         on: it replaces the fired one (and its index entry stays ``P``). A series
         without one has ended.
         """
+        kv = self._kv
         for timer in fired:
             slot = self._slots.get((timer.id, timer.due), timer.due)
             key = timer_key(slot, timer.id)
-            index = self._index(timer.id)
-            current = (
-                index is not None
-                and index.state == _PENDING
-                and index.due == slot
-                and index.token == timer.token
-            )
+            # Still the entry this occurrence was stored with, compared as bytes (the
+            # entry is always written by _pending_entry): no decode per fired timer.
+            current = kv.get(index_key(timer.id)) == _pending_entry(slot, timer.token)
             # else a reschedule or cancel while it was being delivered already removed it
             successor = successors.get(timer.id) if current and successors else None
             if successor is not None:
@@ -428,7 +444,7 @@ class PartitionWheel:
                 # A one-shot timer, or a series that ended: terminal, remembered for the
                 # window under its version's due second, then expired.
                 entry = _IndexEntry(_FIRED, timer.version_due, timer.token)
-                self._terminal(timer.id, entry, was=index)
+                self._terminal(timer.id, entry, was=_WAS_PENDING)
         self._sweep(second)
         persisted = self._persisted_through
         if fired or persisted is None or second - persisted >= WATERMARK_PERSIST_INTERVAL:

@@ -27,7 +27,7 @@ from app.core.request_format import RawRecord, parse_request
 from app.core.tick_gate import TickGate
 from app.core.timer import Cancel, Timer
 from app.core.wheel import DEFAULT_MEMORY_SECONDS, CancelOutcome, PartitionWheel, Scheduled
-from app.worker.metrics import WorkerMetrics
+from app.worker.metrics import WorkerMetrics, observe_many
 from app.worker.output import DeliveryFailure, Output, TransactionAborted
 from app.worker.stores import PartitionStore, StoreFactory
 
@@ -169,41 +169,62 @@ class TimerService:
         fired_now: list[tuple[_Partition, Timer]] = []
         delivered: list[Timer] = []
         now = self._clock()
-        for record in records:
-            await self._partition(record.partition)  # load (and catch up) before the unit
+        # Each partition is loaded (and caught up) before the unit, and looked up once per
+        # batch: an await per record cost about a microsecond of a request's ~30.
+        parts = {p: await self._partition(p) for p in {r.partition for r in records}}
+        # Counted per batch and applied once at the end (the gauge sums every partition).
+        scheduled = 0
+        pending_delta = dict.fromkeys(parts, 0)
+        check = self._policy.check
         self._output.begin()
-        for record in records:
-            part = await self._partition(record.partition)
-            try:
-                request = parse_request(record)
-                if isinstance(request, Cancel):
-                    self._cancel(part, record, request)
+        # The batch's local writes reach each partition's store as one write (one
+        # RocksDB WriteBatch: well under a microsecond a key, where a put costs about 2),
+        # and the wheel reads them back meanwhile. They are applied before the flush,
+        # as single writes were, so what a failed flush leaves locally is unchanged.
+        for part in parts.values():
+            part.kv.defer_local_writes()
+        try:
+            for record in records:
+                part = parts[record.partition]
+                try:
+                    request = parse_request(record)
+                    if isinstance(request, Cancel):
+                        self._cancel(part, record, request)
+                        continue
+                    check(request, now)
+                except RejectedRequest as rejected:
+                    self._reject(record, rejected.reason, rejected.detail)
                     continue
-                self._policy.check(request, now)
-            except RejectedRequest as rejected:
-                self._reject(record, rejected.reason, rejected.detail)
-                continue
-            accepted = part.wheel.schedule(request)
-            if accepted.outcome is Scheduled.STORED:
-                self._metrics.scheduled.inc()
-                if not accepted.replaced:
-                    self._adjust_pending(record.partition, +1)
-            elif accepted.outcome is Scheduled.FIRE_NOW:
-                self._metrics.scheduled.inc()
-                through = part.wheel.ticked_through
-                assert through is not None  # FIRE_NOW means its second has been ticked
-                sent, successor = self._fire(request, through, record.partition, self._now_ms())
-                delivered.extend(sent)
-                if successor is not None:
-                    # A series goes on: its next occurrence is stored in this unit, with
-                    # the fire (never after it: a crash in between would end the series).
-                    part.wheel.store_successor(successor)
+                accepted = part.wheel.schedule(request)
+                if accepted.outcome is Scheduled.STORED:
+                    scheduled += 1
                     if not accepted.replaced:
-                        self._adjust_pending(record.partition, +1)
-                    continue
-                if accepted.replaced:
-                    self._adjust_pending(record.partition, -1)
-                fired_now.append((part, request))
+                        pending_delta[record.partition] += 1
+                elif accepted.outcome is Scheduled.FIRE_NOW:
+                    scheduled += 1
+                    through = part.wheel.ticked_through
+                    assert through is not None  # FIRE_NOW means its second has been ticked
+                    sent, successor = self._fire(request, through, record.partition, self._now_ms())
+                    delivered.extend(sent)
+                    if successor is not None:
+                        # A series goes on: its next occurrence is stored in this unit, with
+                        # the fire (never after it: a crash in between would end the series).
+                        part.wheel.store_successor(successor)
+                        if not accepted.replaced:
+                            pending_delta[record.partition] += 1
+                        continue
+                    if accepted.replaced:
+                        pending_delta[record.partition] -= 1
+                    fired_now.append((part, request))
+        finally:
+            for part in parts.values():
+                part.kv.apply_deferred()
+        if scheduled:
+            self._metrics.scheduled.inc(scheduled)
+        if any(pending_delta.values()):
+            for p, delta in pending_delta.items():
+                self._pending[p] = self._pending.get(p, 0) + delta
+            self._metrics.pending.set(sum(self._pending.values()))
         if self._output.transactional:
             for part, timer in fired_now:  # atomically with the callbacks
                 part.wheel.mark_fired(timer)
@@ -215,20 +236,20 @@ class TimerService:
             last[record.partition] = max(record.offset, last.get(record.partition, -1))
         resume = {p: b"%d" % offset for p, offset in last.items()}
         for p, value in resume.items():
-            (await self._partition(p)).kv.put_changelog(REQUEST_OFFSET, value)
+            parts[p].kv.put_changelog(REQUEST_OFFSET, value)
         try:
             await self._output.commit()
         except TransactionAborted as exc:
             raise DeliveryFailure(f"request batch not committed: {exc}") from exc
         for p, value in resume.items():
-            (await self._partition(p)).kv.put_local(REQUEST_OFFSET, value)
+            parts[p].kv.put_local(REQUEST_OFFSET, value)
         if not self._output.transactional:
             for part, timer in fired_now:  # only once delivered; durable with the next unit
                 part.wheel.mark_fired(timer)
         self._account_fired(delivered)
         self._record_persisted()
-        for p in {record.partition for record in records}:
-            self._export_keys(p, await self._partition(p))
+        for p, part in parts.items():
+            self._export_keys(p, part)
 
     def _cancel(self, part: _Partition, record: RawRecord, cancel: Cancel) -> None:
         outcome = part.wheel.cancel(cancel)
@@ -355,8 +376,13 @@ class TimerService:
         for partition, part, second, timers, fired in began:
             # The forgetting rides with the next flush; lost in a crash, it means a
             # duplicate. A series' next occurrence is written before its fired one is
-            # deleted, so a crash loses neither (finish_tick).
-            part.wheel.finish_tick(second, timers, fired.successors)
+            # deleted, so a crash loses neither (finish_tick). Locally it is one write
+            # per partition (a RocksDB WriteBatch), so a crash keeps all of it or none.
+            part.kv.defer_local_writes()
+            try:
+                part.wheel.finish_tick(second, timers, fired.successors)
+            finally:
+                part.kv.apply_deferred()
             self._ticked(partition, part, second, timers, fired)
         count = sum(len(fired.delivered) for _, _, _, _, fired in began)
         if any(timers for _, _, _, timers, _ in began):
@@ -466,11 +492,20 @@ class TimerService:
         failures = self._output.take_failures()
         refused = {t.id for t, _ in failures}
         now = self._clock()
+        # Counted per callback topic and per due second (timers of one second share their
+        # lateness), then added once each: a label lookup and an observe per timer cost
+        # ~2.5 µs of a fire's ~40.
+        by_topic: dict[str, int] = {}
+        by_due: dict[int, int] = {}
         for timer in timers:
-            if timer.id in refused:
+            if refused and timer.id in refused:
                 continue
-            self._metrics.fired.labels(callback_topic=timer.topic).inc()
-            self._metrics.lateness.observe(max(0.0, now - timer.due))
+            by_topic[timer.topic] = by_topic.get(timer.topic, 0) + 1
+            by_due[timer.due] = by_due.get(timer.due, 0) + 1
+        for topic, n in by_topic.items():
+            self._metrics.fired.labels(callback_topic=topic).inc(n)
+        for due, n in by_due.items():
+            observe_many(self._metrics.lateness, max(0.0, now - due), n)
         for timer, error in failures:
             log.error(
                 "callback of timer %s to %s refused by the broker: %s", timer.id, timer.topic, error

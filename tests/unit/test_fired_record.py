@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import json
 
-from app.core.fired import FIRED_RECORD_DDL, FiredKind, FiredRecord
+import pytest
+
+from app.core.fired import FIRED_RECORD_DDL, FiredKind, FiredRecord, fired_json, json_string
+from app.core.timer import Timer
 
 
 def cancel(**changes: object) -> FiredRecord:
@@ -45,3 +48,38 @@ def test_only_the_record_of_that_request_answers_it() -> None:
 def test_the_spark_schema_has_the_offset_as_a_bigint() -> None:
     assert "request_offset bigint" in FIRED_RECORD_DDL
     assert "partition int" in FIRED_RECORD_DDL
+
+
+def test_the_fired_template_writes_exactly_what_the_record_writes() -> None:
+    odd = ["plain", 'quo"te', "back\\slash", "new\nline\ttab", "ünï-çødé", "雪", "emoji 🎉", ""]
+    cases = [
+        (Timer(id=text, due=1_767_225_600, topic=f"t{n}", key=None, value=b"v", token=text), 0)
+        for n, text in enumerate(odd)
+    ]
+    cases += [
+        (Timer(id="s", due=5, topic="cb", key=b"k", value=None, token="t", seq=3), 0),
+        (Timer(id="s", due=5, topic="cb", key=b"k", value=None, token="t", seq=7), 4),
+        (Timer(id="x", due=0, topic="a.b-c_d", key=None, value=b"", token="tok"), 0),
+    ]
+    for worker in ("worker-1", 'w"é'):
+        for timer, coalesced in cases:
+            expected = FiredRecord.fired(
+                timer,
+                partition=11,
+                worker=worker,
+                fired_at_ms=1_767_225_600_123,
+                coalesced=coalesced,
+            ).to_json()
+            got = fired_json(
+                timer,
+                partition=11,
+                worker_json=json_string(worker),
+                fired_at_ms=1_767_225_600_123,
+                coalesced=coalesced,
+            )
+            assert got == expected, (timer, coalesced)
+    with pytest.raises(AssertionError):  # the test can fail: a different record differs
+        assert (
+            fired_json(cases[0][0], partition=1, worker_json=json_string("w"), fired_at_ms=1)
+            == FiredRecord.fired(cases[0][0], partition=2, worker="w", fired_at_ms=1).to_json()
+        )

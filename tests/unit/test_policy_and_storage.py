@@ -55,6 +55,28 @@ def test_allow_list_cannot_reopen_internal_topics() -> None:
             strict.check(timer(topic=topic), NOW)
 
 
+def test_an_allowed_topic_is_remembered_and_a_refused_one_never() -> None:
+    strict = policy(allow=("payments.*",))
+    for _ in range(2):  # the second round answers from the remembered topics
+        strict.check(timer(topic="payments"), NOW)
+        with pytest.raises(RejectedRequest) as info:
+            strict.check(timer(topic="orders"), NOW)
+        assert info.value.reason is RejectReason.TOPIC_NOT_ALLOWED
+    assert strict._allowed == {"payments"}
+    # The remembered topics are no part of the policy's identity.
+    assert strict == policy(allow=("payments.*",))
+    assert hash(strict) == hash(policy(allow=("payments.*",)))
+
+
+def test_remembered_topics_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("app.core.policy.ALLOWED_CACHE_SIZE", 3)
+    p = policy()
+    for n in range(10):
+        p.check(timer(topic=f"t{n}"), NOW)
+    assert p._allowed == {"t0", "t1", "t2"}
+    p.check(timer(topic="t9"), NOW)  # past the bound: still checked, still allowed
+
+
 def test_due_range_and_payload_size() -> None:
     p = policy()
     p.check(timer(due=NOW + 3600), NOW)

@@ -15,13 +15,14 @@ import pytest
 
 from app.core import protowire
 from app.core.errors import RejectReason
-from app.core.keys import REQUEST_OFFSET, timer_key
+from app.core.keys import REQUEST_OFFSET, index_key, timer_key
 from app.core.late import LatePolicy
 from app.core.policy import RequestPolicy
 from app.core.request_format import RawRecord
 from app.worker.metrics import WorkerMetrics
 from app.worker.output import DeliveryFailure
 from app.worker.service import TimerService
+from tests.support.memkv import MemoryKV
 from tests.support.memstores import FakeOutput, MemoryStores
 
 NOW = 1_767_225_600
@@ -156,12 +157,31 @@ def test_the_resume_offset_stays_behind_when_the_batch_is_not_durable() -> None:
     assert h.stores.stores[0].get(REQUEST_OFFSET) == b"0"  # b is read again after a restart
 
 
+def test_a_request_batch_writes_its_store_in_one_go_before_the_flush() -> None:
+    h = Harness()
+    h.requests(h.schedule("a", NOW + 10))
+    h.output.fail_flush = True
+    with pytest.raises(DeliveryFailure):
+        h.requests(h.schedule("b", NOW + 10), h.schedule("b", NOW + 20), h.cancel("a"))
+    store = h.stores.stores[0]
+    # In the store itself (not held back), as when every write went straight in: the
+    # batch's writes are applied before its flush, whatever the flush then does.
+    assert store._deferred is None
+    assert MemoryKV.get(store, timer_key(NOW + 20, "b")) is not None
+    assert MemoryKV.get(store, timer_key(NOW + 10, "b")) is None  # the reschedule's delete
+    assert MemoryKV.get(store, timer_key(NOW + 10, "a")) is None  # the cancel's delete
+
+
 def test_a_tick_fires_what_is_due_and_forgets_it_only_after_delivery() -> None:
     h = Harness()
     h.requests(h.schedule("a", NOW + 1), h.schedule("b", NOW + 2), h.schedule("c", NOW + 3))
     assert h.tick(NOW + 2) == 2
     assert h.fired() == ["a", "b"]
     assert h.stores.stores[0].get(timer_key(NOW + 1, "a")) is None
+    # Forgotten in the store itself (the tick's writes are applied at once, not held).
+    assert h.stores.stores[0]._deferred is None
+    assert MemoryKV.get(h.stores.stores[0], timer_key(NOW + 2, "b")) is None
+    assert MemoryKV.get(h.stores.stores[0], index_key("b")) is not None  # remembered
     assert h.pending() == 1
     assert h.tick(NOW + 2) == 0  # the same second again, from a second oscillator
     assert h.fired() == ["a", "b"]
