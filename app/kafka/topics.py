@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import replace
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
@@ -42,8 +43,14 @@ def service_topics(settings: Settings) -> tuple[str, ...]:
     return (*settings.topics.all(), settings.changelog_topic)
 
 
+#: librdkafka's own log lines of admin clients go here, not to stderr: a CLI error must
+#: stay one line (an admin client dropped with a request in flight logs "Purging 1
+#: unserved events from background queue" at info level, for instance).
+_LIBRDKAFKA_LOG = logging.getLogger("kafka_timers.librdkafka.admin")
+
+
 def _admin(settings: Settings, *, quiet: bool = False) -> AdminClient:
-    conf = confluent_common(settings)
+    conf: dict[str, Any] = {**confluent_common(settings), "logger": _LIBRDKAFKA_LOG}
     if quiet:
         conf["log_level"] = 0  # the probe's connection failures become one error, not a log flood
     return AdminClient(conf)

@@ -43,7 +43,9 @@ __all__ = [
     "apply_patches",
     "missing_internals",
     "partition_db",
+    "patches_applied",
     "recovery_start_offsets",
+    "remove_patches",
     "take_events_when_ready",
     "tune_fetcher",
     "web_routes",
@@ -202,11 +204,40 @@ def _open_partition_db(self: Any, path: Any, *, read_only: bool = False) -> Any:
     return db
 
 
+def _patches() -> tuple[tuple[type, str, Any], ...]:
+    """What :func:`apply_patches` installs: (class, attribute, replacement)."""
+    return (
+        (GroupCoordinator, "_maybe_leave_group", _maybe_leave_group),
+        (GroupCoordinator, "_send_req", _send_req),
+        (RocksDBOptions, "open", _open_partition_db),
+    )
+
+
+#: The attributes the patches replace, as the libraries define them (taken at import,
+#: before anything is patched).
+#: ``None``: the class only inherits the attribute, so removing the patch deletes it.
+_ORIGINALS = {(cls, name): vars(cls).get(name) for cls, name, _ in _patches()}
+
+
 def apply_patches() -> None:
     """Install the worker's patches of aiokafka and Faust (idempotent; called at worker start)."""
-    GroupCoordinator._maybe_leave_group = _maybe_leave_group  # type: ignore[method-assign]
-    GroupCoordinator._send_req = _send_req  # type: ignore[method-assign]
-    RocksDBOptions.open = _open_partition_db  # type: ignore[method-assign]
+    for cls, name, replacement in _patches():
+        setattr(cls, name, replacement)
+
+
+def remove_patches() -> None:
+    """Put back what :func:`apply_patches` replaced (for tests that patch in-process)."""
+    for (cls, name), original in _ORIGINALS.items():
+        if original is None:
+            if name in vars(cls):
+                delattr(cls, name)
+        else:
+            setattr(cls, name, original)
+
+
+def patches_applied() -> bool:
+    """Whether every patch is installed in this process."""
+    return all(vars(cls).get(name) is replacement for cls, name, replacement in _patches())
 
 
 def tune_fetcher(app: faust.App, *, fetch_max_wait_ms: int, read_committed: bool) -> bool:

@@ -19,9 +19,8 @@ from collections.abc import Callable, Iterator
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.consumer.group_coordinator import GroupCoordinator
 
-from app.worker.faust_internals import apply_patches
+from app.worker.faust_internals import apply_patches, remove_patches
 from tests.support.broker import BrokerInfo
 
 #: Generous for a 2-core machine: the recovery itself takes about 12 s on Tansu (its
@@ -94,12 +93,11 @@ async def _restart_whole_group(bootstrap: str) -> float | None:
 @pytest.fixture
 def patched_aiokafka() -> Iterator[None]:
     """The worker's aiokafka patches in this process, for this test only."""
-    originals = (GroupCoordinator._maybe_leave_group, GroupCoordinator._send_req)
     apply_patches()
     try:
         yield
     finally:
-        GroupCoordinator._maybe_leave_group, GroupCoordinator._send_req = originals  # type: ignore[method-assign]
+        remove_patches()
 
 
 @pytest.mark.usefixtures("patched_aiokafka")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
@@ -22,35 +24,47 @@ def test_every_private_attribute_the_worker_relies_on_exists() -> None:
     )
 
 
-def test_patches_are_applied_at_worker_start_not_at_import() -> None:
-    assert faust_app.build_worker  # importing the worker module patches nothing
-    original = GroupCoordinator._maybe_leave_group
+def test_importing_the_worker_patches_nothing() -> None:
+    # A fresh interpreter: other tests in this process may have started workers in it.
+    code = (
+        "import app.worker.faust_app\n"
+        "from app.worker import faust_internals\n"
+        "assert not faust_internals.patches_applied()\n"
+        "faust_internals.apply_patches()\n"
+        "assert faust_internals.patches_applied()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_patches_are_idempotent_and_can_be_removed() -> None:
+    faust_internals.remove_patches()
     original_send = GroupCoordinator._send_req
     original_open = RocksDBOptions.open
-    assert original_open is not faust_internals._open_partition_db
-    assert original is not faust_internals._maybe_leave_group
-    assert original_send is not faust_internals._send_req
     try:
         faust_internals.apply_patches()
         faust_internals.apply_patches()  # idempotent: the wrapper never wraps itself
+        assert faust_internals.patches_applied()
         assert GroupCoordinator._maybe_leave_group is faust_internals._maybe_leave_group
         assert GroupCoordinator._send_req is faust_internals._send_req
         assert faust_internals._AIOKAFKA_SEND_REQ is original_send
         assert RocksDBOptions.open is faust_internals._open_partition_db
     finally:
-        GroupCoordinator._maybe_leave_group = original  # type: ignore[method-assign]
-        GroupCoordinator._send_req = original_send  # type: ignore[method-assign]
-        RocksDBOptions.open = original_open  # type: ignore[method-assign]
+        faust_internals.remove_patches()
+    assert not faust_internals.patches_applied()
+    assert GroupCoordinator._send_req is original_send
+    assert RocksDBOptions.open is original_open
 
 
 @pytest.fixture
 def patched_open() -> Iterator[None]:
-    original_open = RocksDBOptions.open
     faust_internals.apply_patches()
     try:
         yield
     finally:
-        RocksDBOptions.open = original_open  # type: ignore[method-assign]
+        faust_internals.remove_patches()
 
 
 def test_a_reopened_partition_store_gets_the_workers_options_not_the_saved_ones(
