@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from aiokafka import AIOKafkaConsumer
@@ -22,6 +22,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
 from app.worker.faust_internals import apply_patches, remove_patches
 from tests.support.broker import BrokerInfo
+from tests.support.waiting import wait_until_async
 
 #: Generous for a 2-core machine: the recovery itself takes about 12 s on Tansu (its
 #: join hold of half a session timeout, then the session timeout before the eviction).
@@ -39,15 +40,6 @@ def _consumer(bootstrap: str, group: str, topic: str) -> AIOKafkaConsumer:
     )
 
 
-async def _until(probe: Callable[[], bool], timeout: float) -> float | None:
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if probe():
-            return time.monotonic() - start
-        await asyncio.sleep(0.1)  # poll interval
-    return None
-
-
 async def _restart_whole_group(bootstrap: str) -> float | None:
     group, topic = f"g-{uuid.uuid4().hex[:8]}", f"t-{uuid.uuid4().hex[:8]}"
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
@@ -59,10 +51,12 @@ async def _restart_whole_group(bootstrap: str) -> float | None:
     first, second = _consumer(bootstrap, group, topic), _consumer(bootstrap, group, topic)
     await first.start()
     await second.start()
-    formed = await _until(
-        lambda: len(first.assignment()) == 2 and len(second.assignment()) == 2, 60
+    await wait_until_async(
+        lambda: len(first.assignment()) == 2 and len(second.assignment()) == 2,
+        60,
+        "the first group never formed",
+        interval=0.1,
     )
-    assert formed is not None, "the first group never formed"
     leader = first if first._coordinator._group_subscription is not None else second
     follower = second if leader is first else first
     # the follower leaves first, so the leader's LeaveGroup reaches a rebalancing group

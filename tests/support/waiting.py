@@ -3,11 +3,12 @@ tests wait for something to happen."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["wait_until"]
+__all__ = ["wait_until", "wait_until_async"]
 
 T = TypeVar("T")
 
@@ -43,3 +44,17 @@ def wait_until(
             between()
         else:
             time.sleep(interval)  # poll interval, not a wait for a result
+
+
+async def wait_until_async(
+    probe: Callable[[], T], timeout: float, message: str, interval: float = 0.01
+) -> T:
+    """:func:`wait_until` inside an event loop: the loop keeps running between probes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = probe()
+        if result:
+            return result
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g}s: {message}")
+        await asyncio.sleep(interval)  # poll interval, not a wait for a result

@@ -7,23 +7,15 @@ must be what ``Stream.take_events`` gives, and an idle stream must not be woken.
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Callable
 from typing import Any
 
 import faust
 
 from app.worker.faust_internals import take_events_when_ready
+from tests.support.waiting import wait_until_async
 
 MAX = 3
 WITHIN = 0.05
-
-
-async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.01)
 
 
 def _app() -> faust.App:
@@ -47,9 +39,9 @@ def test_batches_are_taken_as_faust_takes_them_at_most_max_each() -> None:
         async with agent.test_context() as ctx:
             for value in range(5):
                 await ctx.put(value, wait=False)
-            await _until(lambda: sum(map(len, batches)) == 5)
+            await wait_until_async(lambda: sum(map(len, batches)) == 5, 5, "five events taken")
             await ctx.put(10, wait=False)
-            await _until(lambda: sum(map(len, batches)) == 6)
+            await wait_until_async(lambda: sum(map(len, batches)) == 6, 5, "the sixth event taken")
 
     asyncio.run(scenario())
     assert batches == [[0, 1, 2], [3, 4], [10]]
@@ -76,10 +68,14 @@ def test_an_idle_stream_is_not_woken_until_an_event_arrives() -> None:
 
     async def scenario() -> None:
         async with agent.test_context() as ctx:
-            await asyncio.sleep(0.3)  # Faust's take_events would wake ~150 times here
+            await asyncio.sleep(
+                0.3
+            )  # an idle spell to count wake-ups in (Faust: ~150), not a wait for a result
             idle_waits = len(waits)
             await ctx.put(7, wait=False)
-            await _until(lambda: batches == [[7]])
+            await wait_until_async(
+                lambda: batches == [[7]], 5, "the event after the idle spell taken"
+            )
             assert idle_waits == 1
             assert waits[0] is None  # the first event is awaited without a timeout
 
