@@ -28,11 +28,25 @@ from bench.procstat import cpu_seconds
 from bench.report import Figure, fmt_rate
 from bench.rocks import count_pending_keys
 from bench.scan import next_offsets, read_topic, timestamp_ms
-from bench.stack import wait_until
+from bench.stack import Worker, wait_until
 from bench.stats import rate
 from bench.targets import INGEST_FLOOR, ingest_verdict
 
 __all__ = ["run"]
+
+
+def cpu_while_storing(worker: Worker, count: int, what: str) -> float:
+    """Wait until ``worker`` has stored ``count`` requests; its CPU seconds from the first
+    stored (start-up and the group join excluded) to the last."""
+    wait_until(lambda: worker.metric("kafka_timers_scheduled_total") > 0, 120, "a request")
+    cpu_start = cpu_seconds(worker.pid)
+    wait_until(
+        lambda: worker.metric("kafka_timers_scheduled_total") >= count,
+        60 + count / 500,
+        what,
+        0.05,
+    )
+    return cpu_seconds(worker.pid) - cpu_start
 
 
 def run(ctx: RunContext) -> ScenarioResult:
@@ -45,16 +59,7 @@ def run(ctx: RunContext) -> ScenarioResult:
         load.flush()
         ctx.say(f"ingest: {count:,} requests preloaded; starting one worker")
         worker = stack.worker("worker-1")
-        # CPU from the first request stored (start-up and the group join excluded).
-        wait_until(lambda: worker.metric("kafka_timers_scheduled_total") > 0, 120, "a request")
-        cpu_start = cpu_seconds(worker.pid)
-        wait_until(
-            lambda: worker.metric("kafka_timers_scheduled_total") >= count,
-            60 + count / 500,
-            f"the worker to store {count:,} requests",
-            0.05,
-        )
-        ingest_cpu = cpu_seconds(worker.pid) - cpu_start
+        ingest_cpu = cpu_while_storing(worker, count, f"the worker to store {count:,} requests")
         live = LiveKeys()
 
         def position(msg: Message) -> tuple[int, int, int]:

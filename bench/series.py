@@ -28,8 +28,8 @@ from typing import Any
 from app.core.keys import bucket_floor
 from bench import fire
 from bench.context import RunContext, ScenarioResult
+from bench.ingest import cpu_while_storing
 from bench.load import RequestLoad, TimerSpec, timer_ids
-from bench.procstat import cpu_seconds
 from bench.report import Figure, fmt_rate
 from bench.rocks import count_pending_keys
 from bench.scan import next_offsets, read_topic, timestamp_ms
@@ -68,15 +68,9 @@ def _measure(ctx: RunContext, kind: str, round_no: int) -> dict[str, Any]:
         load.flush()
         worker = stack.worker("worker-1")
         # CPU from the first request stored (start-up and the group join excluded) ...
-        wait_until(lambda: worker.metric("kafka_timers_scheduled_total") > 0, 120, "a request")
-        cpu_start = cpu_seconds(worker.pid)
-        wait_until(
-            lambda: worker.metric("kafka_timers_scheduled_total") >= count,
-            60 + count / 500,
-            f"the worker to store {count:,} requests ({kind})",
-            0.05,
+        ingest_cpu = cpu_while_storing(
+            worker, count, f"the worker to store {count:,} requests ({kind})"
         )
-        ingest_cpu = cpu_seconds(worker.pid) - cpu_start
         records = read_topic(
             stack.settings,
             stack.changelog,

@@ -118,12 +118,15 @@ def unpack_timer(data: bytes) -> Timer:
     for _ in range(count):
         name = (take() or b"").decode()
         headers.append((name, take() or b""))
+    # A v1 timer is one-shot: no recurrence, first occurrence, the service's late policy.
+    recurrence: Recurrence | None = None
+    seq = fired_before = 0
+    late: LatePolicy | None = None
     if version == _V2:
         seq, fired_before, kind, flags = _SERIES.unpack_from(data, pos)
         pos += _SERIES.size
         every, start, end, count, skip_ms = _NUMBERS.unpack_from(data, pos)
         pos += _NUMBERS.size
-        recurrence: Recurrence | None = None
         if kind == _RECURRENCE_INTERVAL:
             recurrence = Recurrence(
                 every=every, start=_unopt(start), end=_unopt(end), count=_unopt(count)
@@ -134,24 +137,8 @@ def unpack_timer(data: bytes) -> Timer:
             recurrence = Recurrence(
                 cron=cron, tz=tz, start=_unopt(start), end=_unopt(end), count=_unopt(count)
             )
-        late = (
-            LatePolicy(skip_ms if flags & 1 else None, _CATCH_UPS[flags >> 1 & 3])
-            if flags
-            else None
-        )
-        return Timer(
-            id=timer_id,
-            due=due,
-            topic=topic,
-            key=key,
-            value=value,
-            token=token,
-            headers=tuple(headers),
-            recurrence=recurrence,
-            seq=seq,
-            fired_before=fired_before,
-            late=late,
-        )
+        if flags:
+            late = LatePolicy(skip_ms if flags & 1 else None, _CATCH_UPS[flags >> 1 & 3])
     return Timer(
         id=timer_id,
         due=due,
@@ -160,4 +147,8 @@ def unpack_timer(data: bytes) -> Timer:
         value=value,
         token=token,
         headers=tuple(headers),
+        recurrence=recurrence,
+        seq=seq,
+        fired_before=fired_before,
+        late=late,
     )

@@ -267,15 +267,8 @@ class PartitionWheel:
                 self._kv.delete(ikey)
                 counts.pending -= 1
             return _FIRE_NOW_REPLACED if replaced else _FIRE_NOW_NEW
-        self._kv.put(timer_key(timer.due, timer.id), pack_timer(timer))
-        self._kv.put(ikey, _pending_entry(timer.due, timer.token))
-        counts.timers += 1
-        counts.pending += 1
-        if index is None:
-            counts.pending += 1
-        elif index.state != _PENDING:  # a new version of a remembered id: pending again
-            counts.remembered -= 1
-            counts.pending += 1
+        self._store_occurrence(timer, timer.due)
+        self._count_stored(was=index)
         return _STORED_REPLACED if replaced else _STORED_NEW
 
     def cancel(self, cancel: Cancel) -> CancelOutcome:
@@ -321,14 +314,7 @@ class PartitionWheel:
         """Store the next occurrence of a series fired at once (never stored before)."""
         was = self._index(successor.id)
         self._store_occurrence(successor, self._slot_for(successor.due))
-        counts = self.counts
-        counts.timers += 1
-        counts.pending += 1
-        if was is None:
-            counts.pending += 1
-        elif was.state != _PENDING:  # a new version of a remembered id: pending again
-            counts.remembered -= 1
-            counts.pending += 1
+        self._count_stored(was=was)
 
     def _slot_for(self, due: int) -> int:
         """The second to key an occurrence due at ``due`` under: its own, or the next
@@ -343,6 +329,17 @@ class PartitionWheel:
         # are the caller's: in finish_tick one timer key replaces another.)
         self._kv.put(timer_key(slot, occurrence.id), pack_timer(occurrence))
         self._kv.put(index_key(occurrence.id), _pending_entry(slot, occurrence.token))
+
+    def _count_stored(self, was: _IndexEntry | None) -> None:
+        """Key counts after a timer was stored whose id's index entry was ``was``."""
+        counts = self.counts
+        counts.timers += 1
+        counts.pending += 1
+        if was is None:
+            counts.pending += 1
+        elif was.state != _PENDING:  # a new version of a remembered id: pending again
+            counts.remembered -= 1
+            counts.pending += 1
 
     def _terminal(self, timer_id: str, entry: _IndexEntry, was: _IndexEntry | None) -> None:
         """Write the terminal index ``entry`` of ``timer_id`` and the key that expires it.
