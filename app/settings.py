@@ -106,11 +106,11 @@ class Settings:
     #: Consumer-group heartbeat interval, seconds.
     heartbeat_interval: float = 1.0
     #: Longest a worker's fetch of ticks waits at the broker when none has come, in
-    #: milliseconds. On Apache Kafka a waiting fetch returns as soon as a record arrives,
-    #: so a long wait (500) costs no lateness and lets an idle worker fetch twice a
-    #: second instead of 20 times. The dev broker looks for records at halving intervals
-    #: during the wait, so there a tick can wait up to half of it: the default suits both.
-    tick_fetch_wait_ms: int = 50
+    #: milliseconds. Each fetch waits at most until the next second boundary, and only
+    #: 10 ms while a tick is due (:mod:`app.core.fetch_pacing`), so on any broker a tick
+    #: waits for a fetch about 10 ms at most; the longer this, the fewer fetches an idle
+    #: worker makes (3-4 a second at 500).
+    tick_fetch_wait_ms: int = 500
     #: Exactly-once firing through Kafka transactions (needs broker support).
     exactly_once: bool = False
     #: Clock skew against broker timestamps that is logged as a warning, seconds.

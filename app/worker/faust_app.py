@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import os
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, NoReturn
@@ -24,6 +25,7 @@ import faust
 from confluent_kafka import Consumer
 
 from app.core import proto
+from app.core.fetch_pacing import TickWatch, tick_fetch_wait_ms
 from app.core.request_format import RawRecord
 from app.kafka.config import confluent_consumer, confluent_producer
 from app.kafka.topic_config import BROKER_DEFAULT_DELETE_RETENTION_MS
@@ -37,7 +39,7 @@ from app.worker.faust_internals import (
     tune_fetcher,
     web_routes,
 )
-from app.worker.health import WorkerHealth
+from app.worker.health import Phase, WorkerHealth
 from app.worker.metrics import WorkerMetrics
 from app.worker.output import DeliveryFailure, OutputProducer
 from app.worker.partition_store import (
@@ -134,8 +136,7 @@ EXIT_UNDURABLE = 70
 #: Longest the request reader's fetch may wait at the broker for new records, in
 #: milliseconds. librdkafka reports a partition's end (and so an assignment's backlog
 #: read) only after a fetch at the end has waited this long. The tick fetch wait is
-#: ``Settings.tick_fetch_wait_ms``: Faust fixes aiokafka's at 1,500 ms, and on the dev
-#: broker a tick that lands while a fetch waits can sit there up to half the wait.
+#: ``Settings.tick_fetch_wait_ms``, paced by :mod:`app.core.fetch_pacing`.
 FETCH_MAX_WAIT_MS = 50
 
 
@@ -210,6 +211,8 @@ def build_worker(
     )
     metrics = WorkerMetrics()
     health = WorkerHealth(settings.liveness_timeout)
+    #: The newest tick of each assigned partition, for pacing the tick fetches.
+    watch = TickWatch()
     policy = settings.request_policy()
     output = OutputProducer(
         confluent_producer(settings, **{"client.id": f"kafka-timers-{settings.worker_id}"}),
@@ -303,6 +306,7 @@ def build_worker(
             tp.partition for tp in app.consumer.assignment() if tp.topic == settings.topics.ticks
         }
         token = health.applying(ticks_held)
+        watch.assigned(ticks_held)
         await reader.assign(ticks_held)
         health.ready(token, ticks_held)
 
@@ -338,11 +342,22 @@ def build_worker(
                 message = event.message
                 source, sent = _tick_origin(event)
                 ticks.append((message.partition, second, sent, source))
+            watch.ticked((partition, second) for partition, second, _, _ in ticks)
             try:
                 await service.handle_ticks(ticks)
             except DeliveryFailure as exc:
                 _exit_undurable(exc)
             health.ticked()
+
+    def tick_fetch_wait() -> int:
+        # Asked before each fetch of ticks, in Faust's consumer thread: until the next
+        # second boundary while idle, short while a tick is due or partitions move.
+        return tick_fetch_wait_ms(
+            time.time(),
+            watch.oldest,
+            settings.tick_fetch_wait_ms,
+            settling=health.phase is not Phase.READY,
+        )
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]
     async def on_revoked(app: faust.App, revoked: set[Any], **_: Any) -> None:
@@ -382,9 +397,7 @@ def build_worker(
         # Recovery may rewrite the stores of newly assigned partitions: reload lazily.
         service.forget_partitions({tp.partition for tp in assigned})
         if not tune_fetcher(
-            app,
-            fetch_max_wait_ms=settings.tick_fetch_wait_ms,
-            read_committed=settings.exactly_once,
+            app, fetch_wait_ms=tick_fetch_wait, read_committed=settings.exactly_once
         ):
             if settings.exactly_once:
                 raise RuntimeError("cannot switch Faust's consumer to read_committed")

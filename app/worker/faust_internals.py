@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import aiokafka.errors
@@ -204,12 +204,31 @@ def _open_partition_db(self: Any, path: Any, *, read_only: bool = False) -> Any:
     return db
 
 
+#: aiokafka's own ``Fetcher._get_actions_per_node``, which :func:`_paced_fetch_actions` wraps.
+_AIOKAFKA_FETCH_ACTIONS = Fetcher._get_actions_per_node
+#: Where :func:`tune_fetcher` leaves the pacing function on a fetcher.
+_PACE_ATTRIBUTE = "_kafka_timers_fetch_wait_ms"
+
+
+def _paced_fetch_actions(self: Any, assignment: Any) -> Any:
+    """aiokafka's ``Fetcher._get_actions_per_node``, with each fetch's wait asked anew.
+
+    aiokafka builds every fetch request there from ``_fetch_max_wait_ms``; a fetcher that
+    :func:`tune_fetcher` gave a pacing function has that attribute set from it first.
+    """
+    pace: Callable[[], int] | None = getattr(self, _PACE_ATTRIBUTE, None)
+    if pace is not None:
+        self._fetch_max_wait_ms = pace()
+    return _AIOKAFKA_FETCH_ACTIONS(self, assignment)
+
+
 def _patches() -> tuple[tuple[type, str, Any], ...]:
     """What :func:`apply_patches` installs: (class, attribute, replacement)."""
     return (
         (GroupCoordinator, "_maybe_leave_group", _maybe_leave_group),
         (GroupCoordinator, "_send_req", _send_req),
         (RocksDBOptions, "open", _open_partition_db),
+        (Fetcher, "_get_actions_per_node", _paced_fetch_actions),
     )
 
 
@@ -240,18 +259,21 @@ def patches_applied() -> bool:
     return all(vars(cls).get(name) is replacement for cls, name, replacement in _patches())
 
 
-def tune_fetcher(app: faust.App, *, fetch_max_wait_ms: int, read_committed: bool) -> bool:
-    """Set the fetch wait (and read_committed) of Faust's aiokafka consumer.
+def tune_fetcher(app: faust.App, *, fetch_wait_ms: Callable[[], int], read_committed: bool) -> bool:
+    """Pace the fetch wait (and set read_committed) of Faust's aiokafka consumer.
 
-    Faust fixes aiokafka's fetch wait at 1,500 ms and has no setting for the isolation
-    level. Returns False if the fetcher could not be reached (not started yet).
+    Faust fixes aiokafka's fetch wait at 1,500 ms and has no setting for either.
+    ``fetch_wait_ms`` is asked before every fetch request, in Faust's consumer thread
+    (see :mod:`app.core.fetch_pacing`). Returns False if the fetcher could not be reached
+    (not started yet).
     """
     fetcher = getattr(
         getattr(getattr(app.consumer, "_thread", None), "_consumer", None), "_fetcher", None
     )
     if fetcher is None or not hasattr(fetcher, "_fetch_max_wait_ms"):
         return False
-    fetcher._fetch_max_wait_ms = fetch_max_wait_ms
+    fetcher._fetch_max_wait_ms = fetch_wait_ms()
+    setattr(fetcher, _PACE_ATTRIBUTE, fetch_wait_ms)
     if read_committed:
         fetcher._isolation_level = READ_COMMITTED
     return True
@@ -394,6 +416,7 @@ def missing_internals() -> list[str]:
             ),
         ),
         (JoinGroupRequest, ("UNKNOWN_MEMBER_ID",)),
+        (Fetcher, ("_get_actions_per_node",)),
     )
     init_attrs: tuple[tuple[type, tuple[str, ...]], ...] = (
         (
@@ -422,6 +445,8 @@ def missing_internals() -> list[str]:
             f"{cls.__module__}.{cls.__name__}.{a} (set in __init__)"
             for a in _source_mentions(vars(cls)["__init__"], attrs)
         ]
+    if "self._fetch_max_wait_ms" not in inspect.getsource(_AIOKAFKA_FETCH_ACTIONS):
+        missing.append("aiokafka Fetcher._get_actions_per_node: self._fetch_max_wait_ms")
     if "self.web_app" not in inspect.getsource(faust_aiohttp_web):
         missing.append("faust.web.drivers.aiohttp.Web.web_app")
     transport = inspect.getsource(faust_aiokafka)

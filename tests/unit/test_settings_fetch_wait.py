@@ -10,9 +10,9 @@ from app.core.errors import ConfigurationError
 from app.settings import Settings
 
 
-def test_the_tick_fetch_wait_is_50_ms_unless_set_and_survives_the_trip_to_a_child() -> None:
-    assert Settings.from_env({}).tick_fetch_wait_ms == 50
-    assert Settings.from_env({"KAFKA_TIMERS_TICK_FETCH_WAIT_MS": "500"}).tick_fetch_wait_ms == 500
+def test_the_tick_fetch_wait_is_500_ms_unless_set_and_survives_the_trip_to_a_child() -> None:
+    assert Settings.from_env({}).tick_fetch_wait_ms == 500
+    assert Settings.from_env({"KAFKA_TIMERS_TICK_FETCH_WAIT_MS": "50"}).tick_fetch_wait_ms == 50
     settings = replace(Settings(), tick_fetch_wait_ms=750)
     assert Settings.from_env(settings.to_env()).tick_fetch_wait_ms == 750
 
