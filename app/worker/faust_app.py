@@ -40,6 +40,7 @@ from app.worker.faust_internals import (
     web_routes,
 )
 from app.worker.health import Phase, WorkerHealth
+from app.worker.heap import settle_heap
 from app.worker.metrics import WorkerMetrics
 from app.worker.output import DeliveryFailure, OutputProducer
 from app.worker.partition_store import (
@@ -327,6 +328,7 @@ def build_worker(
     async def handle_ticks(stream: Any) -> None:
         # A second's ticks for all partitions arrive together: fire them with one flush.
         # Asleep between seconds (Faust's take_events would wake every 2 ms).
+        settled = False
         async for events in take_events_when_ready(stream, TICK_BATCH, TICK_BATCH_WITHIN):
             ticks = []
             for event in events:
@@ -348,6 +350,9 @@ def build_worker(
             except DeliveryFailure as exc:
                 _exit_undurable(exc)
             health.ticked()
+            if not settled:  # startup is over once a tick has fired: see app.worker.heap
+                settled = True
+                settle_heap()
 
     def tick_fetch_wait() -> int:
         # Asked before each fetch of ticks, in Faust's consumer thread: until the next
