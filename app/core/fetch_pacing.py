@@ -60,6 +60,9 @@ def tick_fetch_wait_ms(
 class TickWatch:
     """The newest tick second seen on each assigned partition, and the oldest of those.
 
+    Also says when a batch of ticks is whole (:meth:`covers`): the tick agent then stops
+    waiting for more of the second's ticks.
+
     Updated on the event loop; :attr:`oldest` is read by the consumer's thread before each
     fetch, so it is kept as one precomputed value (reading an attribute is atomic).
     """
@@ -83,6 +86,20 @@ class TickWatch:
                 if seen is None or second > seen:
                     newest[partition] = second
         self._update()
+
+    def covers(self, ticks: Iterable[tuple[int, int]]) -> bool:
+        """Whether ``ticks``, with those seen before, bring every assigned partition up to
+        the newest second among them: a second's ticks are all in."""
+        newest: dict[int, int | None] = dict(self._newest)
+        top: int | None = None
+        for partition, second in ticks:
+            top = second if top is None else max(top, second)
+            seen = newest.get(partition)
+            if partition in newest and (seen is None or second > seen):
+                newest[partition] = second
+        if top is None:
+            return False
+        return all(seen is not None and seen >= top for seen in newest.values())
 
     def _update(self) -> None:
         seconds = list(self._newest.values())

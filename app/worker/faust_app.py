@@ -61,9 +61,13 @@ log = logging.getLogger(__name__)
 REQUEST_BATCH = 2000
 REQUEST_BATCH_WITHIN = 0.02
 #: Ticks taken together (a second brings one per partition and oscillator), and how long
-#: to wait for the rest of a second's ticks once the first has arrived.
+#: to wait for the rest of a second's ticks once the first has arrived: the batch is taken
+#: as soon as every assigned partition has its tick (``TickWatch.covers``). A second's
+#: ticks often reach a worker in two or three fetches; taken apart, each later part
+#: waited for the fire and the forgetting of the part before (measured in the steady
+#: scenario: 47 of 52 later parts, tick-to-fire p99 ~220 ms).
 TICK_BATCH = 256
-TICK_BATCH_WITHIN = 0.002
+TICK_BATCH_WITHIN = 0.04
 
 
 class WorkerApp:
@@ -329,7 +333,14 @@ def build_worker(
         # A second's ticks for all partitions arrive together: fire them with one flush.
         # Asleep between seconds (Faust's take_events would wake every 2 ms).
         settled = False
-        async for events in take_events_when_ready(stream, TICK_BATCH, TICK_BATCH_WITHIN):
+
+        def whole(events: list[Any]) -> bool:
+            seconds = ((e.message.partition, _tick_second(e)) for e in events)
+            return watch.covers((p, s) for p, s in seconds if s is not None)
+
+        async for events in take_events_when_ready(
+            stream, TICK_BATCH, TICK_BATCH_WITHIN, complete=whole
+        ):
             ticks = []
             for event in events:
                 second = _tick_second(event)

@@ -279,7 +279,12 @@ def tune_fetcher(app: faust.App, *, fetch_wait_ms: Callable[[], int], read_commi
     return True
 
 
-async def take_events_when_ready(stream: Any, max_: int, within: float) -> AsyncIterator[list[Any]]:
+async def take_events_when_ready(
+    stream: Any,
+    max_: int,
+    within: float,
+    complete: Callable[[list[Any]], bool] | None = None,
+) -> AsyncIterator[list[Any]]:
     """Faust's ``Stream.take_events(max_, within)``, asleep while no event arrives.
 
     Faust's version waits for a full buffer with a timeout of ``within`` in a loop, so
@@ -288,9 +293,11 @@ async def take_events_when_ready(stream: Any, max_: int, within: float) -> Async
     ``wait_first``, and it was most of an idle worker's CPU (measured: the event loop
     thread 59-68 ms/s of 87-100 ms/s for the whole process). This one waits without a
     timeout for the *first* event, then at most ``within`` for the rest of the batch:
-    one wake-up per batch. Everything else is Faust's: the buffering processor, acks
-    disabled while it runs and every event of a batch acknowledged once the caller is
-    done with it (so at-least-once is unchanged), and the stream restored afterwards.
+    one wake-up per batch; ``complete`` (given the batch's events so far) ends the wait
+    for the rest as soon as it says the batch is whole. Everything else is Faust's: the
+    buffering processor, acks disabled while it runs and every event of a batch
+    acknowledged once the caller is done with it (so at-least-once is unchanged), and
+    the stream restored afterwards.
     """
     buffer: list[Any] = []
     events: list[Any] = []
@@ -315,6 +322,8 @@ async def take_events_when_ready(stream: Any, max_: int, within: float) -> Async
                 raise RuntimeError("take buffer found no current event")
             events.append(event)
             buffer_nonempty.set()
+            if complete is not None and len(buffer) < max_ and complete(events):
+                buffer_full.set()  # whole: taken now; later events join it until yielded
             if len(buffer) >= max_:
                 # Never more than max_ in a batch: wait until this one is consumed.
                 buffer_full.set()

@@ -67,3 +67,16 @@ def test_the_watch_reports_the_oldest_newest_tick_of_the_assigned_partitions() -
     assert watch.oldest == SECOND
     watch.assigned([0, 1, 3])
     assert watch.oldest is None
+
+
+def test_a_batch_covers_the_second_once_every_assigned_partition_has_its_tick() -> None:
+    watch = TickWatch()
+    watch.assigned([0, 1, 2])
+    assert not watch.covers([])
+    assert not watch.covers([(0, SECOND), (1, SECOND)])  # partition 2's tick still out
+    assert watch.covers([(0, SECOND), (1, SECOND), (2, SECOND), (1, SECOND)])
+    assert not watch.covers([(0, SECOND + 1), (1, SECOND), (2, SECOND)])  # 1, 2 behind
+    watch.ticked([(0, SECOND), (1, SECOND), (2, SECOND)])
+    assert watch.covers([(0, SECOND)])  # a late duplicate adds nothing missing
+    assert not watch.covers([(0, SECOND + 1)])
+    assert watch.covers([(9, SECOND)])  # an unassigned partition's tick changes nothing
