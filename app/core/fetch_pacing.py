@@ -79,29 +79,30 @@ class TickWatch:
 
     def ticked(self, ticks: Iterable[tuple[int, int]]) -> None:
         """Note ``(partition, second)`` ticks just read."""
-        newest = self._newest
-        for partition, second in ticks:
-            if partition in newest:
-                seen = newest[partition]
-                if seen is None or second > seen:
-                    newest[partition] = second
+        _advance(self._newest, ticks)
         self._update()
 
     def covers(self, ticks: Iterable[tuple[int, int]]) -> bool:
         """Whether ``ticks``, with those seen before, bring every assigned partition up to
         the newest second among them: a second's ticks are all in."""
-        newest: dict[int, int | None] = dict(self._newest)
-        top: int | None = None
-        for partition, second in ticks:
-            top = second if top is None else max(top, second)
-            seen = newest.get(partition)
-            if partition in newest and (seen is None or second > seen):
-                newest[partition] = second
-        if top is None:
-            return False
-        return all(seen is not None and seen >= top for seen in newest.values())
+        newest = dict(self._newest)
+        top = _advance(newest, ticks)
+        return top is not None and all(s is not None and s >= top for s in newest.values())
 
     def _update(self) -> None:
         seconds = list(self._newest.values())
         known = [s for s in seconds if s is not None]
         self.oldest = min(known) if known and len(known) == len(seconds) else None
+
+
+def _advance(newest: dict[int, int | None], ticks: Iterable[tuple[int, int]]) -> int | None:
+    """Move each watched partition in ``newest`` up to its newest tick in ``ticks`` (others
+    are ignored); return the newest second among ``ticks`` (``None``: there were none)."""
+    top: int | None = None
+    for partition, second in ticks:
+        top = second if top is None or second > top else top
+        if partition in newest:
+            seen = newest[partition]
+            if seen is None or second > seen:
+                newest[partition] = second
+    return top
