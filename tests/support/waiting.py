@@ -33,17 +33,12 @@ def wait_until(
             be done there that itself waits (reading a topic for up to 0.1 s).
     """
     deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            what = message() if callable(message) else message
-            raise AssertionError(f"timed out after {timeout:g}s: {what}")
+    while not (result := _probe_once(probe, deadline, timeout, message)):
         if between is not None:
             between()
         else:
             time.sleep(interval)  # poll interval, not a wait for a result
+    return result
 
 
 async def wait_until_async(
@@ -51,10 +46,18 @@ async def wait_until_async(
 ) -> T:
     """:func:`wait_until` inside an event loop: the loop keeps running between probes."""
     deadline = time.monotonic() + timeout
-    while True:
-        result = probe()
-        if result:
-            return result
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout:g}s: {message}")
+    while not (result := _probe_once(probe, deadline, timeout, message)):
         await asyncio.sleep(interval)  # poll interval, not a wait for a result
+    return result
+
+
+def _probe_once(
+    probe: Callable[[], T], deadline: float, timeout: float, message: str | Callable[[], str]
+) -> T:
+    """One probe of either wait: its result, or ``AssertionError`` if it is falsy at or
+    past the deadline (so ``probe`` is called at least once, even with a zero timeout)."""
+    result = probe()
+    if not result and time.monotonic() >= deadline:
+        what = message() if callable(message) else message
+        raise AssertionError(f"timed out after {timeout:g}s: {what}")
+    return result
