@@ -12,6 +12,7 @@ __all__ = [
     "KafkaTimersError",
     "RejectReason",
     "RejectedRequest",
+    "SystemicFailure",
 ]
 
 
@@ -29,6 +30,19 @@ class KafkaTimersError(Exception):
 
 class ConfigurationError(KafkaTimersError):
     """A setting is missing or malformed: fix the environment or the flag and restart."""
+
+
+class SystemicFailure(KafkaTimersError):
+    """The worker cannot go on, whatever record it reads next: the broker refuses every
+    write, the disk is full, a flush times out.
+
+    The one kind of failure that stops a worker without acknowledging what it read
+    (exit 70): a restart re-reads it. Everything else that goes wrong while one request
+    is handled is that record's problem, dead-lettered with a reason
+    (:mod:`app.worker.isolation` draws the line).
+    """
+
+    exit_status = 70
 
 
 class InvalidTimeSpec(KafkaTimersError):
@@ -89,6 +103,16 @@ class RejectReason(str, Enum):
     #: A late-fire policy that is not ``fire``, ``skip-after <duration>``, ``coalesce``
     #: or ``all``.
     INVALID_LATE_POLICY = "invalid_late_policy"
+    #: A field is out of the bounds the service accepts: a number that is NaN, infinite
+    #: or too large, text that is not UTF-8 or too long, JSON nested too deep.
+    OUT_OF_BOUNDS = "out_of_bounds"
+    #: A record the worker would have to write for this request (the callback, the
+    #: stored timer, the answer) is larger than the largest record it can produce.
+    RECORD_TOO_LARGE = "record_too_large"
+    #: Handling the record raised something no check foresaw: a bug. The record is
+    #: dead-lettered with the exception's class (never its message: it may hold payload
+    #: bytes) and the worker goes on; the log has the traceback.
+    INTERNAL_ERROR = "internal_error"
 
 
 class RejectedRequest(KafkaTimersError):

@@ -62,6 +62,9 @@ class RawRecord:
     key: bytes | None
     value: bytes | None
     headers: tuple[Header, ...] = ()
+    #: Why the record could not even be read as a record (a header name that is not
+    #: UTF-8, say), or None: such a record is dead-lettered as ``malformed``.
+    defect: str | None = None
 
     def header(self, name: str) -> bytes | None:
         """The first header called ``name``."""
@@ -75,6 +78,8 @@ def derived_id(record: RawRecord) -> str:
 
 def parse_request(record: RawRecord) -> Timer | Cancel:
     """Interpret ``record``; raise :class:`RejectedRequest` with a reason if it is not valid."""
+    if record.defect is not None:
+        raise RejectedRequest(RejectReason.MALFORMED, record.defect)
     headers = dict(record.headers)
     if record.value is None:
         return _etf1_tombstone(record)

@@ -43,16 +43,28 @@ def header_pairs(raw: Any) -> tuple[tuple[str, bytes], ...]:
 
 
 def to_record(msg: Message) -> Record:
-    """A consumed confluent-kafka message as a :data:`Record`."""
-    headers = header_pairs(msg.headers())
+    """A consumed confluent-kafka message as a :data:`Record`; total.
+
+    A record whose headers cannot be read (confluent-kafka decodes header names as
+    UTF-8 and raises on anything else) still becomes a record, without its headers and
+    with a :attr:`~app.core.request_format.RawRecord.defect` saying why, so the worker
+    can dead-letter it instead of dying on it.
+    """
+    defect = None
+    try:
+        headers = header_pairs(msg.headers())
+    except Exception as exc:  # any producer can write any bytes as a header name
+        headers, defect = (), f"its headers cannot be read ({type(exc).__name__}: not UTF-8?)"
+    key, value = msg.key(), msg.value()
     return Record(
         topic=msg.topic() or "",
         partition=msg.partition() or 0,
         offset=msg.offset() or 0,
         timestamp_ms=msg.timestamp()[1],
-        key=msg.key() if not isinstance(msg.key(), str) else str(msg.key()).encode(),
-        value=msg.value() if not isinstance(msg.value(), str) else str(msg.value()).encode(),
+        key=key.encode() if isinstance(key, str) else key,
+        value=value.encode() if isinstance(value, str) else value,
         headers=headers,
+        defect=defect,
     )
 
 

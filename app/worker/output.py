@@ -16,7 +16,8 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
-from app.core.errors import RejectReason
+from app.core.budget import DEFAULT_MAX_RECORD_BYTES, fits, record_bytes
+from app.core.errors import RejectReason, SystemicFailure
 from app.core.fired import FiredRecord, SkipReason, fired_json, json_string
 from app.core.request_format import RawRecord
 from app.core.timer import Timer
@@ -29,7 +30,7 @@ log = logging.getLogger(__name__)
 HeaderList = list[tuple[str, str | bytes | None]]
 
 
-class DeliveryFailure(Exception):
+class DeliveryFailure(SystemicFailure):
     """Records the worker needs durable were not acknowledged: stop before acking anything.
 
     Raised when a flush times out or the broker refused a changelog record. The worker
@@ -108,6 +109,8 @@ class OutputProducer:
             )
             conf.pop("max.in.flight.requests.per.connection", None)
         self._producer = Producer(conf)
+        #: The largest record this producer can write (its ``message.max.bytes``).
+        self.max_record_bytes = int(conf.get("message.max.bytes", DEFAULT_MAX_RECORD_BYTES))
         #: Whether every unit of work is one Kafka transaction (exactly-once mode).
         self.transactional = transactional_id is not None
         if self.transactional:
@@ -271,16 +274,31 @@ class OutputProducer:
         self._produce(self._fired_topic, record.to_json(), timer_id.encode(), partition=partition)
 
     def dead_letter(self, record: RawRecord, reason: RejectReason, detail: str) -> None:
-        """Copy a rejected request, bytes unchanged, to the DLQ with why and where from."""
-        headers: HeaderList = [
-            *record.headers,
+        """Copy a rejected request to the DLQ with why and where from: bytes unchanged
+        when the copy fits the largest record this producer can write, else cut down
+        (``dlq-truncated`` says what was cut: the record's own headers if they alone
+        take half the room, then the value's and the key's tails), so a request at the
+        broker's limit is dead-lettered, not refused at ``produce()``."""
+        ours: HeaderList = [
             ("dlq-reason", reason.value.encode()),
-            ("dlq-detail", detail.encode()[:1000]),
+            ("dlq-detail", detail.encode("utf-8", "backslashreplace")[:1000]),
             ("dlq-source-topic", record.topic.encode()),
             ("dlq-source-partition", b"%d" % record.partition),
             ("dlq-source-offset", b"%d" % record.offset),
         ]
-        self._produce(self._dlq_topic, record.value, record.key, headers=headers)
+        key, value, theirs = record.key, record.value, list(record.headers)
+        limit = self.max_record_bytes
+        if not fits(limit, key, value, [*theirs, *ours]):
+            cut = f"was: value {len(value or b'')} bytes, key {len(key or b'')} bytes"
+            if theirs and not fits(limit // 2, None, None, [*theirs, *ours]):
+                cut += f", {len(theirs)} headers (dropped)"
+                theirs = []
+            room = limit - record_bytes(None, None, [*theirs, *ours, ("dlq-truncated", b"")])
+            room -= 200  # the dlq-truncated header's own text
+            key = key[: max(0, min(len(key), room // 2))] if key else key
+            value = value[: max(0, room - len(key or b""))] if value else value
+            ours.append(("dlq-truncated", cut.encode()))
+        self._produce(self._dlq_topic, value, key, headers=[*theirs, *ours])
 
     def dead_letter_timer(self, timer: Timer, reason: RejectReason, detail: str) -> None:
         """Dead-letter a timer that was accepted but whose callback the broker refused."""

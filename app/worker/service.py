@@ -13,11 +13,11 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.core.clock_check import ClockSkewMonitor, OscillatorLead
-from app.core.errors import RejectedRequest, RejectReason
+from app.core.errors import RejectReason, SystemicFailure
 from app.core.fired import SkipReason
 from app.core.firing import StepKind, next_occurrence, plan
 from app.core.keys import BOOKKEEPING, REQUEST_OFFSET
@@ -27,6 +27,7 @@ from app.core.request_format import RawRecord, parse_request
 from app.core.tick_gate import TickGate
 from app.core.timer import Cancel, Timer
 from app.core.wheel import DEFAULT_MEMORY_SECONDS, CancelOutcome, PartitionWheel, Scheduled
+from app.worker.isolation import is_systemic, rejection_for
 from app.worker.metrics import WorkerMetrics, observe_many
 from app.worker.output import DeliveryFailure, Output, TransactionAborted
 from app.worker.stores import PartitionStore, StoreFactory
@@ -40,8 +41,15 @@ log = logging.getLogger(__name__)
 CAUGHT_UP_INTERVAL = 60
 #: The kinds of store keys exported per partition (``kafka_timers_store_keys{kind}``).
 KEY_KINDS = ("pending", "remembered", "bookkeeping")
+#: Longest reason detail a dead letter carries (its ``dlq-detail`` header), bytes.
+_DETAIL_BYTES = 1000
 #: Added to each sleep of the release loop, so it wakes just past the second boundary.
 RELEASE_SLACK = 0.001
+
+
+def _where(record: RawRecord) -> str:
+    """``topic[partition]@offset``: how logs and errors name a request record."""
+    return f"{record.topic}[{record.partition}]@{record.offset}"
 
 
 @dataclass
@@ -186,36 +194,43 @@ class TimerService:
         try:
             for record in records:
                 part = parts[record.partition]
+                # Everything one record causes happens inside this try: whatever it
+                # raises, the record is dead-lettered and the next one is read, unless
+                # the system itself is failing (app.worker.isolation draws the line).
                 try:
                     request = parse_request(record)
                     if isinstance(request, Cancel):
                         self._cancel(part, record, request)
                         continue
                     check(request, now)
-                except RejectedRequest as rejected:
-                    self._reject(record, rejected.reason, rejected.detail)
-                    continue
-                accepted = part.wheel.schedule(request)
-                if accepted.outcome is Scheduled.STORED:
-                    scheduled += 1
-                    if not accepted.replaced:
-                        pending_delta[record.partition] += 1
-                elif accepted.outcome is Scheduled.FIRE_NOW:
-                    scheduled += 1
-                    through = part.wheel.ticked_through
-                    assert through is not None  # FIRE_NOW means its second has been ticked
-                    sent, successor = self._fire(request, through, record.partition, self._now_ms())
-                    delivered.extend(sent)
-                    if successor is not None:
-                        # A series goes on: its next occurrence is stored in this unit, with
-                        # the fire (never after it: a crash in between would end the series).
-                        part.wheel.store_successor(successor)
+                    accepted = part.wheel.schedule(request)
+                    if accepted.outcome is Scheduled.STORED:
+                        scheduled += 1
                         if not accepted.replaced:
                             pending_delta[record.partition] += 1
-                        continue
-                    if accepted.replaced:
-                        pending_delta[record.partition] -= 1
-                    fired_now.append((part, request))
+                    elif accepted.outcome is Scheduled.FIRE_NOW:
+                        scheduled += 1
+                        through = part.wheel.ticked_through
+                        assert through is not None  # FIRE_NOW: its second has been ticked
+                        sent, successor = self._fire(
+                            request, through, record.partition, self._now_ms()
+                        )
+                        delivered.extend(sent)
+                        if successor is not None:
+                            # A series goes on: its next occurrence is stored in this unit,
+                            # with the fire (never after it: a crash in between would end
+                            # the series).
+                            part.wheel.store_successor(successor)
+                            if not accepted.replaced:
+                                pending_delta[record.partition] += 1
+                            continue
+                        if accepted.replaced:
+                            pending_delta[record.partition] -= 1
+                        fired_now.append((part, request))
+                except Exception as exc:
+                    if is_systemic(exc):
+                        raise
+                    self._reject(record, *rejection_for(exc, _where(record)))
         finally:
             for part in parts.values():
                 part.kv.apply_deferred()
@@ -265,16 +280,31 @@ class TimerService:
             )
 
     def _reject(self, record: RawRecord, reason: RejectReason, detail: str) -> None:
-        log.warning(
-            "rejected %s[%d]@%d: %s: %s",
-            record.topic,
-            record.partition,
-            record.offset,
-            reason.value,
-            detail,
+        """Dead-letter ``record``, total: if its copy cannot be produced (a bug, a size
+        no check foresaw), a bare copy without its key, value and headers goes instead;
+        if even that is refused, the system is failing (:class:`SystemicFailure`)."""
+        # The detail quotes the record at most through repr: never a lone surrogate, never
+        # more than the DLQ header holds.
+        detail = detail.encode("utf-8", "backslashreplace")[:_DETAIL_BYTES].decode(
+            "utf-8", "ignore"
         )
+        log.warning("rejected %s: %s: %s", _where(record), reason.value, detail)
         self._metrics.rejected.labels(reason=reason.value).inc()
-        self._output.dead_letter(record, reason, detail)
+        try:
+            self._output.dead_letter(record, reason, detail)
+        except Exception as exc:
+            if is_systemic(exc):
+                raise
+            bare = replace(record, key=None, value=None, headers=())
+            note = f"{detail} (the full copy was refused: {type(exc).__name__})"
+            try:
+                self._output.dead_letter(bare, reason, note)
+            except Exception as again:
+                if is_systemic(again):
+                    raise
+                raise SystemicFailure(
+                    f"the dead-letter topic refused a bare record: {type(again).__name__}"
+                ) from again
 
     # -- ticks ----------------------------------------------------------------------
 

@@ -1,0 +1,218 @@
+"""The line between a bad record and a broken system, from both sides.
+
+Whatever one request record makes the worker raise, a bug included, that record is
+dead-lettered with a reason and the batch goes on; only a systemic failure leaves the
+handler, unacknowledged. The triggers here are planted (a parser that raises), so the
+test holds whatever the parsers learn to refuse by themselves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from app.core.errors import RejectReason, SystemicFailure
+from app.core.keys import REQUEST_OFFSET
+from app.core.request_format import RawRecord
+from app.kafka.records import to_record
+from app.worker import service as service_module
+from app.worker.isolation import is_systemic, rejection_for
+from app.worker.output import DeliveryFailure
+from tests.unit.test_service import NOW, Harness
+
+POISON = b"poison"
+
+
+@pytest.fixture
+def poisoned_parser(monkeypatch: pytest.MonkeyPatch) -> list[BaseException]:
+    """Make the parser raise the next exception of the returned list on a POISON record."""
+    raises: list[BaseException] = []
+    parse = service_module.parse_request
+
+    def parse_or_raise(record: RawRecord) -> Any:
+        if record.value == POISON:
+            raise raises.pop(0)
+        return parse(record)
+
+    monkeypatch.setattr(service_module, "parse_request", parse_or_raise)
+    return raises
+
+
+@pytest.mark.parametrize(
+    "bug",
+    [
+        ZeroDivisionError("x"),
+        UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed"),
+        RecursionError("deep"),
+        OverflowError("big"),
+        IsADirectoryError("America"),  # an OSError from a parser is the record's, too
+        ValueError("Exceeds the limit (4300 digits)"),
+        KeyError("x"),
+    ],
+)
+def test_an_unforeseen_error_dead_letters_the_record_and_the_batch_goes_on(
+    poisoned_parser: list[BaseException], bug: Exception
+) -> None:
+    poisoned_parser.append(bug)
+    h = Harness()
+    h.requests(h.schedule("before", NOW + 5), h.record(POISON), h.schedule("after", NOW + 5))
+    (dead,) = h.output.durable.dead_letters
+    assert dead[0] == POISON
+    assert dead[1] is RejectReason.INTERNAL_ERROR
+    assert dead[2].startswith(type(bug).__name__)
+    assert "x" not in dead[2].split(" at ")[0].removeprefix(type(bug).__name__)
+    wheel = h.service.wheels()[0]
+    assert wheel.lookup("before") is not None and wheel.lookup("after") is not None
+    assert h.stores.stores[0].get(REQUEST_OFFSET) == b"2"  # the batch was acknowledged
+    assert h.metrics.rejected.labels(reason="internal_error")._value.get() == 1
+
+
+@pytest.mark.parametrize(
+    "failure", [SystemicFailure("disk full"), DeliveryFailure("flush"), MemoryError()]
+)
+def test_a_systemic_failure_leaves_the_handler_and_nothing_is_acknowledged(
+    poisoned_parser: list[BaseException], failure: BaseException
+) -> None:
+    poisoned_parser.append(failure)
+    h = Harness()
+    with pytest.raises(type(failure)):
+        h.requests(h.schedule("before", NOW + 5), h.record(POISON))
+    assert not h.output.durable.dead_letters
+    assert h.stores.stores[0].get(REQUEST_OFFSET) is None
+
+
+def test_a_dead_letter_whose_copy_is_refused_goes_bare_and_a_refused_bare_one_is_systemic(
+    poisoned_parser: list[BaseException], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    poisoned_parser.extend([ValueError("a"), ValueError("b")])
+    h = Harness()
+    sent: list[RawRecord] = []
+    refusals = [RuntimeError("copy too large"), None, RuntimeError("x"), RuntimeError("y")]
+    real = h.output.dead_letter
+
+    def dead_letter(record: RawRecord, reason: RejectReason, detail: str) -> None:
+        refusal = refusals.pop(0)
+        if refusal is not None:
+            raise refusal
+        sent.append(record)
+        real(record, reason, detail)
+
+    monkeypatch.setattr(h.output, "dead_letter", dead_letter)
+    h.requests(h.record(POISON))
+    (bare,) = sent
+    assert (bare.key, bare.value, bare.headers) == (None, None, ())
+    assert "the full copy was refused: RuntimeError" in h.output.durable.dead_letters[0][2]
+    with pytest.raises(SystemicFailure, match="refused a bare record"):
+        h.requests(h.record(POISON))
+
+
+def test_the_classification() -> None:
+    assert is_systemic(SystemicFailure("x")) and is_systemic(KeyboardInterrupt())
+    assert not is_systemic(OSError("x")) and not is_systemic(RecursionError())
+    try:
+        raise TypeError("secret payload")
+    except TypeError as exc:
+        reason, detail = rejection_for(exc, "t[0]@1")
+    assert reason is RejectReason.INTERNAL_ERROR
+    assert detail.startswith("TypeError at test_isolation.py:") and "secret" not in detail
+
+
+class _Message:
+    """A consumed confluent-kafka message whose headers cannot be decoded."""
+
+    def headers(self) -> Any:
+        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+
+    def key(self) -> bytes:
+        return b"k"
+
+    def value(self) -> bytes:
+        return b"{}"
+
+    def topic(self) -> str:
+        return "requests"
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return 7
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, NOW * 1000)
+
+
+def test_a_record_whose_header_names_are_not_utf8_is_read_and_dead_lettered() -> None:
+    record = to_record(_Message())  # type: ignore[arg-type]
+    assert record.defect is not None and record.headers == ()
+    h = Harness()
+    h.requests(record, h.schedule("after", NOW + 5))
+    (dead,) = h.output.durable.dead_letters
+    assert dead[1] is RejectReason.MALFORMED and "headers cannot be read" in dead[2]
+    assert h.service.wheels()[0].lookup("after") is not None
+
+
+def _real_output(captured: list[dict[str, Any]]) -> Any:
+    """An OutputProducer on librdkafka's real producer (no broker needed: produce()
+    checks the size locally and queues), recording each produce's arguments."""
+    from app.worker.output import OutputProducer
+
+    output = OutputProducer(
+        {"bootstrap.servers": "127.0.0.1:9", "message.timeout.ms": 1000, "log_level": 0},
+        worker_id="w",
+        fired_topic="fired",
+        dlq_topic="dlq",
+    )
+    producer = output._producer
+    real = producer.produce
+
+    class Recording:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(producer, name)
+
+        def produce(self, topic: str, *args: Any, **kw: Any) -> None:
+            real(topic, *args, **kw)  # raises as librdkafka would
+            captured.append({"topic": topic, **kw})
+
+    output._producer = Recording()  # type: ignore[assignment]
+    return output
+
+
+@pytest.mark.parametrize("size", [999_000, 1_000_000, 1_048_576, 1_048_588])
+def test_a_request_at_or_over_the_producer_limit_is_dead_lettered_cut_down(size: int) -> None:
+    captured: list[dict[str, Any]] = []
+    output = _real_output(captured)
+    headers = (("h", b"x" * 1000),)
+    record = RawRecord("requests", 3, 9, NOW * 1000, b"k" * 100, b"v" * size, headers)
+    output.dead_letter(record, RejectReason.PAYLOAD_TOO_LARGE, "too large")
+    (sent,) = captured
+    names = dict(sent["headers"])
+    assert names["dlq-reason"] == b"payload_too_large"
+    assert names["dlq-source-offset"] == b"9"
+    assert names["dlq-truncated"] == f"was: value {size} bytes, key 100 bytes".encode()
+    assert sent["value"] == b"v" * len(sent["value"]) and len(sent["value"]) > 990_000
+    assert sent["key"] == b"k" * 100 and names["h"] == b"x" * 1000
+
+
+def test_a_small_rejected_request_is_copied_unchanged() -> None:
+    captured: list[dict[str, Any]] = []
+    output = _real_output(captured)
+    record = RawRecord("requests", 0, 1, NOW * 1000, b"key", b"value", (("h", b"1"),))
+    output.dead_letter(record, RejectReason.MALFORMED, "bad \ud800")
+    (sent,) = captured
+    assert (sent["key"], sent["value"]) == (b"key", b"value")
+    assert "dlq-truncated" not in dict(sent["headers"])
+    assert dict(sent["headers"])["dlq-detail"] == b"bad \\ud800"
+
+
+def test_headers_that_alone_exceed_half_the_room_are_dropped_from_the_copy() -> None:
+    captured: list[dict[str, Any]] = []
+    output = _real_output(captured)
+    headers = tuple((f"h{i}", b"x" * 100_000) for i in range(6))
+    record = RawRecord("requests", 0, 1, NOW * 1000, b"k", b"v" * 500_000, headers)
+    output.dead_letter(record, RejectReason.MALFORMED, "bad")
+    (sent,) = captured
+    names = dict(sent["headers"])
+    assert names["dlq-truncated"].endswith(b"6 headers (dropped)")
+    assert "h0" not in names and sent["value"] == b"v" * 500_000
