@@ -11,9 +11,10 @@ import re
 from datetime import datetime, timezone
 from decimal import Decimal, InvalidOperation
 
+from app.core.bounds import MAX_SECONDS, MAX_SPEC_CHARS
 from app.core.errors import InvalidTimeSpec
 
-__all__ = ["due_second", "parse_at", "parse_duration"]
+__all__ = ["due_second", "parse_at", "parse_duration", "parse_epoch"]
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$")
@@ -25,24 +26,48 @@ def due_second(epoch: float | Decimal) -> int:
 
 
 def parse_duration(text: str) -> float:
-    """Parse ``30s``, ``5m``, ``2h``, ``3d``, ``1w``, ``250ms`` or bare seconds."""
-    match = _DURATION.match(text)
+    """Parse ``30s``, ``5m``, ``2h``, ``3d``, ``1w``, ``250ms`` or bare seconds, up to
+    :data:`~app.core.bounds.MAX_SECONDS`."""
+    match = _DURATION.match(text) if len(text) <= MAX_SPEC_CHARS else None
     if not match:
-        raise InvalidTimeSpec(f"cannot read duration {text!r}: use e.g. 30s, 5m, 2h, 3d")
+        raise InvalidTimeSpec(f"cannot read duration {text[:40]!r}: use e.g. 30s, 5m, 2h, 3d")
     amount, unit = match.groups()
-    return float(amount) * _UNITS[unit or "s"]
+    seconds = float(amount) * _UNITS[unit or "s"]
+    if not seconds <= MAX_SECONDS:  # also inf: 400 digits are a float overflow
+        raise InvalidTimeSpec(f"duration {text[:40]!r} is longer than {MAX_SECONDS}s")
+    return seconds
+
+
+def parse_epoch(text: str) -> Decimal:
+    """Epoch seconds as a finite number whose magnitude is below
+    :data:`~app.core.bounds.MAX_SECONDS`, checked before any arithmetic (its exponent
+    first: rounding ``1e700000`` up would build 700,001 digits)."""
+    try:
+        number = Decimal(text.strip()) if len(text) <= MAX_SPEC_CHARS else None
+    except InvalidOperation:
+        number = None
+    if number is None or not number.is_finite():
+        raise InvalidTimeSpec(f"{text[:40]!r} is not a number of epoch seconds")
+    if number.adjusted() >= 12 and abs(number) > MAX_SECONDS:
+        raise InvalidTimeSpec(f"epoch second {text[:40]!r} is past {MAX_SECONDS}")
+    return number
 
 
 def parse_at(text: str) -> Decimal:
     """Parse an absolute due time: epoch seconds (``1767225600.5``) or ISO 8601.
 
     An ISO time without a zone is taken as UTC, not local time, so the same command
-    means the same instant on every machine.
+    means the same instant on every machine. Numbers are held to :func:`parse_epoch`'s
+    bounds.
     """
+    if len(text) > MAX_SPEC_CHARS:
+        raise InvalidTimeSpec(f"time {text[:40]!r}... is {len(text)} characters long")
     try:
-        return Decimal(text.strip())
+        Decimal(text.strip())
     except InvalidOperation:
         pass
+    else:
+        return parse_epoch(text)
     try:
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError as exc:

@@ -31,6 +31,7 @@ An **interval** series is pure epoch arithmetic: occurrence *n* is due at
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -48,11 +49,19 @@ MAX_EVERY_SECONDS = 100 * 366 * 86400
 _UTC = timezone.utc
 
 
+#: What an IANA zone name looks like (``Europe/Paris``, ``America/Argentina/Buenos_Aires``,
+#: ``Etc/GMT+5``, ``UTC``): checked before the name reaches the file system.
+_ZONE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_+\-]{0,63}(/[A-Za-z0-9_+\-]{1,64}){0,3}")
+
+
 @lru_cache(maxsize=256)
 def _zone(name: str) -> ZoneInfo:
     try:
+        if not _ZONE_NAME.fullmatch(name):
+            raise ValueError("not an IANA name")
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    # OSError: a directory of the tz database ("America") is a name but not a zone.
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
         raise RejectedRequest(
             RejectReason.UNKNOWN_TIME_ZONE, f"unknown time zone {name!r}: use an IANA name"
         ) from exc
@@ -70,7 +79,8 @@ def _checked_cron(expr: str) -> str:
     normalised = " ".join(fields)
     try:
         CronSim(normalised, datetime(2000, 1, 1))
-    except CronSimError as exc:
+    # cronsim is a parser of the producer's text: whatever it raises, the text is bad.
+    except Exception as exc:
         raise RejectedRequest(RejectReason.INVALID_CRON, f"cron {expr!r}: {exc}") from exc
     return normalised
 
@@ -258,8 +268,8 @@ class Recurrence:
         """The first second strictly after ``second`` whose local time matches the cron."""
         assert self.cron is not None
         zone = _zone(self.tz)
-        wall = datetime.fromtimestamp(second, zone).replace(tzinfo=None)
         try:
+            wall = datetime.fromtimestamp(second, zone).replace(tzinfo=None)
             for candidate in CronSim(self.cron, wall):
                 instant = _wall_to_epoch(candidate, zone)
                 # Past instants: wall times of a repeated hour already fired on its first
@@ -267,6 +277,8 @@ class Recurrence:
                 if instant > second:
                     return instant
         except (StopIteration, CronSimError):  # cronsim gives up after 50 years
+            return None
+        except (ValueError, OverflowError, OSError):  # past datetime's year 9999
             return None
         return None
 

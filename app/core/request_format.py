@@ -35,7 +35,18 @@ from google.protobuf.message import DecodeError as ProtobufDecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from app.core import proto
-from app.core.due import due_second, parse_at, parse_duration
+from app.core.bounds import (
+    MAX_HEADER_NAME_CHARS,
+    MAX_HEADERS,
+    MAX_ID_CHARS,
+    MAX_JSON_NUMBER_CHARS,
+    MAX_SECONDS,
+    MAX_SERIES_COUNT,
+    MAX_SPEC_CHARS,
+    MAX_TOKEN_CHARS,
+    checked_text,
+)
+from app.core.due import due_second, parse_at, parse_duration, parse_epoch
 from app.core.errors import InvalidTimeSpec, RejectedRequest, RejectReason
 from app.core.late import LatePolicy
 from app.core.recurrence import Recurrence
@@ -77,7 +88,32 @@ def derived_id(record: RawRecord) -> str:
 
 
 def parse_request(record: RawRecord) -> Timer | Cancel:
-    """Interpret ``record``; raise :class:`RejectedRequest` with a reason if it is not valid."""
+    """Interpret ``record``; raise :class:`RejectedRequest` with a reason if it is not valid.
+
+    Total over what Kafka can deliver, with bounded work: every number is bounded while
+    it is still text and every text is valid UTF-8 of bounded length
+    (:mod:`app.core.bounds`); what still escapes is a bug that
+    :mod:`app.worker.isolation` dead-letters.
+    """
+    return _bounded(_parse(record))
+
+
+def _bounded(request: Timer | Cancel) -> Timer | Cancel:
+    """``request`` if its id, token and header names are within :mod:`app.core.bounds`."""
+    checked_text(request.id, "the id", MAX_ID_CHARS)
+    checked_text(request.token, "the token", MAX_TOKEN_CHARS)
+    if isinstance(request, Timer) and request.headers:
+        if len(request.headers) > MAX_HEADERS:
+            raise RejectedRequest(
+                RejectReason.OUT_OF_BOUNDS,
+                f"{len(request.headers)} headers, at most {MAX_HEADERS}",
+            )
+        for name, _ in request.headers:
+            checked_text(name, "a header name", MAX_HEADER_NAME_CHARS)
+    return request
+
+
+def _parse(record: RawRecord) -> Timer | Cancel:
     if record.defect is not None:
         raise RejectedRequest(RejectReason.MALFORMED, record.defect)
     headers = dict(record.headers)
@@ -112,8 +148,8 @@ def _key_text(record: RawRecord) -> str:
 def _due_from_key(record: RawRecord) -> int:
     text = record.key.decode(errors="replace") if record.key else ""
     try:
-        return due_second(Decimal(text))
-    except ArithmeticError as exc:
+        return due_second(parse_epoch(text))
+    except InvalidTimeSpec as exc:
         raise RejectedRequest(
             RejectReason.MISSING_DUE,
             f"no due time in the request and the key {text[:40]!r} is not an epoch second",
@@ -127,9 +163,9 @@ def _etf1_tombstone(record: RawRecord) -> Cancel:
 def _etf1_schedule(record: RawRecord, headers: dict[str, bytes]) -> Timer:
     schedule_id = _key_text(record)
     try:
-        due = due_second(Decimal(headers[ETF1_EPOCH].decode()))
-    except (ArithmeticError, UnicodeDecodeError) as exc:
-        raise RejectedRequest(RejectReason.MISSING_DUE, "scheduler-epoch is not a number") from exc
+        due = due_second(parse_epoch(headers[ETF1_EPOCH].decode()))
+    except (InvalidTimeSpec, UnicodeDecodeError) as exc:
+        raise RejectedRequest(RejectReason.MISSING_DUE, f"scheduler-epoch: {exc}") from exc
     topic = _utf8(headers.get(ETF1_TARGET_TOPIC, b""), "scheduler-target-topic")
     passthrough = tuple((k, v) for k, v in record.headers if not k.startswith("scheduler-"))
     provenance = (
@@ -207,6 +243,7 @@ def _from_protobuf(record: RawRecord) -> Timer | Cancel:
 def _late(text: str | None) -> LatePolicy | None:
     if not text:
         return None
+    checked_text(text, "late", MAX_SPEC_CHARS)
     policy = LatePolicy.parse(text)
     return None if policy.is_empty else policy
 
@@ -237,6 +274,19 @@ def _recurrence(
         return None
     if cron is not None and every is not None:
         raise RejectedRequest(RejectReason.INVALID_RECURRENCE, "give cron or every, not both")
+    for name, number in (("start", start), ("end", end)):
+        if number is not None and not 0 <= number <= MAX_SECONDS:
+            raise RejectedRequest(
+                RejectReason.INVALID_RECURRENCE, f"{name} is not an epoch second from 0 to 10^12"
+            )
+    if count is not None and count > MAX_SERIES_COUNT:
+        raise RejectedRequest(
+            RejectReason.INVALID_RECURRENCE, f"count is more than {MAX_SERIES_COUNT}"
+        )
+    if cron is not None:
+        checked_text(cron, "cron", MAX_SPEC_CHARS)
+    if tz is not None:
+        checked_text(tz, "tz", MAX_SPEC_CHARS)
     if has_due:
         raise RejectedRequest(
             RejectReason.INVALID_RECURRENCE,
@@ -280,12 +330,37 @@ def _refuse_misread_fields(message: Any, last_number: int) -> None:
             )
 
 
+def _json_number(text: str) -> int | float:
+    """A JSON number, refused while it is text if it is longer than any the service
+    reads (Python would spend quadratic time on a 4,300-digit one, then refuse it)."""
+    if len(text) > MAX_JSON_NUMBER_CHARS:
+        raise RejectedRequest(
+            RejectReason.OUT_OF_BOUNDS, f"a JSON number of {len(text)} characters"
+        )
+    return float(text) if "." in text or "e" in text or "E" in text else int(text)
+
+
+def _json_constant(name: str) -> None:
+    raise RejectedRequest(RejectReason.OUT_OF_BOUNDS, f"{name} is not a number in a request")
+
+
+#: JSON as the standard says: no NaN or Infinity, numbers of bounded length. Nesting is
+#: bounded by the decoder's own recursion guard (a ``RecursionError`` after about a
+#: thousand levels, at a cost linear in the depth); nothing here walks into nested
+#: values, only the request's top-level fields and its flat ``headers`` object.
+_JSON = json.JSONDecoder(
+    parse_int=_json_number, parse_float=_json_number, parse_constant=_json_constant
+)
+
+
 def _from_json(record: RawRecord) -> Timer | Cancel:
     assert record.value is not None
     try:
-        doc = json.loads(record.value)
+        doc = _JSON.decode(record.value.decode())
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RejectedRequest(RejectReason.MALFORMED, f"invalid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise RejectedRequest(RejectReason.OUT_OF_BOUNDS, "JSON nested too deep") from exc
     if not isinstance(doc, dict):
         raise RejectedRequest(RejectReason.UNKNOWN_FORMAT, "JSON request must be an object")
     try:
@@ -316,11 +391,16 @@ def _from_json(record: RawRecord) -> Timer | Cancel:
         raise RejectedRequest(RejectReason.UNKNOWN_FORMAT, f"bad JSON request: {exc}") from exc
 
 
+#: Longest text of each JSON field that is not a payload (key and value are bounded by
+#: the size budget instead).
+_JSON_TEXT_LIMITS = {"cancel": MAX_ID_CHARS, "id": MAX_ID_CHARS, "token": MAX_TOKEN_CHARS}
+
+
 def _json_str(doc: dict[str, Any], name: str, default: str | None = None) -> str:
     value = doc.get(name, default)
     if not isinstance(value, str):
         raise TypeError(f"{name!r} must be a string")
-    return value
+    return checked_text(value, repr(name), _JSON_TEXT_LIMITS.get(name, 1 << 40))
 
 
 def _json_bytes(doc: dict[str, Any], name: str) -> bytes | None:
@@ -332,14 +412,24 @@ def _json_bytes(doc: dict[str, Any], name: str) -> bytes | None:
         return None
     if not isinstance(value, str):
         raise TypeError(f"{name!r} must be a string (use {name}_b64 for bytes)")
-    return value.encode()
+    return checked_text(value, repr(name), 1 << 40).encode()
 
 
 def _json_headers(doc: dict[str, Any]) -> tuple[Header, ...]:
     headers = doc.get("headers") or {}
     if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
         raise TypeError("'headers' must be an object of strings")
-    return tuple((str(k), v.encode()) for k, v in headers.items())
+    if len(headers) > MAX_HEADERS:
+        raise RejectedRequest(
+            RejectReason.OUT_OF_BOUNDS, f"{len(headers)} headers, at most {MAX_HEADERS}"
+        )
+    return tuple(
+        (
+            checked_text(k, "a header name", MAX_HEADER_NAME_CHARS),
+            checked_text(v, k, 1 << 40).encode(),
+        )
+        for k, v in headers.items()
+    )
 
 
 def _json_due(doc: dict[str, Any], record: RawRecord) -> int:
