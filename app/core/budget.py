@@ -13,9 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from app.core.errors import RejectedRequest, RejectReason
+from app.core.timer import Timer
+
 __all__ = [
     "DEFAULT_MAX_RECORD_BYTES",
     "RECORD_OVERHEAD",
+    "check_fits",
+    "derived_record_bytes",
     "fits",
     "record_bytes",
 ]
@@ -54,3 +59,57 @@ def fits(
 ) -> bool:
     """Whether a record of ``key``, ``value`` and ``headers`` can be produced under ``limit``."""
     return record_bytes(key, value, headers) <= limit
+
+
+#: The service's own headers on a callback (``timer-id``, ``-token``, ``-due``,
+#: ``-fired-at``, ``-seq``, ``-coalesced``) without the id and token: names and numbers.
+_CALLBACK_HEADERS_BYTES = 6 * HEADER_OVERHEAD + 80 + 5 * 20
+#: A stored timer's layout around its fields (:mod:`app.core.stored`): version, due,
+#: length prefixes, the series numbers; plus its changelog key's prefix and due digits.
+_STORED_FRAMING_BYTES = 9 + 6 * 4 + 18 + 40 + 2 * 4 + 14
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode())
+
+
+def derived_record_bytes(timer: Timer) -> int:
+    """The size of the largest record storing and firing ``timer`` writes: its callback
+    (key, value, its own and the service's headers) or its changelog record (the packed
+    timer under its key), as :func:`record_bytes` counts them.
+
+    Arithmetic over lengths, not a trial encoding: a microsecond per request, where
+    packing twice would cost several.
+    """
+    id_bytes, token_bytes = _utf8_len(timer.id), _utf8_len(timer.token)
+    headers = sum(HEADER_OVERHEAD + _utf8_len(n) + len(v) for n, v in timer.headers)
+    payload = len(timer.key or b"") + len(timer.value or b"")
+    callback = (
+        RECORD_OVERHEAD + payload + headers + _CALLBACK_HEADERS_BYTES + id_bytes + token_bytes
+    )
+    rec = timer.recurrence
+    series = 0 if rec is None else len(rec.cron or "") * 4 + len(rec.tz or "") * 4
+    stored = (
+        RECORD_OVERHEAD
+        + _STORED_FRAMING_BYTES
+        + payload
+        + headers
+        + 2 * id_bytes  # in the key and in the value
+        + token_bytes
+        + _utf8_len(timer.topic)
+        + series
+    )
+    return max(callback, stored)
+
+
+def check_fits(timer: Timer, limit: int) -> None:
+    """Refuse ``timer`` (:attr:`~app.core.errors.RejectReason.RECORD_TOO_LARGE`) if a
+    record it makes the worker write would be larger than ``limit``: better a dead
+    letter now than a ``produce()`` refused halfway through storing or firing it."""
+    size = derived_record_bytes(timer)
+    if size > limit:
+        raise RejectedRequest(
+            RejectReason.RECORD_TOO_LARGE,
+            f"its records would be {size} bytes (key, value, headers, id and token), "
+            f"the largest the worker can write is {limit}",
+        )

@@ -49,6 +49,8 @@ class Output(Protocol):
     transactional: bool
     #: Highest changelog offset acknowledged, per changelog partition.
     changelog_acked: dict[int, int]
+    #: The largest record this output can write (the producer's ``message.max.bytes``).
+    max_record_bytes: int
 
     def callback(
         self, timer: Timer, *, partition: int, fired_at_ms: int, coalesced: int = 0

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from app.core.budget import check_fits
 from app.core.clock_check import ClockSkewMonitor, OscillatorLead
 from app.core.errors import RejectReason, SystemicFailure
 from app.core.fired import SkipReason
@@ -184,6 +185,7 @@ class TimerService:
         scheduled = 0
         pending_delta = dict.fromkeys(parts, 0)
         check = self._policy.check
+        max_record = self._output.max_record_bytes
         self._output.begin()
         # The batch's local writes reach each partition's store as one write (one
         # RocksDB WriteBatch: well under a microsecond a key, where a put costs about 2),
@@ -203,6 +205,7 @@ class TimerService:
                         self._cancel(part, record, request)
                         continue
                     check(request, now)
+                    check_fits(request, max_record)
                     accepted = part.wheel.schedule(request)
                     if accepted.outcome is Scheduled.STORED:
                         scheduled += 1

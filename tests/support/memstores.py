@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from app.core.budget import DEFAULT_MAX_RECORD_BYTES
 from app.core.errors import RejectReason
 from app.core.fired import SkipReason
 from app.core.request_format import RawRecord
@@ -52,6 +53,7 @@ class FakeOutput:
     def __init__(self, *, transactional: bool = False) -> None:
         self.transactional = transactional
         self.changelog_acked: dict[int, int] = {}
+        self.max_record_bytes = DEFAULT_MAX_RECORD_BYTES
         self.pending = Produced()
         self.durable = Produced()
         self.fail_flush = False

@@ -216,3 +216,34 @@ def test_headers_that_alone_exceed_half_the_room_are_dropped_from_the_copy() -> 
     names = dict(sent["headers"])
     assert names["dlq-truncated"].endswith(b"6 headers (dropped)")
     assert "h0" not in names and sent["value"] == b"v" * 500_000
+
+
+def test_a_request_whose_records_would_not_fit_is_refused_whole_before_it_is_stored() -> None:
+    from app.core import protowire
+
+    h = Harness()
+    h.output.max_record_bytes = 5_000
+    fits = protowire.Future(callback_topic="cb", callback=b"v" * 1000, id="fits", due=NOW + 5)
+    big_key = protowire.Future(
+        callback_topic="cb",
+        callback=b"v" * 1000,
+        id="big-key",
+        due=NOW + 5,
+        callback_key="k" * 3_500,
+    )
+    headers = protowire.Future(
+        callback_topic="cb",
+        callback=b"v",
+        id="headers",
+        due=NOW + 5,
+        headers=[("h%d" % i, b"x" * 200) for i in range(20)],
+    )
+    h.requests(*(h.record(protowire.encode(f)) for f in (fits, big_key, headers)))
+    dead = {reason for _, reason, _ in h.output.durable.dead_letters}
+    assert dead == {RejectReason.RECORD_TOO_LARGE}
+    assert len(h.output.durable.dead_letters) == 2
+    wheel = h.service.wheels()[0]
+    assert wheel.lookup("fits") is not None
+    assert wheel.lookup("big-key") is None and wheel.lookup("headers") is None
+    h.tick(NOW + 5)
+    assert h.fired() == ["fits"]
