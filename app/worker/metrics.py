@@ -113,6 +113,19 @@ class WorkerMetrics:
             ["partition", "kind"],
             registry=r,
         )
+        self.cancels_in_advance = Gauge(
+            "kafka_timers_cancels_in_advance",
+            "Cancels remembered for ids with no timer yet, per partition: capped (see "
+            "kafka_timers_cancels_not_remembered_total).",
+            ["partition"],
+            registry=r,
+        )
+        self.cancels_not_remembered = Counter(
+            "kafka_timers_cancels_not_remembered",
+            "Cancels in advance not kept (answered not_remembered): their partition already "
+            "remembered as many as it may.",
+            registry=r,
+        )
         self.clock_skew = Gauge(
             "kafka_timers_clock_skew_seconds",
             "Local clock minus the send time of the newest tick, per tick source.",

@@ -247,3 +247,25 @@ def test_a_request_whose_records_would_not_fit_is_refused_whole_before_it_is_sto
     assert wheel.lookup("big-key") is None and wheel.lookup("headers") is None
     h.tick(NOW + 5)
     assert h.fired() == ["fits"]
+
+
+def test_a_batch_that_takes_long_is_applied_in_several_units_none_lost(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(service_module, "UNIT_BUDGET_SECONDS", 0.0)
+    h = Harness()
+    units = 0
+    commit = h.output.commit
+
+    async def counting_commit(timeout: float = 60.0) -> None:
+        nonlocal units
+        units += 1
+        await commit(timeout)
+
+    monkeypatch.setattr(h.output, "commit", counting_commit)
+    h.requests(*(h.schedule(f"t{i}", NOW + 5, partition=i % 2) for i in range(100)))
+    assert units == 7  # a unit ends after each 16 records once the budget is spent
+    wheels = h.service.wheels()
+    assert all(wheels[i % 2].lookup(f"t{i}") is not None for i in range(100))
+    assert h.stores.stores[0].get(REQUEST_OFFSET) == b"49"
+    assert h.stores.stores[1].get(REQUEST_OFFSET) == b"49"
