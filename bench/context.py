@@ -25,6 +25,8 @@ class Baselines:
     faust_passthrough: float | None = None
     #: Requests per second one worker stored in this run (sizes lead times).
     ingest: float | None = None
+    #: Worker CPU per request stored in this run, µs (the guards' cost is set beside it).
+    ingest_cpu_us: float | None = None
     #: Requests per second two workers stored together in this run (the scale-out
     #: scenario; sizes the burst's lead time).
     ingest_two_workers: float | None = None

@@ -76,6 +76,7 @@ def run(ctx: RunContext) -> ScenarioResult:
     span = (max(stamps) - min(stamps)) / 1000
     per_second = rate(count - 1, span)
     ctx.baselines.ingest = per_second
+    ctx.baselines.ingest_cpu_us = ingest_cpu / count * 1e6
     in_rocksdb = sum(stored.values())
     detail: dict[str, Any] = {
         "requests": count,

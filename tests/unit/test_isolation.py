@@ -30,10 +30,10 @@ def poisoned_parser(monkeypatch: pytest.MonkeyPatch) -> list[BaseException]:
     raises: list[BaseException] = []
     parse = service_module.parse_request
 
-    def parse_or_raise(record: RawRecord) -> Any:
+    def parse_or_raise(record: RawRecord, *args: Any) -> Any:
         if record.value == POISON:
             raise raises.pop(0)
-        return parse(record)
+        return parse(record, *args)
 
     monkeypatch.setattr(service_module, "parse_request", parse_or_raise)
     return raises
