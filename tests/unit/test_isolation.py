@@ -236,7 +236,7 @@ def test_a_request_whose_records_would_not_fit_is_refused_whole_before_it_is_sto
         callback=b"v",
         id="headers",
         due=NOW + 5,
-        headers=[("h%d" % i, b"x" * 200) for i in range(20)],
+        headers=[(f"h{i}", b"x" * 200) for i in range(20)],
     )
     h.requests(*(h.record(protowire.encode(f)) for f in (fits, big_key, headers)))
     dead = {reason for _, reason, _ in h.output.durable.dead_letters}
