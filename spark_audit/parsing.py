@@ -3,7 +3,9 @@
 The audit must read requests exactly as the worker does, so it calls the worker's own
 :func:`app.core.request_format.parse_request` and :class:`app.core.policy.RequestPolicy` on every
 record rather than re-implementing the formats. Records either refuses are skipped:
-the worker dead-lettered them, so they never became timers.
+the worker dead-lettered them, so they never became timers. Requests are parsed without
+the worker's clock, so a series is anchored at its record's timestamp, the earliest the
+worker can have anchored it; :mod:`spark_audit.reconcile` finds where it really did.
 
 These functions take and return Arrow arrays, so Spark hands them thousands of records
 per call (an Arrow UDF) instead of one Python call per row.

@@ -39,6 +39,14 @@ skipped by ``skip-after`` or folded by ``coalesce`` — or it is **missing**. Sk
 coalesced occurrences are counted, not judged. A one-shot timer the policy skipped is
 ``skipped``, not missing.
 
+A series is numbered from where the worker anchored it: at its request's timestamp,
+unless the worker read the request more than
+:data:`~app.core.recurrence.ANCHOR_SLACK_SECONDS` later (a producer clock far behind, an
+outage), when it starts that long before the read. The audit has no worker clock: it
+takes the timestamp's anchor when the series' first record came within the slack of
+the timestamp (or there is none yet), and otherwise the anchor the records themselves
+show, if it is one the worker could have used (see :func:`_worker_anchor`).
+
 Under retention the audit judges a *window*, ``[since, as-of]`` (:class:`Rules`). Every
 readable record is evidence, but only what happened in the window is a violation: a
 fire at or after ``since`` (early, after cancel, superseded, unrequested, the second fire
@@ -57,7 +65,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, NamedTuple, TypeVar
 
-from app.core.recurrence import Recurrence
+from app.core.errors import RejectedRequest
+from app.core.recurrence import ANCHOR_SLACK_SECONDS, Recurrence
 
 __all__ = [
     "MAX_OCCURRENCES_WALKED",
@@ -76,7 +85,7 @@ __all__ = [
 #: A version of a timer: its token and due second.
 Version = tuple[str, int]
 
-_NO_EFFECT = frozenset({"already_fired", "wrong_token", "not_found"})
+_NO_EFFECT = frozenset({"already_fired", "wrong_token", "not_found", "not_remembered"})
 #: Most occurrences of one series the audit walks (an every-second series over the
 #: default 7-day window is about 600,000).
 MAX_OCCURRENCES_WALKED = 2_000_000
@@ -561,6 +570,17 @@ def _judge_series(
 ) -> None:
     """Reconcile each occurrence of the final series version (see the module doc)."""
     assert verdict.final_due is not None
+    anchor = _worker_anchor(recurrence, verdict.final_due, live_since, fires, skips)
+    if anchor != verdict.final_due:
+        recurrence = Recurrence(
+            recurrence.cron,
+            recurrence.tz,
+            recurrence.every,
+            anchor,
+            recurrence.end,
+            recurrence.count,
+        )
+        verdict.final_due = anchor
     fired: dict[int, FireEvent] = {}
     skipped: set[int] = set()
     coalesced: set[int] = set()
@@ -650,3 +670,49 @@ def _judge_series(
         verdict.status = Status.CANCELLED
     elif ended and all(seq in accounted for seq in range(1, walked + 1)):
         verdict.status = Status.FIRED  # every occurrence of a finished series
+
+
+def _worker_anchor(
+    recurrence: Recurrence,
+    floor_due: int,
+    requested_ms: int,
+    fires: list[FireEvent],
+    skips: list[SkipEvent],
+) -> int:
+    """Due second of occurrence 1 as the worker numbered the series.
+
+    The request's timestamp gives ``floor_due``, the earliest the worker can have
+    anchored it: it anchors no earlier than its clock, when it read the request, less
+    :data:`~app.core.recurrence.ANCHOR_SLACK_SECONDS`. The audit has no such clock, but
+    the worker read the request before it wrote any record of the series: if the first
+    came within the slack of the timestamp, the anchor is ``floor_due``. Otherwise it is
+    read off the records — the lowest-numbered occurrence, walked back to occurrence 1 —
+    and accepted only between ``floor_due`` and the latest anchor the first record's time
+    allows; outside that the worker numbered wrongly, and the records are judged
+    against ``floor_due``. Without records the timestamp is taken as the read time.
+    """
+    numbered = [(f.seq, f.due, f.fired_at_ms) for f in fires if f.seq is not None]
+    numbered += [(k.seq, k.due, k.at_ms) for k in skips if k.seq is not None]
+    if not numbered:
+        return floor_due
+    sent = -(-requested_ms // 1000)
+    latest_floor = min(at for _, _, at in numbered) // 1000 - ANCHOR_SLACK_SECONDS
+    if latest_floor <= sent:
+        return floor_due  # read within the slack: anchored at its timestamp
+    seq, due, _ = min(numbered)
+    anchor = recurrence.before(due, seq - 1, floor_due, limit=MAX_OCCURRENCES_WALKED)
+    if anchor is None:
+        return floor_due
+    latest: int | None
+    if recurrence.every is not None:
+        latest = latest_floor + recurrence.every
+    else:
+        try:
+            latest = (
+                Recurrence(recurrence.cron, recurrence.tz, start=floor_due)
+                .anchored(latest_floor)
+                .start
+            )
+        except RejectedRequest:
+            return floor_due
+    return anchor if latest is not None and floor_due <= anchor <= latest else floor_due

@@ -7,11 +7,22 @@ due at the tick's second, and the plan says what each becomes and which occurren
 stored next — in the same unit of work as the fires, so an occurrence is never lost and
 a series never has two pending.
 
-Catch-up after an outage is bounded: one plan walks at most :data:`CATCH_UP_PER_TICK`
-occurrences. What is left is stored as the next occurrence although it is already due;
-the wheel stores it under the next tick's second (it scans only forward), with its true
-due second kept in the value and the callback headers, so it fires on the next tick —
-late as it truly is, never early.
+Catch-up after an outage is bounded, whatever the policy:
+
+- in total: a series catches up only the occurrences due in the last
+  :data:`MAX_CATCH_UP_SECONDS` before the tick (an hour, the anchor slack of
+  :mod:`app.core.recurrence`: a series requested late starts no earlier than that).
+  Older ones are folded into one ``skipped: coalesced`` record — for an interval series
+  in one step however far behind, for a cron series :data:`CRON_WALK_PER_TICK` at a
+  time — so ``all`` delivers at most an hour of occurrences, not the whole outage;
+- per tick: one plan delivers or walks at most :data:`CATCH_UP_PER_TICK` occurrences
+  of an interval series and :data:`CRON_WALK_PER_TICK` of a cron series (each cron
+  step costs 15-60 µs: a tick's work per series stays a few milliseconds).
+
+What is left is stored as the next occurrence although it is already due; the wheel
+stores it under the next tick's second (it scans only forward), with its true due second
+kept in the value and the callback headers, so it fires on the next tick — late as it
+truly is, never early.
 """
 
 from __future__ import annotations
@@ -20,10 +31,13 @@ from dataclasses import dataclass
 from enum import Enum
 
 from app.core.late import CatchUp, LatePolicy
+from app.core.recurrence import ANCHOR_SLACK_SECONDS
 from app.core.timer import Timer
 
 __all__ = [
     "CATCH_UP_PER_TICK",
+    "CRON_WALK_PER_TICK",
+    "MAX_CATCH_UP_SECONDS",
     "MISFIRE_MS",
     "Plan",
     "Step",
@@ -33,8 +47,13 @@ __all__ = [
 ]
 
 #: Most occurrences of one series one plan walks (a tick, per series). The rest follow
-#: on the next tick. Each costs a few microseconds (interval) to ~30 µs (cron).
+#: on the next tick. Each costs a microsecond or two (interval).
 CATCH_UP_PER_TICK = 1000
+#: The same for a cron series, whose every step is a cronsim search (15-60 µs).
+CRON_WALK_PER_TICK = 100
+#: A series catching up delivers only occurrences due this close before the tick; older
+#: ones are folded (reported ``coalesced``), whatever the policy.
+MAX_CATCH_UP_SECONDS = ANCHOR_SLACK_SECONDS
 #: ``coalesce`` folds the occurrences due at one tick into one fire only when the oldest
 #: of them is later than this (an outage); below it each fires, as with ``all``, so a
 #: tick that is a second or two late (a busy worker, a slow fetch) folds nothing.
@@ -89,6 +108,8 @@ def plan(
     if timer.recurrence is None:
         return Plan([_judge(timer, now_ms, policy)])
     rec = timer.recurrence
+    if rec.every is None:
+        budget = min(budget, CRON_WALK_PER_TICK)
     if (
         policy.catch_up is CatchUp.COALESCE
         and now_ms - timer.due * 1000 > MISFIRE_MS
@@ -97,6 +118,14 @@ def plan(
     ):
         return _coalesce(timer, through, now_ms, policy, budget)
     steps: list[Step] = []
+    cutoff = through - MAX_CATCH_UP_SECONDS
+    if timer.due < cutoff:  # far behind: fold what is older than the catch-up bound
+        folded = _fold_before(timer, cutoff, through, budget)
+        if folded is not None:
+            steps.append(folded.step)
+            if not folded.done:  # a cron series: the next tick folds on
+                return Plan(steps, folded.rest)
+            timer = folded.rest
     fired_before = timer.fired_before
     seq, due = timer.seq, timer.due
     while True:
@@ -110,6 +139,49 @@ def plan(
         seq, due = seq + 1, nxt
         if due > through or len(steps) >= budget:
             return Plan(steps, _at(timer, seq, due, fired_before))
+
+
+def _fold_before(timer: Timer, cutoff: int, through: int, budget: int) -> _Folded | None:
+    """``timer``'s occurrences due before ``cutoff`` but the newest due by ``through``
+    (which is always judged, as ``coalesce`` does), as one ``coalesced`` step: all of
+    them for an interval series, at O(1); at most ``budget`` for a cron series.
+    ``None`` if there is nothing to fold."""
+    rec = timer.recurrence
+    assert rec is not None
+    if rec.every is not None:
+        seq, due = rec.skip_to(timer.due, timer.seq, cutoff - 1)
+        newest, _ = rec.skip_to(timer.due, timer.seq, through)
+        if seq >= newest:
+            seq, due = newest - 1, timer.due + (newest - 1 - timer.seq) * rec.every
+        if seq < timer.seq:
+            return None
+        nxt, done = due + rec.every, True
+    else:
+        second = rec.after(timer.due, timer.seq)
+        if second is None or second > through:
+            return None
+        seq, due, nxt, walked = timer.seq, timer.due, second, 0
+        while True:  # fold (seq, due): a later one (nxt) is due too
+            walked += 1
+            after = rec.after(nxt, seq + 1)
+            if nxt >= cutoff or after is None or after > through:
+                done = True
+                break
+            if walked >= budget:
+                done = False
+                break
+            seq, due, nxt = seq + 1, nxt, after
+    fold = Step(StepKind.FOLD, _at(timer, seq, due, timer.fired_before), seq - timer.seq)
+    return _Folded(fold, _at(timer, seq + 1, nxt, timer.fired_before), done)
+
+
+@dataclass(frozen=True)
+class _Folded:
+    step: Step
+    #: The first occurrence not folded (due by the tick).
+    rest: Timer
+    #: Whether every occurrence to fold was (else the next tick goes on).
+    done: bool
 
 
 def _coalesce(timer: Timer, through: int, now_ms: float, policy: LatePolicy, budget: int) -> Plan:

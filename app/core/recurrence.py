@@ -4,7 +4,11 @@ A :class:`Recurrence` is either a cron expression in an IANA time zone or a fixe
 interval in seconds, with an optional end and maximum count. Its ``start`` is the due
 second of its first occurrence: a request's own start (or the time it was sent) is
 turned into that by :meth:`Recurrence.anchored` when the request is parsed, so the
-stored series, the worker and the audit all agree on occurrence 1 without a clock.
+stored series, the worker and the audit agree on occurrence 1. The worker anchors no
+earlier than its own clock less :data:`ANCHOR_SLACK_SECONDS`, so a producer clock far
+behind does not replay the series' history; the audit, which has no worker clock,
+recovers that anchor from the series' records on the fired topic
+(:mod:`spark_audit.reconcile`).
 
 Cron expressions are parsed and walked by cronsim (Debian cron's syntax: ranges,
 steps, lists, names, ``L``, ``W``, ``#``). Five fields are minute to day of week; six
@@ -42,10 +46,19 @@ from cronsim import CronSim, CronSimError
 
 from app.core.errors import RejectedRequest, RejectReason
 
-__all__ = ["MAX_EVERY_SECONDS", "Recurrence"]
+__all__ = ["ANCHOR_SLACK_SECONDS", "MAX_EVERY_SECONDS", "Recurrence"]
 
 #: Longest interval accepted: about 100 years (longer is not a series).
 MAX_EVERY_SECONDS = 100 * 366 * 86400
+#: How far behind the worker's clock a series may start: a series is anchored at the
+#: later of its request's timestamp and the worker's clock, when it reads the request,
+#: less this. One hour covers ordinary consumer lag and a worker's restart backlog
+#: (a restore, a rebalance, a broker failover) with room to spare, so a series sent on
+#: time starts at its timestamp; a producer clock hours or decades behind (a record
+#: timestamp of 1970) does not replay its history. A series request read more than this
+#: after it was sent (an outage longer than an hour) starts this long before it was
+#: read: the occurrences before that were never scheduled, and are not reported.
+ANCHOR_SLACK_SECONDS = 3600
 _UTC = timezone.utc
 
 
@@ -263,6 +276,36 @@ class Recurrence:
             steps = min(steps, (self.end - due) // self.every)
         steps = max(steps, 0)
         return seq + steps, due + steps * self.every
+
+    def before(self, due: int, steps: int, floor: int, *, limit: int = 100_000) -> int | None:
+        """Due second of the occurrence ``steps`` before the one due at ``due``, counting
+        this recurrence's matches (its count and end aside) at or after ``floor``; ``None``
+        if there are not that many, or finding them would walk more than ``limit``.
+
+        How the audit recovers where the worker started a series from one of its
+        numbered occurrences: O(1) for an interval series; a cron series is walked
+        forward over windows growing back from ``due``.
+        """
+        if steps <= 0:
+            return due
+        if self.every is not None:
+            first = due - steps * self.every
+            return first if first >= floor else None
+        window = 64
+        while True:
+            low = max(floor, due - window)
+            found: list[int] = []
+            current = self._cron_after(low - 1)
+            while current is not None and current < due:
+                found.append(current)
+                if len(found) > limit:
+                    return None
+                current = self._cron_after(current)
+            if len(found) >= steps:
+                return found[-steps]
+            if low == floor or window > MAX_EVERY_SECONDS:
+                return None
+            window *= 8
 
     def _cron_after(self, second: int) -> int | None:
         """The first second strictly after ``second`` whose local time matches the cron."""

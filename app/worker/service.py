@@ -232,7 +232,7 @@ class TimerService:
                 # raises, the record is dead-lettered and the next one is read, unless
                 # the system itself is failing (app.worker.isolation draws the line).
                 try:
-                    request = parse_request(record)
+                    request = parse_request(record, now)
                     if isinstance(request, Cancel):
                         self._cancel(part, record, request)
                         continue
