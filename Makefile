@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all run install test-tools test unit integration lint format typecheck check bench proto clean
+.PHONY: all run install test-tools test unit integration lint format typecheck check bench fuzz proto clean
 
 all: check
 
@@ -35,13 +35,13 @@ integration: install
 	$(BIN)/pytest tests/integration
 
 lint: install
-	$(BIN)/ruff check app oscillator spark_audit tests bench deploy
-	$(BIN)/ruff format --check app oscillator spark_audit tests bench deploy
+	$(BIN)/ruff check app oscillator spark_audit tests bench deploy fuzz
+	$(BIN)/ruff format --check app oscillator spark_audit tests bench deploy fuzz
 	$(BIN)/lint-imports
 
 format: install
-	$(BIN)/ruff format app oscillator spark_audit tests bench deploy
-	$(BIN)/ruff check --fix app oscillator spark_audit tests bench deploy
+	$(BIN)/ruff format app oscillator spark_audit tests bench deploy fuzz
+	$(BIN)/ruff check --fix app oscillator spark_audit tests bench deploy fuzz
 
 typecheck: install
 	$(BIN)/mypy
@@ -50,6 +50,16 @@ check: lint typecheck test
 
 bench: install
 	$(BIN)/python -m bench
+
+# Coverage-guided fuzzing of the request path (atheris; the "fuzz" extra), for FUZZ_SECONDS.
+# Inputs that reach new code are kept in fuzz/corpus (the unit tests replay them); a
+# failing input is written to fuzz/crashes/.
+FUZZ_SECONDS ?= 60
+fuzz: install
+	@$(BIN)/python -c 'import atheris' 2>/dev/null || $(BIN)/pip install --quiet -e '.[fuzz]' \
+		|| { echo "make fuzz needs atheris: $(BIN)/pip install atheris (no wheel here: it builds with clang and libFuzzer)"; exit 1; }
+	$(BIN)/python fuzz/request_path.py fuzz/corpus -max_total_time=$(FUZZ_SECONDS) \
+		-artifact_prefix=fuzz/crashes/
 
 # After editing the request schema: compile it into the descriptor the worker loads
 # (a unit test fails until this is done).
