@@ -365,7 +365,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: int = args.func(args)
         return result
     except KafkaTimersError as exc:
-        print(f"kafka-timers: error: {exc}", file=sys.stderr)
+        # One line whatever the message holds (a value quoted from the environment).
+        print(f"kafka-timers: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
         return exc.exit_status
     except KeyboardInterrupt:
         return 130

@@ -7,17 +7,23 @@ except the two names operators already know: ``KAFKA_BOOTSTRAP_SERVERS`` and
 
 from __future__ import annotations
 
+import ipaddress
+import math
 import os
+import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
-from app.core.errors import ConfigurationError, RejectedRequest
+from app.core.errors import ConfigurationError, KafkaTimersError
 from app.core.late import DEFAULT_POLICY, LatePolicy
-from app.core.policy import RequestPolicy
+from app.core.policy import RequestPolicy, compile_topic_pattern
+from app.core.wheel import DEFAULT_MAX_CANCELS_IN_ADVANCE
 
-__all__ = ["SecuritySettings", "Settings", "TopicNames"]
+__all__ = ["SecuritySettings", "Settings", "TopicNames", "split_allow_list"]
+
+_T = TypeVar("_T")
 
 PREFIX = "KAFKA_TIMERS_"
 #: Name of the worker's Faust table of timers; its changelog is named after it.
@@ -29,6 +35,31 @@ DEFAULT_PARTITIONS = 8
 SEVEN_DAYS = 7 * 86400
 #: Longest tick fetch wait accepted (ms): well inside the consumer's request timeout.
 MAX_TICK_FETCH_WAIT_MS = 10_000
+#: Longest horizon and remembering accepted, seconds (about 3,170 years each). Store
+#: keys write seconds as 12 digits (:mod:`app.core.keys`): a due time is at most now +
+#: horizon, and its id is forgotten at most remember seconds after that, so both stay
+#: below 10**12 as long as the clock reads under 8 * 10**11 (the year 27000).
+MAX_HORIZON_SECONDS = 10**11
+MAX_REMEMBER_SECONDS = 10**11
+#: librdkafka's default ``message.max.bytes``: the largest record its producer sends.
+DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
+#: librdkafka's largest ``message.max.bytes``.
+MAX_MESSAGE_MAX_BYTES = 1_000_000_000
+#: Bytes of a record kept for everything but the callback value: its key, the timer's
+#: id and token, the callback headers, and the changelog's layout of a stored timer
+#: (its key and the packed fields around the value). The payload limit is the
+#: producer's ``message.max.bytes`` less this.
+RECORD_RESERVE_BYTES = 64 * 1024
+#: Most partitions librdkafka accepts for a topic it creates.
+MAX_PARTITIONS = 100_000
+#: Largest replication factor the Kafka protocol carries (int16).
+MAX_REPLICATION_FACTOR = 32_767
+#: Longest consumer-group session timeout librdkafka accepts, seconds.
+MAX_SESSION_TIMEOUT = 3600.0
+#: Longest worker or oscillator id accepted (it is also part of a transactional id).
+MAX_WORKER_ID_CHARS = 200
+#: Longest app id: ``<app id>-timers-changelog`` must still be a legal topic name.
+MAX_APP_ID_CHARS = 249 - len(f"-{TABLE_NAME}-changelog")
 
 
 @dataclass(frozen=True)
@@ -93,12 +124,23 @@ class Settings:
     metrics_port: int | None = None
     #: Address the ``/metrics`` endpoint listens on.
     metrics_bind: str = "0.0.0.0"
-    #: Regexes a callback topic must match (default: anything not always refused).
+    #: Patterns a callback topic must match in full (default: anything not always
+    #: refused), RE2 syntax (no backreferences or lookaround: matching takes linear time).
+    #: ``KAFKA_TIMERS_CALLBACK_ALLOW`` lists them separated by commas or whitespace
+    #: (newlines too); a comma or whitespace inside ``[...]``, ``{...}`` or ``(...)``
+    #: belongs to its pattern, and ``\,`` is a literal comma anywhere
+    #: (:func:`split_allow_list`). So ``payments.*, orders-\d{1,3}`` is two patterns.
     callback_allow: tuple[str, ...] = (".*",)
-    #: Largest callback value accepted, bytes.
-    max_payload_bytes: int = 1024 * 1024
-    #: Furthest a due time may be in the future, seconds.
+    #: Largest callback value accepted, bytes. From the environment it defaults to
+    #: :attr:`producer_message_max_bytes` less :data:`RECORD_RESERVE_BYTES` (934,464), and
+    #: more than that is refused at start.
+    max_payload_bytes: int = DEFAULT_MESSAGE_MAX_BYTES - RECORD_RESERVE_BYTES
+    #: Furthest a due time may be in the future, seconds (1 to :data:`MAX_HORIZON_SECONDS`).
     horizon_seconds: int = TEN_YEARS
+    #: ``message.max.bytes`` of the librdkafka producers: the largest record a worker
+    #: writes (callback, changelog, DLQ), see :attr:`record_budget_bytes`. Raise it
+    #: together with the broker's and the topics' ``max.message.bytes``.
+    producer_message_max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES
     #: Consumer-group session timeout, seconds: how long a killed worker's partitions
     #: wait before a survivor takes them over. 6 s is the shortest a stock Apache Kafka
     #: broker accepts (``group.min.session.timeout.ms``); see README, Operations.
@@ -132,6 +174,9 @@ class Settings:
     #: request or an early cancel within it is recognised; after it, the id is removed
     #: from the table and its changelog.
     remember_seconds: int = SEVEN_DAYS
+    #: Most cancels for ids with no timer yet one partition remembers; past it a cancel in
+    #: advance is answered ``not_remembered`` (see :mod:`app.core.wheel`).
+    max_cancels_in_advance: int = DEFAULT_MAX_CANCELS_IN_ADVANCE
 
     @property
     def partition_count(self) -> int:
@@ -146,8 +191,27 @@ class Settings:
         """:attr:`late_policy` read, with what it leaves out from the built-in default."""
         try:
             return LatePolicy.parse(self.late_policy).over(DEFAULT_POLICY)
-        except RejectedRequest as exc:
-            raise ConfigurationError(f"{PREFIX}LATE_POLICY: {exc.detail}") from exc
+        except KafkaTimersError as exc:
+            detail = getattr(exc, "detail", str(exc))
+            raise ConfigurationError(f"{PREFIX}LATE_POLICY: {detail}") from exc
+        except (ValueError, ArithmeticError) as exc:  # e.g. a skip-after too long for a float
+            raise ConfigurationError(
+                f"{PREFIX}LATE_POLICY={self.late_policy!r} cannot be read ({exc})"
+            ) from exc
+
+    @property
+    def record_budget_bytes(self) -> int:
+        """The largest record (key, value and headers) the worker's producer can send.
+
+        A record above it is refused by librdkafka before it leaves the process: the
+        request path should refuse a request whose records would not fit.
+        """
+        return self.producer_message_max_bytes
+
+    @property
+    def payload_limit_ceiling(self) -> int:
+        """The largest :attr:`max_payload_bytes` accepted with this record budget."""
+        return self.record_budget_bytes - RECORD_RESERVE_BYTES
 
     @property
     def request_group(self) -> str:
@@ -197,6 +261,7 @@ class Settings:
             PREFIX + "CALLBACK_ALLOW": ",".join(self.callback_allow),
             PREFIX + "MAX_PAYLOAD_BYTES": str(self.max_payload_bytes),
             PREFIX + "HORIZON_SECONDS": str(self.horizon_seconds),
+            PREFIX + "PRODUCER_MESSAGE_MAX_BYTES": str(self.producer_message_max_bytes),
             PREFIX + "SESSION_TIMEOUT": str(self.session_timeout),
             PREFIX + "HEARTBEAT_INTERVAL": str(self.heartbeat_interval),
             PREFIX + "TICK_FETCH_WAIT_MS": str(self.tick_fetch_wait_ms),
@@ -207,6 +272,7 @@ class Settings:
             PREFIX + "LATE_POLICY": self.late_policy,
             PREFIX + "SECURITY_PROTOCOL": self.security.protocol,
             PREFIX + "REMEMBER_SECONDS": str(self.remember_seconds),
+            PREFIX + "MAX_CANCELS_IN_ADVANCE": str(self.max_cancels_in_advance),
         }
         if self.partitions is not None:
             env[PREFIX + "PARTITIONS"] = str(self.partitions)
@@ -225,91 +291,176 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """Read settings from ``env`` (default ``os.environ``); raise on malformed values."""
+        """Read settings from ``env`` (default ``os.environ``).
+
+        Every malformed or out-of-range value raises :class:`ConfigurationError` with a
+        one-line message naming its variable; nothing else escapes.
+        """
         env = os.environ if env is None else env
-
-        def get(name: str) -> str | None:
-            value = env.get(PREFIX + name)
-            return value if value not in (None, "") else None
-
-        def number(name: str, kind: type[int] | type[float], default: Any) -> Any:
-            raw = get(name)
-            if raw is None:
-                return default
-            try:
-                return kind(raw)
-            except ValueError as exc:
-                raise ConfigurationError(f"{PREFIX}{name}={raw!r} is not a number") from exc
-
+        read = _Reader(env)
         defaults = cls()
+
+        partitions = read.integer("PARTITIONS", None, 1, MAX_PARTITIONS, "topic partitions")
         topics = TopicNames(
-            ticks=get("TICK_TOPIC") or TopicNames.ticks,
-            requests=get("REQUEST_TOPIC") or TopicNames.requests,
-            fired=get("FIRED_TOPIC") or TopicNames.fired,
-            dlq=get("DLQ_TOPIC") or TopicNames.dlq,
+            ticks=read.topic("TICK_TOPIC", TopicNames.ticks),
+            requests=read.topic("REQUEST_TOPIC", TopicNames.requests),
+            fired=read.topic("FIRED_TOPIC", TopicNames.fired),
+            dlq=read.topic("DLQ_TOPIC", TopicNames.dlq),
         )
-        metrics_raw = env.get("METRICS_PORT") or get("METRICS_PORT")
-        try:
-            metrics_port = int(metrics_raw) if metrics_raw else None
-        except ValueError as exc:
-            raise ConfigurationError(f"METRICS_PORT={metrics_raw!r} is not a port") from exc
-        allow = get("CALLBACK_ALLOW")
+        _check_distinct(topics)
+        session_timeout = read.real(
+            "SESSION_TIMEOUT", defaults.session_timeout, 0.001, MAX_SESSION_TIMEOUT, "seconds"
+        )
+        heartbeat = read.real(
+            "HEARTBEAT_INTERVAL", defaults.heartbeat_interval, 0.001, MAX_SESSION_TIMEOUT, "s"
+        )
+        if heartbeat >= session_timeout:
+            raise ConfigurationError(
+                f"{PREFIX}HEARTBEAT_INTERVAL={heartbeat:g} must be shorter than "
+                f"{PREFIX}SESSION_TIMEOUT={session_timeout:g} (seconds)"
+            )
+        budget = read.integer(
+            "PRODUCER_MESSAGE_MAX_BYTES",
+            defaults.producer_message_max_bytes,
+            RECORD_RESERVE_BYTES + 1,
+            MAX_MESSAGE_MAX_BYTES,
+            f"bytes: librdkafka's message.max.bytes, more than the {RECORD_RESERVE_BYTES} "
+            "reserved for a record's key, id, token and headers",
+        )
+        ceiling = budget - RECORD_RESERVE_BYTES
+        max_payload = read.integer(
+            "MAX_PAYLOAD_BYTES",
+            ceiling,
+            0,
+            ceiling,
+            f"bytes: the producer's message.max.bytes {budget} less {RECORD_RESERVE_BYTES} "
+            f"kept for the record's key, id, token, headers and changelog layout; raise "
+            f"{PREFIX}PRODUCER_MESSAGE_MAX_BYTES for more",
+        )
         security = SecuritySettings(
-            protocol=(get("SECURITY_PROTOCOL") or "PLAINTEXT").upper(),
-            sasl_mechanism=(get("SASL_MECHANISM") or "").upper() or None,
-            sasl_username=get("SASL_USERNAME"),
-            sasl_password=get("SASL_PASSWORD"),
-            ssl_cafile=get("SSL_CAFILE"),
-            ssl_certfile=get("SSL_CERTFILE"),
-            ssl_keyfile=get("SSL_KEYFILE"),
+            protocol=(read.text("SECURITY_PROTOCOL") or "PLAINTEXT").upper(),
+            sasl_mechanism=(read.text("SASL_MECHANISM") or "").upper() or None,
+            sasl_username=read.text("SASL_USERNAME"),
+            sasl_password=read.text("SASL_PASSWORD"),
+            ssl_cafile=read.file("SSL_CAFILE"),
+            ssl_certfile=read.file("SSL_CERTFILE"),
+            ssl_keyfile=read.file("SSL_KEYFILE"),
         )
         settings = cls(
-            bootstrap_servers=env.get("KAFKA_BOOTSTRAP_SERVERS") or defaults.bootstrap_servers,
-            partitions=number("PARTITIONS", int, defaults.partitions),
-            replication_factor=number("REPLICATION_FACTOR", int, defaults.replication_factor),
+            bootstrap_servers=read.bootstrap(defaults.bootstrap_servers),
+            partitions=partitions,
+            replication_factor=read.integer(
+                "REPLICATION_FACTOR",
+                defaults.replication_factor,
+                1,
+                MAX_REPLICATION_FACTOR,
+                "replicas of each topic the service creates",
+            ),
             topics=topics,
-            app_id=get("APP_ID") or defaults.app_id,
-            worker_id=get("WORKER_ID") or defaults.worker_id,
-            data_dir=get("DATA_DIR") or defaults.data_dir,
-            web_port=number("WEB_PORT", int, defaults.web_port),
-            web_bind=get("WEB_BIND") or defaults.web_bind,
-            metrics_port=metrics_port,
-            metrics_bind=get("METRICS_BIND") or defaults.metrics_bind,
-            callback_allow=tuple(p for p in allow.split(",") if p) if allow else (".*",),
-            max_payload_bytes=number("MAX_PAYLOAD_BYTES", int, defaults.max_payload_bytes),
-            horizon_seconds=number("HORIZON_SECONDS", int, defaults.horizon_seconds),
-            session_timeout=number("SESSION_TIMEOUT", float, defaults.session_timeout),
-            heartbeat_interval=number("HEARTBEAT_INTERVAL", float, defaults.heartbeat_interval),
-            tick_fetch_wait_ms=number("TICK_FETCH_WAIT_MS", int, defaults.tick_fetch_wait_ms),
-            exactly_once=(get("EXACTLY_ONCE") or "false").lower() in ("1", "true", "yes"),
-            clock_skew_warn_seconds=number(
-                "CLOCK_SKEW_WARN_SECONDS", float, defaults.clock_skew_warn_seconds
+            app_id=read.app_id(defaults.app_id),
+            worker_id=read.name("WORKER_ID", defaults.worker_id, MAX_WORKER_ID_CHARS),
+            data_dir=read.directory("DATA_DIR", defaults.data_dir),
+            web_port=read.integer("WEB_PORT", defaults.web_port, 1, 65535, "a TCP port"),
+            web_bind=read.address("WEB_BIND", defaults.web_bind),
+            metrics_port=read.metrics_port(),
+            metrics_bind=read.address("METRICS_BIND", defaults.metrics_bind),
+            callback_allow=read.allow_list(defaults.callback_allow),
+            max_payload_bytes=max_payload,
+            horizon_seconds=read.integer(
+                "HORIZON_SECONDS",
+                defaults.horizon_seconds,
+                1,
+                MAX_HORIZON_SECONDS,
+                "seconds; store keys hold 12-digit seconds",
             ),
-            tick_tolerance_seconds=number(
-                "TICK_TOLERANCE_SECONDS", float, defaults.tick_tolerance_seconds
+            producer_message_max_bytes=budget,
+            session_timeout=session_timeout,
+            heartbeat_interval=heartbeat,
+            tick_fetch_wait_ms=read.integer(
+                "TICK_FETCH_WAIT_MS",
+                defaults.tick_fetch_wait_ms,
+                1,
+                MAX_TICK_FETCH_WAIT_MS,
+                "milliseconds a fetch of ticks may wait at the broker",
             ),
-            liveness_timeout=number("LIVENESS_TIMEOUT", float, defaults.liveness_timeout),
-            late_policy=get("LATE_POLICY") or defaults.late_policy,
+            exactly_once=read.boolean("EXACTLY_ONCE", defaults.exactly_once),
+            clock_skew_warn_seconds=read.real(
+                "CLOCK_SKEW_WARN_SECONDS", defaults.clock_skew_warn_seconds, 0, None, "seconds"
+            ),
+            tick_tolerance_seconds=read.real(
+                "TICK_TOLERANCE_SECONDS",
+                defaults.tick_tolerance_seconds,
+                0,
+                60,
+                "seconds a tick may run ahead of the worker's clock",
+                below_high=True,
+            ),
+            liveness_timeout=read.real(
+                "LIVENESS_TIMEOUT", defaults.liveness_timeout, 0.001, None, "seconds"
+            ),
+            late_policy=read.text("LATE_POLICY") or defaults.late_policy,
             security=security,
-            remember_seconds=number("REMEMBER_SECONDS", int, defaults.remember_seconds),
+            remember_seconds=read.integer(
+                "REMEMBER_SECONDS",
+                defaults.remember_seconds,
+                1,
+                MAX_REMEMBER_SECONDS,
+                "seconds; store keys hold 12-digit seconds",
+            ),
+            max_cancels_in_advance=read.integer(
+                "MAX_CANCELS_IN_ADVANCE",
+                defaults.max_cancels_in_advance,
+                0,
+                10**9,
+                "cancels remembered per partition for ids with no timer yet",
+            ),
         )
-        if settings.partitions is not None and settings.partitions < 1:
-            raise ConfigurationError(f"{PREFIX}PARTITIONS must be at least 1")
-        if not 1 <= settings.tick_fetch_wait_ms <= MAX_TICK_FETCH_WAIT_MS:
-            raise ConfigurationError(
-                f"{PREFIX}TICK_FETCH_WAIT_MS must be from 1 to {MAX_TICK_FETCH_WAIT_MS} "
-                "(milliseconds a fetch of ticks may wait at the broker)"
-            )
-        if settings.remember_seconds < 1:
-            raise ConfigurationError(f"{PREFIX}REMEMBER_SECONDS must be at least 1")
-        if not 0 <= settings.tick_tolerance_seconds < 60:
-            raise ConfigurationError(
-                f"{PREFIX}TICK_TOLERANCE_SECONDS must be from 0 to under 60 (seconds a tick "
-                "may run ahead of the worker's clock)"
-            )
         settings.default_late_policy()  # a typo is refused at start, not at the first fire
         _check_security(settings.security)
+        settings.request_policy()  # compiles the allow-list: RE2 refusals stop the start
         return settings
+
+
+def split_allow_list(text: str) -> tuple[str, ...]:
+    """The patterns of ``KAFKA_TIMERS_CALLBACK_ALLOW``, in order.
+
+    Commas and whitespace (newlines included) separate patterns, except inside a
+    character class ``[...]`` or a group ``(...)`` or a repetition ``{...}``, and except
+    escaped with a backslash (``\\,``, which RE2 reads as a literal comma). A pattern
+    keeps its text exactly, escapes included, so ``a,b`` is ``a`` and ``b``, while
+    ``orders-\\d{1,3}`` and ``[a-z,]+`` are one pattern each. Topic names never contain
+    a comma or whitespace, so no pattern needs one at its top level.
+    """
+    patterns: list[str] = []
+    current: list[str] = []
+    depth = 0  # open ( and { outside a class
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\" and i + 1 < n:
+            current.append(text[i : i + 2])
+            i += 2
+            continue
+        if c == "[":
+            end = _class_end(text, i)
+            current.append(text[i:end])
+            i = end
+            continue
+        if c in "({":
+            depth += 1
+        elif c in ")}":
+            depth = max(depth - 1, 0)
+        elif depth == 0 and (c == "," or c.isspace()):
+            if current:
+                patterns.append("".join(current))
+                current = []
+            i += 1
+            continue
+        current.append(c)
+        i += 1
+    if current:
+        patterns.append("".join(current))
+    return tuple(patterns)
 
 
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
@@ -322,13 +473,243 @@ def _check_security(sec: SecuritySettings) -> None:
         raise ConfigurationError(
             f"{PREFIX}SECURITY_PROTOCOL={sec.protocol!r}: use one of {', '.join(PROTOCOLS)}"
         )
-    if sec.protocol.startswith("SASL"):
-        mechanism = sec.sasl_mechanism or "PLAIN"
-        if mechanism not in SASL_MECHANISMS:
+    # Checked whatever the protocol: an unsupported mechanism is a mistake even unused.
+    if sec.sasl_mechanism is not None and sec.sasl_mechanism not in SASL_MECHANISMS:
+        raise ConfigurationError(
+            f"{PREFIX}SASL_MECHANISM={sec.sasl_mechanism!r}: use one of "
+            f"{', '.join(SASL_MECHANISMS)}"
+        )
+    if sec.protocol.startswith("SASL") and (not sec.sasl_username or not sec.sasl_password):
+        raise ConfigurationError(
+            f"{PREFIX}SECURITY_PROTOCOL={sec.protocol} needs {PREFIX}SASL_USERNAME and "
+            f"{PREFIX}SASL_PASSWORD"
+        )
+    if sec.ssl_keyfile and not sec.ssl_certfile:
+        raise ConfigurationError(
+            f"{PREFIX}SSL_KEYFILE needs {PREFIX}SSL_CERTFILE (the certificate of that key)"
+        )
+
+
+def _class_end(text: str, start: int) -> int:
+    """Index just past the character class opening at ``text[start]`` (``[``).
+
+    A ``]`` right after ``[`` or ``[^`` is a literal, ``[:alpha:]`` is a POSIX class
+    inside it, and a backslash escapes the next character. An unclosed class runs to
+    the end (RE2 then refuses the pattern, naming it).
+    """
+    i, n = start + 1, len(text)
+    if text.startswith("^", i):
+        i += 1
+    if text.startswith("]", i):
+        i += 1
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            i += 2
+        elif c == "]":
+            return i + 1
+        elif text.startswith("[:", i) and (close := text.find(":]", i + 2)) != -1:
+            i = close + 2
+        else:
+            i += 1
+    return n
+
+
+_LEGAL_NAME = re.compile(r"[A-Za-z0-9._-]+")
+_HOST_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_HOSTNAME = re.compile(rf"(?=.{{1,253}}\.?$){_HOST_LABEL}(?:\.{_HOST_LABEL})*\.?")
+_BOOTSTRAP_ENTRY = re.compile(r"(?P<host>\[[^\]]*\]|[^:\[\]]*)(?::(?P<port>[0-9]{1,5}))?")
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+class _Reader:
+    """Reads and checks one variable at a time; every complaint names its variable."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        self.env = env
+
+    def text(self, name: str) -> str | None:
+        """``KAFKA_TIMERS_<name>``, or ``None`` when unset or empty."""
+        value = self.env.get(PREFIX + name)
+        return value if value not in (None, "") else None
+
+    def _parse(self, name: str, raw: str, kind: Callable[[str], _T], what: str = "a number") -> _T:
+        try:
+            return kind(raw)
+        except (ValueError, ArithmeticError) as exc:
+            raise ConfigurationError(f"{name}={raw!r} is not {what}") from exc
+
+    def integer(self, name: str, default: _T, low: int, high: int, meaning: str) -> int | _T:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        value = self._parse(PREFIX + name, raw, int)
+        if not low <= value <= high:
             raise ConfigurationError(
-                f"{PREFIX}SASL_MECHANISM={mechanism!r}: use one of {', '.join(SASL_MECHANISMS)}"
+                f"{PREFIX}{name}={raw!r}: must be from {low} to {high} ({meaning})"
             )
-        if not sec.sasl_username or not sec.sasl_password:
+        return value
+
+    def real(
+        self,
+        name: str,
+        default: float,
+        low: float,
+        high: float | None,
+        meaning: str,
+        *,
+        below_high: bool = False,
+    ) -> float:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        value = self._parse(PREFIX + name, raw, float)
+        too_high = high is not None and (value >= high if below_high else value > high)
+        if not math.isfinite(value) or value < low or too_high:
+            upper = "" if high is None else f" {'to under' if below_high else 'to'} {high:g}"
+            span = f"from {low:g}{upper}" if upper else f"at least {low:g}"
+            raise ConfigurationError(f"{PREFIX}{name}={raw!r}: must be {span} ({meaning})")
+        return value
+
+    def boolean(self, name: str, default: bool) -> bool:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        word = raw.strip().lower()
+        if word in _TRUE:
+            return True
+        if word in _FALSE:
+            return False
+        raise ConfigurationError(f"{PREFIX}{name}={raw!r}: use true or false")
+
+    def topic(self, name: str, default: str) -> str:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        if len(raw) > 249 or raw in (".", "..") or not _LEGAL_NAME.fullmatch(raw):
             raise ConfigurationError(
-                f"{sec.protocol} needs {PREFIX}SASL_USERNAME and {PREFIX}SASL_PASSWORD"
+                f"{PREFIX}{name}={raw!r} is not a Kafka topic name (1 to 249 of A-Z a-z 0-9 . _ -)"
             )
+        return raw
+
+    def app_id(self, default: str) -> str:
+        raw = self.text("APP_ID")
+        if raw is None:
+            return default
+        if len(raw) > MAX_APP_ID_CHARS or raw in (".", "..") or not _LEGAL_NAME.fullmatch(raw):
+            raise ConfigurationError(
+                f"{PREFIX}APP_ID={raw!r}: use 1 to {MAX_APP_ID_CHARS} of A-Z a-z 0-9 . _ - "
+                f"(it names the consumer group and the topic <app id>-{TABLE_NAME}-changelog)"
+            )
+        return raw
+
+    def name(self, name: str, default: str, longest: int) -> str:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        if len(raw) > longest or not raw.isprintable() or raw != raw.strip():
+            raise ConfigurationError(
+                f"{PREFIX}{name}={raw!r}: use up to {longest} printable characters, "
+                "without leading or trailing spaces"
+            )
+        return raw
+
+    def directory(self, name: str, default: str) -> str:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        if not raw.isprintable():
+            raise ConfigurationError(f"{PREFIX}{name}={raw!r} is not a usable path")
+        if os.path.exists(raw) and not os.path.isdir(raw):
+            raise ConfigurationError(f"{PREFIX}{name}={raw!r} exists and is not a directory")
+        return raw
+
+    def file(self, name: str) -> str | None:
+        raw = self.text(name)
+        if raw is None:
+            return None
+        if not os.path.isfile(raw) or not os.access(raw, os.R_OK):
+            raise ConfigurationError(f"{PREFIX}{name}={raw!r} is not a readable file")
+        return raw
+
+    def address(self, name: str, default: str) -> str:
+        raw = self.text(name)
+        if raw is None:
+            return default
+        if not _is_host(raw):
+            raise ConfigurationError(
+                f"{PREFIX}{name}={raw!r} is not an IP address or host name to listen on"
+            )
+        return raw
+
+    def metrics_port(self) -> int | None:
+        name = "METRICS_PORT" if self.env.get("METRICS_PORT") else PREFIX + "METRICS_PORT"
+        raw = self.env.get(name)
+        if not raw:
+            return None
+        value = self._parse(name, raw, int, "a port")
+        if not 1 <= value <= 65535:
+            raise ConfigurationError(f"{name}={raw!r}: must be from 1 to 65535 (a TCP port)")
+        return value
+
+    def bootstrap(self, default: str) -> str:
+        """``host[:port][,host[:port]...]``: spaces around the commas are dropped."""
+        raw = self.env.get("KAFKA_BOOTSTRAP_SERVERS")
+        if not raw:
+            return default
+        entries = [entry.strip() for entry in raw.split(",")]
+        for entry in entries:
+            match = _BOOTSTRAP_ENTRY.fullmatch(entry)
+            host = match["host"] if match else ""
+            if host.startswith("[") and host.endswith("]"):
+                host = host[1:-1]
+                good = _is_ip(host, version=6)
+            else:
+                good = _is_host(host)
+            port = match["port"] if match else None
+            if not good or (port is not None and not 1 <= int(port) <= 65535):
+                raise ConfigurationError(
+                    f"KAFKA_BOOTSTRAP_SERVERS={raw!r}: {entry!r} is not host:port "
+                    "(use host:port[,host:port], no scheme)"
+                )
+        return ",".join(entries)
+
+    def allow_list(self, default: tuple[str, ...]) -> tuple[str, ...]:
+        raw = self.text("CALLBACK_ALLOW")
+        if raw is None:
+            return default
+        patterns = split_allow_list(raw)
+        if not patterns:
+            raise ConfigurationError(f"{PREFIX}CALLBACK_ALLOW={raw!r} names no pattern")
+        for pattern in patterns:
+            try:
+                compile_topic_pattern(pattern)
+            except ConfigurationError as exc:
+                raise ConfigurationError(f"{PREFIX}CALLBACK_ALLOW: {exc}") from None
+        return patterns
+
+
+def _is_ip(text: str, version: int | None = None) -> bool:
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return version is None or address.version == version
+
+
+def _is_host(text: str) -> bool:
+    """An IP address (v4 or v6, without brackets) or a DNS host name."""
+    return _is_ip(text) or bool(text.isascii() and _HOSTNAME.fullmatch(text))
+
+
+def _check_distinct(topics: TopicNames) -> None:
+    names = ("TICK_TOPIC", "REQUEST_TOPIC", "FIRED_TOPIC", "DLQ_TOPIC")
+    seen: dict[str, str] = {}
+    for name, topic in zip(names, topics.all(), strict=True):
+        if topic in seen:
+            raise ConfigurationError(
+                f"{PREFIX}{name}={topic!r} is also {PREFIX}{seen[topic]}: "
+                "each service topic needs its own name"
+            )
+        seen[topic] = name

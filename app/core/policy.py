@@ -3,6 +3,11 @@
 The worker writes callbacks with its own credentials. Without these checks any producer
 on the request topic could make the worker write into any topic it can reach, including
 the service's own topics and Kafka's internal ones.
+
+The allow-list is matched with RE2 (``google-re2``), not :mod:`re`: its time is linear
+in the topic's length whatever the pattern, so no pattern an operator writes can
+backtrack for seconds on the worker's event loop. RE2 has no backreferences and no
+lookaround; a pattern that uses them is refused at start (:func:`compile_topic_pattern`).
 """
 
 from __future__ import annotations
@@ -10,30 +15,79 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from app.core.errors import RejectedRequest, RejectReason
+import re2  # google-re2: no type stubs (see [tool.mypy] in pyproject.toml)
+
+from app.core.errors import ConfigurationError, RejectedRequest, RejectReason
 from app.core.timer import Timer
 
-__all__ = ["RequestPolicy"]
+__all__ = ["LAST_KEY_SECOND", "RequestPolicy", "TopicPattern", "compile_topic_pattern"]
 
 _LEGAL_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
 #: Most allowed topics a policy remembers: a flood of distinct names cannot grow it.
 ALLOWED_CACHE_SIZE = 10_000
+#: The last second a store key can hold: keys write seconds as 12 digits
+#: (``%012d``, :mod:`app.core.keys`), and a 13th would break their order.
+LAST_KEY_SECOND = 10**12 - 1
+
+
+def _re2_options() -> Any:
+    options = re2.Options()
+    options.log_errors = False  # RE2 would print its own complaint on stderr as well
+    return options
+
+
+@dataclass(frozen=True)
+class TopicPattern:
+    """One allow-list pattern, compiled by RE2; compared, hashed and pickled by its text."""
+
+    #: The pattern as the operator wrote it.
+    source: str
+    _regex: Any = field(repr=False, compare=False, hash=False)
+
+    def fullmatch(self, topic: str) -> bool:
+        """Whether the whole of ``topic`` matches (linear time in ``len(topic)``)."""
+        return self._regex.fullmatch(topic) is not None
+
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        # The Spark audit ships its policy to executors: recompile there.
+        return compile_topic_pattern, (self.source,)
+
+
+def compile_topic_pattern(pattern: str) -> TopicPattern:
+    """``pattern`` compiled by RE2; :class:`ConfigurationError` (one line) if RE2 refuses it."""
+    try:
+        regex = re2.compile(pattern, _re2_options())
+    except (re2.error, ValueError) as exc:  # ValueError: text that is not UTF-8
+        reason = exc.args[0] if exc.args else "not a pattern"
+        if isinstance(reason, bytes):
+            reason = reason.decode("utf-8", "replace")
+        elif not isinstance(reason, str) or isinstance(exc, ValueError):
+            reason = "not valid UTF-8 text"
+        # RE2 quotes the pattern's text: escape what would break the line.
+        reason = "".join(c if c.isprintable() else repr(c)[1:-1] for c in reason)
+        raise ConfigurationError(
+            f"callback allow pattern {pattern!r} is refused by RE2: {reason} (RE2 syntax: no "
+            "backreferences or lookaround)"
+        ) from None
+    return TopicPattern(pattern, regex)
 
 
 @dataclass(frozen=True)
 class RequestPolicy:
     """Checks a parsed timer against the service's rules before it is stored or fired."""
 
-    #: Regexes a callback topic must fully match (at least one).
-    allowed_topics: tuple[re.Pattern[str], ...]
+    #: Patterns a callback topic must fully match (at least one), compiled by RE2.
+    allowed_topics: tuple[TopicPattern, ...]
     #: The service's own topics (ticks, requests, fired, DLQ): always refused.
     own_topics: frozenset[str]
     #: Prefixes always refused: ``__`` (Kafka internals) and the Faust app id (changelogs).
     refused_prefixes: tuple[str, ...]
     #: Largest callback value accepted, in bytes.
     max_payload_bytes: int
-    #: How far in the future a timer may be due, in seconds.
+    #: How far in the future a timer may be due, in seconds. Whatever it says, a due
+    #: time past :data:`LAST_KEY_SECOND` is refused.
     horizon_seconds: int
     #: Callback topics that passed :meth:`check_topic` (at most
     #: :data:`ALLOWED_CACHE_SIZE`). The rules above are frozen, so a topic that passed
@@ -52,9 +106,12 @@ class RequestPolicy:
         max_payload_bytes: int,
         horizon_seconds: int,
     ) -> RequestPolicy:
-        """Compile the allow-list and derive the always-refused names from the app id."""
+        """Compile the allow-list and derive the always-refused names from the app id.
+
+        A pattern RE2 refuses raises :class:`ConfigurationError` naming it.
+        """
         return cls(
-            allowed_topics=tuple(re.compile(p) for p in allow_patterns),
+            allowed_topics=tuple(compile_topic_pattern(p) for p in allow_patterns),
             own_topics=frozenset(own_topics),
             refused_prefixes=("__", f"{app_id}-"),
             max_payload_bytes=max_payload_bytes,
@@ -86,7 +143,7 @@ class RequestPolicy:
     def check(self, timer: Timer, now: float) -> None:
         """Raise :class:`RejectedRequest` unless ``timer`` may be scheduled at time ``now``."""
         self.check_topic(timer.topic)
-        if timer.due < 0 or timer.due > now + self.horizon_seconds:
+        if timer.due < 0 or timer.due > min(now + self.horizon_seconds, LAST_KEY_SECOND):
             raise RejectedRequest(
                 RejectReason.DUE_OUT_OF_RANGE,
                 f"due {timer.due} is before 1970 or more than {self.horizon_seconds}s ahead",

@@ -47,6 +47,8 @@ def confluent_producer(settings: Settings, **extra: Any) -> dict[str, Any]:
             # Changelog records must stay in order per partition even when a send is retried.
             "max.in.flight.requests.per.connection": 1,
             "message.timeout.ms": 30000,
+            # The largest record it sends: the payload limit is derived from it.
+            "message.max.bytes": settings.record_budget_bytes,
         }
     )
     conf.update(extra)

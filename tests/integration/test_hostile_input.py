@@ -80,6 +80,9 @@ UNRESPONSIVE_AFTER = 10.0
 #: Reasons that say nobody foresaw the record: a hostile record must get its own.
 INTERNAL_ERROR = b"internal_error"
 WORKERS = ("worker-1", "worker-2")
+#: Cancels in advance each partition remembers here (100,000 by default): the flood of
+#: 5,000 must stop growing state at it.
+CANCEL_CAP = 1000
 
 
 # -- records ------------------------------------------------------------------------
@@ -381,7 +384,13 @@ class Hostile:
         self._dlq = DeadLetters(self.settings)
         self.stack.oscillator()
         self.workers = [
-            self.stack.worker(name, loglevel="info", metrics_port=free_port()) for name in WORKERS
+            self.stack.worker(
+                name,
+                loglevel="info",
+                metrics_port=free_port(),
+                max_cancels_in_advance=CANCEL_CAP,
+            )
+            for name in WORKERS
         ]
         self.pids = {w.name: w.process.pid for w in self.workers}
         self.probes = {}
@@ -486,7 +495,9 @@ class Hostile:
         )
 
     def store_keys(self, partition: int) -> dict[str, float]:
-        """``kafka_timers_store_keys`` of ``partition`` by kind, from its current holder."""
+        """``kafka_timers_store_keys`` of ``partition`` by kind, from its current holder,
+        with ``in_advance`` (``kafka_timers_cancels_in_advance``) and ``not_remembered``
+        (``kafka_timers_cancels_not_remembered_total``, the workers' sum)."""
         out: dict[str, float] = {}
         for worker in self.workers:
             assert worker.settings is not None
@@ -497,11 +508,15 @@ class Hostile:
             except OSError:
                 continue
             for family in text_string_to_metric_families(text):
-                if family.name != "kafka_timers_store_keys":
-                    continue
                 for s in family.samples:
-                    if s.labels.get("partition") == str(partition):
+                    if s.name == "kafka_timers_cancels_not_remembered_total":
+                        out["not_remembered"] = out.get("not_remembered", 0.0) + s.value
+                    if s.labels.get("partition") != str(partition):
+                        continue
+                    if family.name == "kafka_timers_store_keys":
                         out[s.labels["kind"]] = out.get(s.labels["kind"], 0.0) + s.value
+                    elif family.name == "kafka_timers_cancels_in_advance":
+                        out["in_advance"] = out.get("in_advance", 0.0) + s.value
         return out
 
     # -- producing and reading --------------------------------------------------------
@@ -960,4 +975,12 @@ def test_a_cancel_flood_leaves_the_workers_up(hostile: Hostile) -> None:
     print(report)
     h.assert_unharmed()
     problems = stall_problems(h, window)
+    # Capped: the partition remembers CANCEL_CAP cancels in advance (two keys each), the
+    # rest are answered not_remembered and counted.
+    if after.get("in_advance") != CANCEL_CAP:
+        problems.append(f"cancels in advance remembered: {after.get('in_advance')}")
+    if after.get("remembered", 0) - before.get("remembered", 0) > 2 * CANCEL_CAP + 10:
+        problems.append(f"remembered keys grew past the cap: {before} -> {after}")
+    if after.get("not_remembered", 0) - before.get("not_remembered", 0) != 5000 - CANCEL_CAP:
+        problems.append(f"not_remembered: {before} -> {after}")
     assert not problems, "\n".join(problems)
