@@ -99,7 +99,7 @@ def cmd_oscillator(args: argparse.Namespace) -> int:
 def cmd_worker(args: argparse.Namespace) -> int:
     import faust
 
-    from app.kafka.topic_config import tombstone_retention_seconds
+    from app.kafka.topic_config import record_budget, tombstone_retention_seconds
     from app.kafka.topics import ensure_topics, resolve_partitions
     from app.status.health import register_health_views
     from app.status.views import register_status_views
@@ -111,6 +111,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     worker_app = build_worker(
         settings,
         tombstone_retention=tombstone_retention_seconds(configs[settings.changelog_topic]),
+        max_record_bytes=record_budget(settings, configs),
     )
     register_status_views(worker_app.app, worker_app.service, worker_app.metrics, settings)
     register_health_views(worker_app.app, worker_app.health, worker_app.service)

@@ -17,13 +17,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from app.core.errors import ConfigurationError
-from app.settings import Settings
+from app.settings import RECORD_RESERVE_BYTES, Settings
 
 __all__ = [
     "BROKER_DEFAULT_DELETE_RETENTION_MS",
     "TopicSpec",
     "changelog_not_compacted",
     "check_existing",
+    "record_budget",
     "tombstone_retention_seconds",
     "topic_specs",
 ]
@@ -167,6 +168,49 @@ def check_existing(
                 f"{fix_command(settings, name, f'{key}={wanted}')}"
             )
     return fatal, warnings
+
+
+#: What a record batch adds around its one record, as ``max.message.bytes`` counts it
+#: (Kafka's v2 batch header is 61 bytes): allowed for when a topic's limit decides.
+BATCH_OVERHEAD_BYTES = 100
+
+
+def record_budget(settings: Settings, described: Mapping[str, Mapping[str, str]]) -> int:
+    """The largest record the worker can write to its own topics, bytes.
+
+    The producer's ``message.max.bytes`` (:attr:`Settings.record_budget_bytes`), less
+    where the changelog, the fired or the dead-letter topic takes smaller records
+    (``max.message.bytes``, as described; a topic that does not say takes the broker's
+    default, 1,048,588 on Apache Kafka, which the producer's default is under). A
+    payload limit that would not fit is refused here, with one line: the alternative is
+    a changelog record the broker refuses, which stops every worker that reads the
+    request.
+    """
+    budget = settings.record_budget_bytes
+    decided_by, remedy = (
+        "KAFKA_TIMERS_PRODUCER_MESSAGE_MAX_BYTES",
+        "raise KAFKA_TIMERS_PRODUCER_MESSAGE_MAX_BYTES",
+    )
+    roles = {spec.name: spec.role for spec in topic_specs(settings).values()}
+    for name, config in described.items():
+        raw = config.get("max.message.bytes")
+        if raw is None or roles.get(name) not in ("changelog", "fired", "dlq"):
+            continue
+        try:
+            limit = int(raw) - BATCH_OVERHEAD_BYTES
+        except ValueError as exc:
+            raise ConfigurationError(f"topic {name!r} max.message.bytes={raw!r}") from exc
+        if limit < budget:
+            budget, decided_by = limit, f"topic {name!r} takes up to max.message.bytes={raw}"
+            remedy = f"raise it: {fix_command(settings, name, 'max.message.bytes=<bytes>')}"
+    if settings.max_payload_bytes > budget - RECORD_RESERVE_BYTES:
+        raise ConfigurationError(
+            f"KAFKA_TIMERS_MAX_PAYLOAD_BYTES={settings.max_payload_bytes} does not fit the "
+            f"largest record the worker can write, {budget} bytes ({decided_by}), less "
+            f"{RECORD_RESERVE_BYTES} for the rest of the record: lower it to at most "
+            f"{budget - RECORD_RESERVE_BYTES}, or {remedy}"
+        )
+    return budget
 
 
 def tombstone_retention_seconds(described: Mapping[str, str]) -> float:

@@ -153,12 +153,16 @@ def _exit_undurable(error: Exception) -> NoReturn:
 
 
 def build_worker(
-    settings: Settings, tombstone_retention: float = BROKER_DEFAULT_DELETE_RETENTION_MS / 1000
+    settings: Settings,
+    tombstone_retention: float = BROKER_DEFAULT_DELETE_RETENTION_MS / 1000,
+    max_record_bytes: int | None = None,
 ) -> WorkerApp:
     """Assemble the Faust app, its table and agents, and the service behind them.
 
     ``tombstone_retention`` is the changelog's ``delete.retention.ms`` in seconds: a
     local store last caught up longer ago than that is rebuilt from the changelog.
+    ``max_record_bytes`` is the largest record the worker can write to its own topics
+    (:func:`app.kafka.topic_config.record_budget`; the producer's limit if not given).
     """
     apply_patches()
     if proto.IMPLEMENTATION != "upb":
@@ -227,6 +231,7 @@ def build_worker(
         transactional_id=(
             f"{settings.app_id}-{settings.worker_id}" if settings.exactly_once else None
         ),
+        max_record_bytes=max_record_bytes,
     )
 
     catchup_conf = confluent_consumer(settings, group_id="unused")

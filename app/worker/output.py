@@ -96,6 +96,7 @@ class OutputProducer:
         dlq_topic: str,
         transactional_id: str | None = None,
         clock: Callable[[], float] = time.time,
+        max_record_bytes: int | None = None,
     ) -> None:
         conf = dict(conf)
         if transactional_id is not None:
@@ -111,8 +112,12 @@ class OutputProducer:
             )
             conf.pop("max.in.flight.requests.per.connection", None)
         self._producer = Producer(conf)
-        #: The largest record this producer can write (its ``message.max.bytes``).
-        self.max_record_bytes = int(conf.get("message.max.bytes", DEFAULT_MAX_RECORD_BYTES))
+        #: The largest record this output can write: its ``message.max.bytes``, or less
+        #: where a topic it writes takes smaller records (``max_record_bytes``).
+        self.max_record_bytes = min(
+            int(conf.get("message.max.bytes", DEFAULT_MAX_RECORD_BYTES)),
+            max_record_bytes or DEFAULT_MAX_RECORD_BYTES * 1000,
+        )
         #: Whether every unit of work is one Kafka transaction (exactly-once mode).
         self.transactional = transactional_id is not None
         if self.transactional:

@@ -63,13 +63,15 @@ PRODUCE_MAX_BYTES = 16 * 1024 * 1024
 #: How often each worker's ``/livez`` is asked.
 PROBE_INTERVAL = 0.02
 #: What the workers must stay under while hostile records are read (see the module
-#: docstring). The target of issue 21 is 100 ms; these bounds leave room for a noisy
-#: 2-core dev machine (broker, oscillator, two workers and this test on it). Measured
-#: there: baseline loop stall max 8-21 ms, tick gap excess max 13-21 ms; hostile
-#: classes but the cancel flood at most 65 ms and 59 ms; the 5,000-cancel flood 417 ms
-#: and 316 ms (a batch, not one record). Tighten once the distributions settle.
+#: docstring). The longest gap between two handled ticks, beyond the second between
+#: them, is issue 21's target: 100 ms. A stall of the event loop is bounded more loosely
+#: (it also catches GC and a flush's executor hand-off on a noisy 2-core machine with a
+#: broker, an oscillator, two workers and this test on it). Measured there: baseline loop
+#: stall max 8-25 ms, tick gap excess max 13-50 ms; hostile classes at most 65 ms and
+#: 59 ms; the 5,000-cancel flood 85 ms and 50 ms (417 and 316 before request units were
+#: bounded to 20 ms of work).
 LOOP_STALL_LIMIT = 0.25
-TICK_GAP_EXCESS_LIMIT = 0.25
+TICK_GAP_EXCESS_LIMIT = 0.1
 #: A canary is due this far ahead of its produce; it must have fired within this wait.
 CANARY_AHEAD = 2
 CANARY_TIMEOUT = 30.0

@@ -19,6 +19,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from app.client import TimerClient
+from app.dev.broker import free_port
 from app.kafka.config import confluent_common, confluent_producer
 from app.kafka.topic_config import topic_specs
 from app.kafka.topics import describe_topic_configs, ensure_topics, partition_count
@@ -74,7 +75,7 @@ def test_a_changelog_with_a_delete_policy_stops_the_worker_with_one_line(
     changelog = settings.changelog_topic
     futures = admin.create_topics([NewTopic(changelog, 8, 1, config={"cleanup.policy": "delete"})])
     futures[changelog].result(15)
-    worker_env = replace(settings, data_dir=str(tmp_path / "w1"), web_port=0)
+    worker_env = replace(settings, data_dir=str(tmp_path / "w1"), web_port=free_port())
     done = run_cli(worker_env, "worker", "--loglevel", "warning")
     assert done.returncode != 0
     lines = [line for line in done.stderr.splitlines() if line.strip()]
@@ -143,3 +144,24 @@ def test_an_auto_created_request_topic_is_adopted(broker: BrokerInfo, tmp_path: 
     )
     # 4 on the dev broker, num.partitions (1 by default) on Apache Kafka: never our 8
     _fire_on_adopted_topic(settings, tmp_path, count)
+
+
+def test_a_dead_letter_topic_that_takes_smaller_records_than_the_payload_limit_stops_the_worker(
+    broker: BrokerInfo, tmp_path: Path
+) -> None:
+    """One size budget (issue 21): the largest record the worker writes is known at start,
+    from its producer and from the topics it writes; a payload limit that would not fit
+    is refused with one line, never found out when the broker refuses a record."""
+    settings = fresh_settings(broker.bootstrap)
+    admin = AdminClient(confluent_common(settings))
+    dlq = settings.topics.dlq
+    small = {"max.message.bytes": "200000", "cleanup.policy": "delete"}
+    admin.create_topics([NewTopic(dlq, 8, 1, config=small)])[dlq].result(15)
+    worker_env = replace(settings, data_dir=str(tmp_path / "w1"), web_port=free_port())
+    done = run_cli(worker_env, "worker", "--loglevel", "warning")
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, done.stderr
+    assert "KAFKA_TIMERS_MAX_PAYLOAD_BYTES=934464" in lines[0]
+    assert f"topic {dlq!r} takes up to max.message.bytes=200000" in lines[0]
+    assert "at most 134364" in lines[0]

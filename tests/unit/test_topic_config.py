@@ -63,3 +63,22 @@ def test_a_compacted_changelog_passes_and_other_differences_only_warn() -> None:
 def test_tombstone_retention_defaults_to_apache_kafkas() -> None:
     assert tombstone_retention_seconds({}) == 86400
     assert tombstone_retention_seconds({"delete.retention.ms": "3600000"}) == 3600
+
+
+def test_the_record_budget_is_the_smallest_of_the_producer_and_the_topics_written() -> None:
+    import pytest
+
+    from app.core.errors import ConfigurationError
+    from app.kafka.topic_config import record_budget
+
+    settings = replace(Settings(), max_payload_bytes=100_000)
+    assert record_budget(settings, {}) == 1_000_000
+    described = {
+        settings.changelog_topic: {"max.message.bytes": "500000"},
+        settings.topics.requests: {"max.message.bytes": "1000"},  # never written: no say
+    }
+    assert record_budget(settings, described) == 499_900
+    with pytest.raises(
+        ConfigurationError, match="lower it to at most 34364, or raise it: kafka-configs"
+    ):
+        record_budget(settings, {settings.topics.dlq: {"max.message.bytes": "100000"}})
