@@ -44,13 +44,16 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    settings = Settings.from_env()
-    return settings.with_overrides(
-        bootstrap_servers=getattr(args, "bootstrap", None),
-        worker_id=getattr(args, "id", None) if args.command in ("worker", "oscillator") else None,
-        data_dir=getattr(args, "data_dir", None),
-        web_port=getattr(args, "web_port", None),
-        metrics_port=getattr(args, "metrics_port", None),
+    """The environment's settings with the command's flags over them, all checked."""
+    worker_id = getattr(args, "id", None) if args.command in ("worker", "oscillator") else None
+    return Settings.from_env_and_flags(
+        {
+            "KAFKA_BOOTSTRAP_SERVERS": ("--bootstrap", getattr(args, "bootstrap", None)),
+            "KAFKA_TIMERS_WORKER_ID": ("--id", worker_id),
+            "KAFKA_TIMERS_DATA_DIR": ("--data-dir", getattr(args, "data_dir", None)),
+            "KAFKA_TIMERS_WEB_PORT": ("--web-port", getattr(args, "web_port", None)),
+            "METRICS_PORT": ("--metrics-port", getattr(args, "metrics_port", None)),
+        }
     )
 
 

@@ -290,6 +290,22 @@ class Settings:
         return env
 
     @classmethod
+    def from_env_and_flags(cls, flags: Mapping[str, tuple[str, object | None]]) -> Settings:
+        """:meth:`from_env` with command-line flags over the environment, each checked as
+        its variable is: ``flags`` maps a variable to ``(flag name, value or None)``. A bad
+        flag is one line naming the flag, as a bad variable names the variable."""
+        given = {var: (flag, value) for var, (flag, value) in flags.items() if value is not None}
+        env = {**os.environ, **{var: str(value) for var, (_, value) in given.items()}}
+        try:
+            return cls.from_env(env)
+        except ConfigurationError as exc:
+            message = str(exc)
+            for var, (flag, _) in given.items():
+                if message.startswith(f"{var}="):
+                    raise ConfigurationError(flag + message[len(var) :]) from exc
+            raise
+
+    @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Read settings from ``env`` (default ``os.environ``).
 

@@ -131,3 +131,20 @@ def test_audit_flags_reach_the_audit_parser() -> None:
     result = run_cli("audit", "--help")
     assert result.returncode == 0
     assert "--allow-duplicates" in result.stdout and "--as-of" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["worker", "--web-port", "99999"], "--web-port='99999': must be from 1 to 65535"),
+        (["worker", "--metrics-port", "0"], "--metrics-port='0': must be from 1 to 65535"),
+        (["--bootstrap", "http://x:1", "topics"], "--bootstrap="),
+    ],
+)
+def test_a_bad_flag_is_checked_as_its_setting_and_named_in_one_line(
+    args: list[str], expected: str
+) -> None:
+    done = run_cli(*args)
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and expected in lines[0], done.stderr
