@@ -109,6 +109,11 @@ class RejectReason(str, Enum):
     #: A record the worker would have to write for this request (the callback, the
     #: stored timer, the answer) is larger than the largest record it can produce.
     RECORD_TOO_LARGE = "record_too_large"
+    #: A header the service writes on every callback (``timer-*``, ``scheduler-*``) in
+    #: the request: copied onto the callback it would stand beside (or, read last, in
+    #: place of) the service's own, so a receiver de-duplicating on ``timer-id`` could be
+    #: made to drop another timer's callback.
+    RESERVED_HEADER = "reserved_header"
     #: Handling the record raised something no check foresaw: a bug. The record is
     #: dead-lettered with the exception's class (never its message: it may hold payload
     #: bytes) and the worker goes on; the log has the traceback.

@@ -182,7 +182,9 @@ def _etf1_schedule(record: RawRecord, headers: dict[str, bytes]) -> Timer:
     except (InvalidTimeSpec, UnicodeDecodeError) as exc:
         raise RejectedRequest(RejectReason.MISSING_DUE, f"scheduler-epoch: {exc}") from exc
     topic = _utf8(headers.get(ETF1_TARGET_TOPIC, b""), "scheduler-target-topic")
+    # etf1's own control headers stay behind; the service's provenance replaces them.
     passthrough = tuple((k, v) for k, v in record.headers if not k.startswith("scheduler-"))
+    _refuse_reserved(passthrough)
     provenance = (
         ("scheduler-timestamp", str(record.timestamp_ms // 1000).encode()),
         ("scheduler-key", record.key or b""),
@@ -329,7 +331,28 @@ def _headers(headers: Any) -> tuple[Header, ...]:
         if len(UnknownFieldSet(header)):
             _refuse_misread_fields(header, 2)
         out.append((header.name, header.value))
-    return tuple(out)
+    return _refuse_reserved(tuple(out))
+
+
+#: Header names the service writes on callbacks (``timer-id``, ``timer-token``,
+#: ``timer-due``, ``timer-seq``..., and etf1's ``scheduler-key``...), compared without case.
+RESERVED_HEADER_PREFIXES = ("timer-", "scheduler-")
+
+
+def _refuse_reserved(headers: tuple[Header, ...]) -> tuple[Header, ...]:
+    """``headers`` unless one is named like a header the service writes on callbacks.
+
+    Refused, not dropped: a producer that sets one is forging or confused, and either
+    way should hear of it (``reserved_header``); the callback then carries exactly one
+    of each of the service's headers.
+    """
+    for name, _ in headers:
+        if name[:10].lower().startswith(RESERVED_HEADER_PREFIXES):
+            raise RejectedRequest(
+                RejectReason.RESERVED_HEADER,
+                f"header {name[:80]!r}: timer-* and scheduler-* are the service's own",
+            )
+    return headers
 
 
 def _refuse_misread_fields(message: Any, last_number: int) -> None:
@@ -432,7 +455,7 @@ def _json_headers(doc: dict[str, Any]) -> tuple[Header, ...]:
         raise RejectedRequest(
             RejectReason.OUT_OF_BOUNDS, f"{len(headers)} headers, at most {MAX_HEADERS}"
         )
-    return tuple((k, _encoded(v, "a header value")) for k, v in headers.items())
+    return _refuse_reserved(tuple((k, _encoded(v, "a header value")) for k, v in headers.items()))
 
 
 def _encoded(text: str, name: str) -> bytes:

@@ -797,6 +797,10 @@ def test_bad_text_is_dead_lettered(hostile: Hostile) -> None:
                 f'{{"id": "sur-token", {ok}, "token": {LONE_SURROGATE}}}',
             ),
             h.produce_raw_header_name(p, json_timer(cb, "raw-header-name", at=due), b"\xff\xfe"),
+            raw(
+                "a forged timer-id header",
+                f'{{"id": "forger", {ok}, "headers": {{"timer-id": "victim-order-7"}}}}',
+            ),
         ]
 
     run_class(h, "bad text", p, send)

@@ -127,3 +127,51 @@ def test_valid_requests_near_the_bounds_are_still_accepted() -> None:
         b'{"topic":"cb","in":"5s","late":"skip-after 10s, all"}',
     ):
         parse_request(_json(text))
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        _json(b'{"topic":"cb","in":"5s","headers":{"timer-id":"victim-order-7"}}'),
+        _json(b'{"topic":"cb","in":"5s","headers":{"Timer-Due":"1"}}'),
+        _json(b'{"topic":"cb","in":"5s","headers":{"scheduler-key":"x"}}'),
+        RawRecord(
+            "requests",
+            0,
+            0,
+            NOW_MS,
+            b"k",
+            protowire.encode(
+                protowire.Future(
+                    callback_topic="cb", callback=b"v", due=1, headers=[("timer-seq", b"1")]
+                )
+            ),
+        ),
+        RawRecord(
+            "requests",
+            0,
+            0,
+            NOW_MS,
+            b"id",
+            b"payload",
+            (("scheduler-epoch", b"1"), ("scheduler-target-topic", b"cb"), ("timer-id", b"x")),
+        ),
+    ],
+)
+def test_a_request_carrying_the_services_own_headers_is_refused(record: RawRecord) -> None:
+    with pytest.raises(RejectedRequest) as refused:
+        parse_request(record)
+    assert refused.value.reason.value == "reserved_header"
+
+
+def test_etf1_control_headers_stay_behind_and_provenance_is_the_services() -> None:
+    headers = (
+        ("scheduler-epoch", b"1767225600"),
+        ("scheduler-target-topic", b"cb"),
+        ("scheduler-key", b"forged"),
+        ("traceparent", b"00-1-2-01"),
+    )
+    timer = parse_request(RawRecord("requests", 0, 0, NOW_MS, b"id", b"payload", headers))
+    names = [name for name, _ in timer.headers]
+    assert names.count("scheduler-key") == 1 and dict(timer.headers)["scheduler-key"] == b"id"
+    assert "traceparent" in names
