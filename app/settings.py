@@ -131,6 +131,10 @@ class Settings:
     #: belongs to its pattern, and ``\,`` is a literal comma anywhere
     #: (:func:`split_allow_list`). So ``payments.*, orders-\d{1,3}`` is two patterns.
     callback_allow: tuple[str, ...] = (".*",)
+    #: Patterns of topics callbacks may never go to, whatever the allow-list says, in the
+    #: same syntax (``KAFKA_TIMERS_CALLBACK_DENY``): the operator's internal topics, on
+    #: top of the ones refused by construction (:class:`~app.core.policy.RequestPolicy`).
+    callback_deny: tuple[str, ...] = ()
     #: Largest callback value accepted, bytes. From the environment it defaults to
     #: :attr:`producer_message_max_bytes` less :data:`RECORD_RESERVE_BYTES` (934,464), and
     #: more than that is refused at start.
@@ -233,6 +237,7 @@ class Settings:
         """The rules the workers apply to requests (the audit and tests apply the same)."""
         return RequestPolicy.build(
             allow_patterns=self.callback_allow,
+            deny_patterns=self.callback_deny,
             own_topics=(*self.topics.all(), self.changelog_topic),
             app_id=self.app_id,
             max_payload_bytes=self.max_payload_bytes,
@@ -259,6 +264,7 @@ class Settings:
             PREFIX + "WEB_BIND": self.web_bind,
             PREFIX + "METRICS_BIND": self.metrics_bind,
             PREFIX + "CALLBACK_ALLOW": ",".join(self.callback_allow),
+            PREFIX + "CALLBACK_DENY": ",".join(self.callback_deny),
             PREFIX + "MAX_PAYLOAD_BYTES": str(self.max_payload_bytes),
             PREFIX + "HORIZON_SECONDS": str(self.horizon_seconds),
             PREFIX + "PRODUCER_MESSAGE_MAX_BYTES": str(self.producer_message_max_bytes),
@@ -381,6 +387,7 @@ class Settings:
             metrics_port=read.metrics_port(),
             metrics_bind=read.address("METRICS_BIND", defaults.metrics_bind),
             callback_allow=read.allow_list(defaults.callback_allow),
+            callback_deny=read.allow_list(defaults.callback_deny, "CALLBACK_DENY"),
             max_payload_bytes=max_payload,
             horizon_seconds=read.integer(
                 "HORIZON_SECONDS",
@@ -691,18 +698,18 @@ class _Reader:
                 )
         return ",".join(entries)
 
-    def allow_list(self, default: tuple[str, ...]) -> tuple[str, ...]:
-        raw = self.text("CALLBACK_ALLOW")
+    def allow_list(self, default: tuple[str, ...], name: str = "CALLBACK_ALLOW") -> tuple[str, ...]:
+        raw = self.text(name)
         if raw is None:
             return default
         patterns = split_allow_list(raw)
-        if not patterns:
-            raise ConfigurationError(f"{PREFIX}CALLBACK_ALLOW={raw!r} names no pattern")
+        if not patterns and name == "CALLBACK_ALLOW":
+            raise ConfigurationError(f"{PREFIX}{name}={raw!r} names no pattern")
         for pattern in patterns:
             try:
                 compile_topic_pattern(pattern)
             except ConfigurationError as exc:
-                raise ConfigurationError(f"{PREFIX}CALLBACK_ALLOW: {exc}") from None
+                raise ConfigurationError(f"{PREFIX}{name}: {exc}") from None
         return patterns
 
 

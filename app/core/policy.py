@@ -25,6 +25,10 @@ from app.core.timer import Timer
 __all__ = ["LAST_KEY_SECOND", "RequestPolicy", "TopicPattern", "compile_topic_pattern"]
 
 _LEGAL_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+#: Topics no callback may go to, by their name's end: every Faust or Kafka Streams
+#: app's changelogs and repartition topics (another deployment's table among them: a
+#: forged record there would be replayed as that deployment's state).
+INTERNAL_SUFFIXES = ("-changelog", "-repartition")
 #: Most allowed topics a policy remembers: a flood of distinct names cannot grow it.
 ALLOWED_CACHE_SIZE = 10_000
 #: The last second a store key can hold: keys write seconds as 12 digits
@@ -82,13 +86,17 @@ class RequestPolicy:
     allowed_topics: tuple[TopicPattern, ...]
     #: The service's own topics (ticks, requests, fired, DLQ): always refused.
     own_topics: frozenset[str]
-    #: Prefixes always refused: ``__`` (Kafka internals) and the Faust app id (changelogs).
+    #: Prefixes always refused: ``_`` (Kafka's ``__consumer_offsets`` and
+    #: ``__transaction_state``, Schema Registry's ``_schemas``, Confluent's ``_confluent-*``)
+    #: and the Faust app id (its changelogs).
     refused_prefixes: tuple[str, ...]
     #: Largest callback value accepted, in bytes.
     max_payload_bytes: int
     #: How far in the future a timer may be due, in seconds. Whatever it says, a due
     #: time past :data:`LAST_KEY_SECOND` is refused.
     horizon_seconds: int
+    #: Patterns of topics always refused, whatever the allow-list says (the operator's).
+    denied_topics: tuple[TopicPattern, ...] = ()
     #: Callback topics that passed :meth:`check_topic` (at most
     #: :data:`ALLOWED_CACHE_SIZE`). The rules above are frozen, so a topic that passed
     #: once passes again: it skips the regexes next time (a microsecond per request).
@@ -105,17 +113,19 @@ class RequestPolicy:
         app_id: str,
         max_payload_bytes: int,
         horizon_seconds: int,
+        deny_patterns: Iterable[str] = (),
     ) -> RequestPolicy:
-        """Compile the allow-list and derive the always-refused names from the app id.
+        """Compile the allow- and deny-lists and derive the refused names from the app id.
 
         A pattern RE2 refuses raises :class:`ConfigurationError` naming it.
         """
         return cls(
             allowed_topics=tuple(compile_topic_pattern(p) for p in allow_patterns),
             own_topics=frozenset(own_topics),
-            refused_prefixes=("__", f"{app_id}-"),
+            refused_prefixes=("_", f"{app_id}-"),
             max_payload_bytes=max_payload_bytes,
             horizon_seconds=horizon_seconds,
+            denied_topics=tuple(compile_topic_pattern(p) for p in deny_patterns),
         )
 
     def check_topic(self, topic: str) -> None:
@@ -131,7 +141,12 @@ class RequestPolicy:
             raise RejectedRequest(RejectReason.MISSING_TOPIC, "no callback topic")
         if not _LEGAL_TOPIC.match(topic) or topic in (".", ".."):
             raise RejectedRequest(RejectReason.INVALID_TOPIC, f"illegal topic name {topic[:80]!r}")
-        if topic in self.own_topics or topic.startswith(self.refused_prefixes):
+        if (
+            topic in self.own_topics
+            or topic.startswith(self.refused_prefixes)
+            or topic.endswith(INTERNAL_SUFFIXES)
+            or any(p.fullmatch(topic) for p in self.denied_topics)
+        ):
             raise RejectedRequest(
                 RejectReason.TOPIC_NOT_ALLOWED, f"{topic!r} is internal or the service's own"
             )

@@ -127,3 +127,37 @@ def test_storage_of_a_series_is_version_2_and_a_one_shot_timer_stays_version_1()
     assert unpack_timer(pack_timer(policy_only)) == policy_only
     plain = Timer("o", NOW, "t", None, b"")
     assert pack_timer(plain)[0] == 1  # readable by releases before series
+
+
+def test_internal_topics_are_refused_by_construction_whatever_the_allow_list() -> None:
+    from app.core.errors import RejectedRequest as Refused
+    from app.core.policy import RequestPolicy as Policy
+
+    policy = Policy.build(
+        allow_patterns=(".*",),
+        deny_patterns=("connect-.*", "audit"),
+        own_topics=("ticks", "requests", "fired", "dlq"),
+        app_id="kt",
+        max_payload_bytes=1000,
+        horizon_seconds=86400,
+    )
+    for topic in (
+        "__consumer_offsets",
+        "__transaction_state",
+        "_schemas",
+        "_confluent-metrics",
+        "other-deployment-timers-changelog",
+        "wordcount-KSTREAM-AGGREGATE-0000000003-repartition",
+        "kt-anything",
+        "ticks",
+        "connect-offsets",
+        "audit",
+    ):
+        try:
+            policy.check_topic(topic)
+        except Refused as refused:
+            assert refused.reason.value == "topic_not_allowed", topic
+        else:
+            raise AssertionError(f"{topic} was allowed")
+    for topic in ("orders", "changelog-events", "audits", "reminders_v2"):
+        policy.check_topic(topic)  # matching is on the whole name, not a part of it

@@ -76,6 +76,7 @@ VARIABLES = (
             "SSL_KEYFILE",
             "REMEMBER_SECONDS",
             "MAX_CANCELS_IN_ADVANCE",
+            "CALLBACK_DENY",
         )
     ),
 )
