@@ -570,6 +570,11 @@ def _judge_series(
 ) -> None:
     """Reconcile each occurrence of the final series version (see the module doc)."""
     assert verdict.final_due is not None
+    # A worker refused an occurrence under narrowed rules (``not_allowed``): the series
+    # ended there, as if cancelled.
+    refused = [k.at_ms for k in skips if k.reason == "not_allowed"]
+    if refused:
+        ended_ms = min(refused) if ended_ms is None else min(ended_ms, *refused)
     anchor = _worker_anchor(recurrence, verdict.final_due, live_since, fires, skips)
     if anchor != verdict.final_due:
         recurrence = Recurrence(

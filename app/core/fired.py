@@ -54,6 +54,10 @@ class SkipReason(str, Enum):
     #: Folded by ``coalesce`` into a fire of a later occurrence (reported on its own only
     #: when catching up took more than one tick).
     COALESCED = "coalesced"
+    #: Refused when it came due: its callback topic or size is no longer allowed (the
+    #: allow-list or the payload limit narrowed since it was stored). Dead-lettered, and a
+    #: series ends with it.
+    NOT_ALLOWED = "not_allowed"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 from app.core.budget import check_fits
 from app.core.clock_check import ClockSkewMonitor, OscillatorLead
-from app.core.errors import RejectReason, SystemicFailure
+from app.core.errors import RejectedRequest, RejectReason, SystemicFailure
 from app.core.fired import SkipReason
 from app.core.firing import StepKind, next_occurrence, plan
 from app.core.keys import BOOKKEEPING, REQUEST_OFFSET
@@ -462,7 +462,13 @@ class TimerService:
         self, timer: Timer, through: int, partition: int, now_ms: int
     ) -> tuple[list[Timer], Timer | None]:
         """Produce what ``timer``, due by tick ``through``, does now: its callbacks and
-        skipped records. Return the occurrences delivered and the series' successor."""
+        skipped records. Return the occurrences delivered and the series' successor.
+
+        The service's rules are checked again first (:meth:`_refused_at_fire`): a timer
+        stored under rules since narrowed is dead-lettered, not delivered.
+        """
+        if self._refused_at_fire(timer, partition):
+            return [], None
         if timer.late is None and not self._late.skip_after_ms:  # the hot paths: nothing to skip
             rec = timer.recurrence
             if rec is None:
@@ -490,6 +496,39 @@ class TimerService:
                 self._metrics.skipped.labels(reason=reason.value).inc()
             self._output.skipped(step.timer, reason, partition=partition, coalesced=step.coalesced)
         return delivered, steps.successor
+
+    def _refused_at_fire(self, timer: Timer, partition: int) -> bool:
+        """Whether ``timer`` may no longer be delivered: its topic is not allowed, or its
+        value is over the payload limit, under the rules this worker runs with now.
+
+        An operator who narrows the allow-list (abuse, a topic retired) and restarts the
+        workers stops every stored timer and series on its next due second, not only new
+        requests. Such a timer is dead-lettered with the reason, reported ``skipped``
+        (``not_allowed``) on the fired topic for the audit, and forgotten; a series ends.
+        Costs a set lookup and a length per fire: topics that passed are remembered.
+        """
+        policy = self._policy
+        try:
+            policy.check_topic(timer.topic)
+            size = len(timer.value or b"")
+            if size > policy.max_payload_bytes:
+                raise RejectedRequest(
+                    RejectReason.PAYLOAD_TOO_LARGE,
+                    f"callback value is {size} bytes, limit {policy.max_payload_bytes}",
+                )
+        except RejectedRequest as refused:
+            log.warning(
+                "timer %r refused when due, dead-lettered: %s: %s",
+                timer.id[:80],
+                refused.reason.value,
+                refused.detail,
+            )
+            self._metrics.rejected.labels(reason=refused.reason.value).inc()
+            self._metrics.skipped.labels(reason=SkipReason.NOT_ALLOWED.value).inc()
+            self._output.dead_letter_timer(timer, refused.reason, refused.detail)
+            self._output.skipped(timer, SkipReason.NOT_ALLOWED, partition=partition)
+            return True
+        return False
 
     def _fire_all(self, partition: int, second: int, timers: list[Timer]) -> _Fired:
         fired = _Fired()

@@ -119,3 +119,43 @@ def test_requests_aimed_at_internal_topics_are_refused(stack: Stack) -> None:
     for name in (settings.topics.ticks, settings.topics.fired, settings.changelog_topic):
         with TopicReader(settings, name) as reader:
             assert not any(r.value == b"attack" for r in reader.read_to_end()), name
+
+
+def test_narrowing_the_allow_list_stops_stored_timers_and_series(stack: Stack) -> None:
+    """Issue 22: the rules are checked again when a timer comes due. Timers stored while
+    a topic was allowed, a one-shot and a series, are dead-lettered once the workers run
+    with an allow-list that leaves the topic out, and the series ends."""
+    settings = stack.settings
+    banned = stack.callback_topic(f"abused-{settings.app_id}")
+    kept = stack.callback_topic(f"kept-{settings.app_id}")
+    data_dir = stack.base_dir / "w"
+    stack.oscillator()
+    first = stack.worker("w-wide", data_dir=data_dir)
+    producer = stack.producer()
+    due = int(time.time()) + 25  # after the restart below
+
+    def request(timer_id: str, topic: str, **fields: object) -> None:
+        body = {"id": timer_id, "topic": topic, "value": timer_id, "token": "t", **fields}
+        producer.produce(settings.topics.requests, json.dumps(body).encode(), timer_id.encode())
+
+    request("one-shot", banned, at=due)
+    request("kept", kept, at=due)
+    request("series", banned, every="1s")
+    producer.flush(10)
+    with stack.reader(banned) as reader:
+        reader.wait_for(lambda rs: any(r.header("timer-id") == b"series" for r in rs), 60)
+    assert first.stop() == 0
+    stack.worker("w-narrow", data_dir=data_dir, callback_allow=(f"kept-{settings.app_id}",))
+    with stack.reader(kept) as reader:
+        reader.wait_for(lambda rs: len(rs) == 1, 90)  # past the one-shot's second
+    with TopicReader(settings, settings.topics.dlq) as dlq:
+        dead = dlq.wait_for(
+            lambda rs: {r.header("timer-id") for r in rs} >= {b"one-shot", b"series"}, 30
+        )
+    assert {r.header("dlq-reason") for r in dead} == {b"topic_not_allowed"}
+    with stack.reader(banned) as reader:
+        before = len(reader.read_to_end())
+        time.sleep(3)  # three more seconds in which the series would have fired
+        after = reader.read_to_end()
+    assert len(after) == before, "the series went on after the allow-list left its topic out"
+    assert not any(r.header("timer-id") == b"one-shot" for r in after)

@@ -289,3 +289,15 @@ def test_a_one_shot_timer_skipped_by_its_policy_is_skipped_not_missing() -> None
     skipped = SkipEvent("k1", DUE, DUE * 1000 + 9000, "late")
     verdict = judge([schedule(0)], [], [], AS_OF, [skipped])
     assert (verdict.status, kinds(verdict), verdict.occurrences_skipped) == (Status.SKIPPED, [], 1)
+
+
+def test_a_series_refused_when_due_under_narrowed_rules_ends_there() -> None:
+    # Occurrences 1-2 fired; the workers restarted with a narrower allow-list and refused
+    # occurrence 3 (dead-lettered, reported not_allowed): nothing after it is expected.
+    refused = skip(3, reason="not_allowed")
+    fires = [occurrence(1), occurrence(2)]
+    verdict = judge([series_request()], fires, [], AS_OF, [refused])
+    assert kinds(verdict) == []
+    assert verdict.occurrences_fired == 2 and verdict.occurrences_skipped == 1
+    # without the refusal, the occurrences after 2 are missing
+    assert ViolationKind.MISSING in kinds(judge([series_request()], fires, [], AS_OF))

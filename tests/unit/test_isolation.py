@@ -269,3 +269,44 @@ def test_a_batch_that_takes_long_is_applied_in_several_units_none_lost(
     assert all(wheels[i % 2].lookup(f"t{i}") is not None for i in range(100))
     assert h.stores.stores[0].get(REQUEST_OFFSET) == b"49"
     assert h.stores.stores[1].get(REQUEST_OFFSET) == b"49"
+
+
+def test_timers_stored_under_wider_rules_are_refused_when_due_and_a_series_ends() -> None:
+    """An operator narrows the allow-list and restarts: stored timers stop (issue 22)."""
+    from app.core.policy import RequestPolicy
+    from app.worker.service import TimerService
+
+    h = Harness()
+    h.requests(
+        h.schedule("kept", NOW + 5, topic="orders"),
+        h.schedule("banned", NOW + 5, topic="abused"),
+        h.series("banned-series", every=1),
+    )
+    narrowed = TimerService(
+        policy=RequestPolicy.build(
+            allow_patterns=("orders", "cb"),
+            deny_patterns=("cb",),
+            own_topics=("ticks", "requests", "fired", "dlq"),
+            app_id="kt",
+            max_payload_bytes=1000,
+            horizon_seconds=86400,
+        ),
+        output=h.output,
+        metrics=h.metrics,
+        stores=h.stores,
+        clock=h.clock,
+    )
+    h.service = narrowed  # the worker restarted with the narrower rules
+    h.tick(NOW + 5)
+    assert h.fired() == ["kept"]
+    refused = {(timer_id, reason.value) for timer_id, reason in h.output.durable.dead_timers}
+    assert refused == {("banned", "topic_not_allowed"), ("banned-series", "topic_not_allowed")}
+    assert {t.id for t, reason, _ in h.output.durable.skipped if reason.value == "not_allowed"} == {
+        "banned",
+        "banned-series",
+    }
+    wheel = narrowed.wheels()[0]
+    assert wheel.get_pending("banned-series") is None  # the series ended
+    h.tick(NOW + 6)
+    assert h.fired() == ["kept"]
+    assert h.metrics.skipped.labels(reason="not_allowed")._value.get() == 2
