@@ -294,8 +294,10 @@ class _Replay:
 
     def __init__(self, reports: Iterable[CancelReport]) -> None:
         self.pending: Version | None = None
-        #: Token of a cancel waiting for its request (the wheel's ``C`` index entry).
+        #: Token of a cancel waiting for its request, or of the version it cancelled, and
+        #: that version's due second (0 for a cancel in advance): the wheel's ``C`` entry.
         self.cancelled_token: str | None = None
+        self.cancelled_due = 0
         self.final: RequestEvent | None = None
         #: When each version was first requested (the base of its lateness).
         self.first_requested: dict[Version, int] = {}
@@ -330,8 +332,12 @@ class _Replay:
         if request.recurrence is not None and version not in self.series:
             self.series[version] = request.recurrence
             self.series_by_token[request.token].append(version)
-        if self.pending is None and self.cancelled_token == request.token:
-            # The wheel drops it: cancelled before it arrived.
+        if (
+            self.pending is None
+            and self.cancelled_token == request.token
+            and self.cancelled_due in (0, request.due)
+        ):
+            # The wheel drops it: cancelled before it arrived, or this very version again.
             self.live_since.setdefault(version, request.ts_ms)
             self._kill(version, request.ts_ms, ViolationKind.FIRE_AFTER_CANCEL)
             return
@@ -351,12 +357,12 @@ class _Replay:
         effective_ms = report.at_ms if report is not None else request.ts_ms
         if self.pending is None:
             if request.check_token:
-                self.cancelled_token = request.token
+                self.cancelled_token, self.cancelled_due = request.token, 0
             return
-        if request.check_token and request.token != self.pending[0]:
-            return
+        if request.token != self.pending[0]:
+            return  # a tombstone (no token) cancels only a timer stored without one
         self._kill(self.pending, effective_ms, ViolationKind.FIRE_AFTER_CANCEL)
-        self.cancelled_token = self.pending[0]
+        self.cancelled_token, self.cancelled_due = self.pending
         self.pending = None
 
     def version_of(self, token: str, due: int, seq: int | None, at_ms: int) -> Version:

@@ -62,5 +62,7 @@ class Cancel:
     id: str
     #: Token the timer was scheduled with; a mismatch refuses the cancel.
     token: str
-    #: Whether the token must match (etf1 tombstones carry none and cancel by key alone).
+    #: False for an etf1 tombstone: it carries no token and waits for no timer (a
+    #: tombstone for an id with no timer is ``not_found``, never remembered). It cancels
+    #: only a timer stored without a token, as every cancel needs the timer's token.
     check_token: bool = True

@@ -268,7 +268,14 @@ class PartitionWheel:
         replaced = False
         counts = self.counts
         if index is not None:
-            if index.state == _CANCELLED and index.token == timer.token:
+            if (
+                index.state == _CANCELLED
+                and index.token == timer.token
+                and (index.due == 0 or index.due == timer.version_due)
+            ):
+                # A cancel that came first, or this very version again after its cancel.
+                # Another version of a cancelled id (an etf1 key scheduled again after
+                # its tombstone, with a new due time) is a new timer.
                 return _CANCELLED_EARLIER
             if (
                 index.state == _FIRED
@@ -297,7 +304,7 @@ class PartitionWheel:
             index is not None
             and index.state == _CANCELLED
             and index.due != 0
-            and (index.token == cancel.token or not cancel.check_token)
+            and index.token == cancel.token
         ):
             # A repeat of the cancel that removed it (a client retrying after no answer
             # came, a redelivered request): the same answer, and nothing rewritten.
@@ -318,7 +325,9 @@ class PartitionWheel:
             # A series being delivered is still cancelled: the occurrence on its way
             # goes out, the ones after it never do (finish_tick stores no successor).
             return CancelOutcome.ALREADY_FIRED
-        if cancel.check_token and cancel.token != index.token:
+        if cancel.token != index.token:
+            # A tombstone carries no token: it cancels only a timer stored without one
+            # (etf1's own), never one its producer protected with a token.
             return CancelOutcome.WRONG_TOKEN
         self._kv.delete(timer_key(index.due, cancel.id))
         self.counts.timers -= 1

@@ -113,6 +113,15 @@ class WorkerMetrics:
             ["partition", "kind"],
             registry=r,
         )
+        self.dropped = Counter(
+            "kafka_timers_dropped",
+            "Requests accepted but not stored: a version that already fired (duplicate), or "
+            "one a cancel had already stopped (cancelled_earlier).",
+            ["reason"],
+            registry=r,
+        )
+        for dropped in ("duplicate", "cancelled_earlier"):
+            self.dropped.labels(reason=dropped)
         self.cancels_in_advance = Gauge(
             "kafka_timers_cancels_in_advance",
             "Cancels remembered for ids with no timer yet, per partition: capped (see "

@@ -262,6 +262,8 @@ class TimerService:
                         if accepted.replaced:
                             pending_delta[record.partition] -= 1
                         fired_now.append((part, request))
+                    else:  # dropped: never silently (issue 22)
+                        self._dropped(record, request, accepted.outcome)
                 except Exception as exc:
                     if is_systemic(exc):
                         raise
@@ -302,6 +304,18 @@ class TimerService:
         for p, part in parts.items():
             self._export_keys(p, part)
         return rest
+
+    def _dropped(self, record: RawRecord, timer: Timer, outcome: Scheduled) -> None:
+        """Count (``kafka_timers_dropped_total{reason}``) and log a request not stored."""
+        self._metrics.dropped.labels(reason=outcome.value).inc()
+        log.info(
+            "request %s for timer %r dropped: %s",
+            _where(record),
+            timer.id[:80],
+            "that version already fired"
+            if outcome is Scheduled.DUPLICATE
+            else "a cancel with its token came first",
+        )
 
     def _cancel(self, part: _Partition, record: RawRecord, cancel: Cancel) -> None:
         outcome = part.wheel.cancel(cancel)

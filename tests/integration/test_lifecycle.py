@@ -103,13 +103,16 @@ def test_etf1_schedule_update_and_tombstone(stack: Stack) -> None:
     schedule(b"vid2-online", b"video 2", due)
     producer.produce(requests, None, b"vid2-online")  # tombstone: cancelled
     schedule(b"vid3-online", b"video 3", due + 2)
+    schedule(b"vid4-online", b"video 4", due)
+    producer.produce(requests, None, b"vid4-online")  # tombstoned, then scheduled again:
+    schedule(b"vid4-online", b"video 4 again", due + 3)  # a new version, it fires
     producer.flush(10)
     with stack.reader(topic) as reader:
-        reader.wait_for(lambda rs: len(rs) >= 2, FIRE_TIMEOUT)
+        reader.wait_for(lambda rs: len(rs) >= 3, FIRE_TIMEOUT)
         reader.poll(1.0)
         records = reader.records
     by_value = {r.value: r for r in records}
-    assert set(by_value) == {b"video 1 v2", b"video 3"}
+    assert set(by_value) == {b"video 1 v2", b"video 3", b"video 4 again"}
     v1 = by_value[b"video 1 v2"]
     assert v1.key == b"vid1"
     assert v1.timestamp_ms >= (due + 1) * 1000

@@ -301,3 +301,17 @@ def test_a_series_refused_when_due_under_narrowed_rules_ends_there() -> None:
     assert verdict.occurrences_fired == 2 and verdict.occurrences_skipped == 1
     # without the refusal, the occurrences after 2 are missing
     assert ViolationKind.MISSING in kinds(judge([series_request()], fires, [], AS_OF))
+
+
+def test_a_tombstone_does_not_cancel_a_timer_with_a_token() -> None:
+    tombstone = RequestEvent(1, T0 * 1000 + 5, "cancel", "", None, False)
+    verdict = judge([schedule(0), tombstone], [], [], AS_OF)
+    assert verdict.status is Status.MISSING  # it still had to fire
+
+
+def test_a_version_scheduled_again_after_its_cancel_must_fire() -> None:
+    again = RequestEvent(2, T0 * 1000 + 9, "schedule", "k1", DUE + 60, True, "cb")
+    requests = [schedule(0), cancel(1), again]
+    report = CancelReport("k1", "cancelled", T0 * 1000 + 6)
+    verdict = judge(requests, [], [report], AS_OF)
+    assert verdict.status is Status.MISSING and kinds(verdict) == [ViolationKind.MISSING]

@@ -310,3 +310,14 @@ def test_timers_stored_under_wider_rules_are_refused_when_due_and_a_series_ends(
     h.tick(NOW + 6)
     assert h.fired() == ["kept"]
     assert h.metrics.skipped.labels(reason="not_allowed")._value.get() == 2
+
+
+def test_requests_dropped_as_duplicates_or_cancelled_earlier_are_counted() -> None:
+    h = Harness()
+    h.requests(h.cancel("early"), h.schedule("early", NOW + 5))
+    h.requests(h.schedule("twice", NOW + 5))
+    h.tick(NOW + 5)
+    h.requests(h.schedule("twice", NOW + 5))  # the same version, redelivered after its fire
+    dropped = h.metrics.dropped
+    assert dropped.labels(reason="cancelled_earlier")._value.get() == 1
+    assert dropped.labels(reason="duplicate")._value.get() == 1

@@ -81,3 +81,24 @@ def test_the_running_count_equals_a_recount_under_any_mix() -> None:
     running = wheel.counts.in_advance
     assert running == capped(kv).recount().in_advance
     assert running > 0
+
+
+def test_a_tombstone_cancels_only_timers_stored_without_a_token() -> None:
+    wheel = capped(MemoryKV(), cap=10)
+    wheel.schedule(timer("protected", 100, token="secret"))
+    wheel.schedule(timer("etf1-key", 100, token=""))
+    tombstone = Cancel("protected", "", check_token=False)
+    assert wheel.cancel(tombstone) is CancelOutcome.WRONG_TOKEN
+    assert wheel.get_pending("protected") is not None
+    assert wheel.cancel(Cancel("etf1-key", "", check_token=False)) is CancelOutcome.CANCELLED
+
+
+def test_an_id_cancelled_by_its_tombstone_can_be_scheduled_again() -> None:
+    wheel = capped(MemoryKV(), cap=10)
+    wheel.schedule(timer("etf1-key", 100, token=""))
+    wheel.cancel(Cancel("etf1-key", "", check_token=False))
+    # the cancelled version itself, redelivered, stays cancelled
+    assert wheel.schedule(timer("etf1-key", 100, token="")).outcome is Scheduled.CANCELLED_EARLIER
+    # a new version (another due time) is a new timer, not silently dropped for a week
+    assert wheel.schedule(timer("etf1-key", 160, token="")).outcome is Scheduled.STORED
+    assert wheel.get_pending("etf1-key") is not None
