@@ -181,6 +181,10 @@ class Settings:
     #: Most cancels for ids with no timer yet one partition remembers; past it a cancel in
     #: advance is answered ``not_remembered`` (see :mod:`app.core.wheel`).
     max_cancels_in_advance: int = DEFAULT_MAX_CANCELS_IN_ADVANCE
+    #: Callback topics with a ``callback_topic`` label of their own in
+    #: ``kafka_timers_fired_total`` (the first this many a worker delivers to; the rest
+    #: count as ``other``): a label value per topic name would grow without bound.
+    max_topic_labels: int = 100
 
     @property
     def partition_count(self) -> int:
@@ -279,6 +283,7 @@ class Settings:
             PREFIX + "SECURITY_PROTOCOL": self.security.protocol,
             PREFIX + "REMEMBER_SECONDS": str(self.remember_seconds),
             PREFIX + "MAX_CANCELS_IN_ADVANCE": str(self.max_cancels_in_advance),
+            PREFIX + "MAX_TOPIC_LABELS": str(self.max_topic_labels),
         }
         if self.partitions is not None:
             env[PREFIX + "PARTITIONS"] = str(self.partitions)
@@ -436,6 +441,13 @@ class Settings:
                 0,
                 10**9,
                 "cancels remembered per partition for ids with no timer yet",
+            ),
+            max_topic_labels=read.integer(
+                "MAX_TOPIC_LABELS",
+                defaults.max_topic_labels,
+                0,
+                100_000,
+                "callback topics with a metric label of their own",
             ),
         )
         settings.default_late_policy()  # a typo is refused at start, not at the first fire

@@ -250,6 +250,7 @@ def build_worker(
         clock_skew_warn_seconds=settings.clock_skew_warn_seconds,
         remember_seconds=settings.remember_seconds,
         max_cancels_in_advance=settings.max_cancels_in_advance,
+        max_topic_labels=settings.max_topic_labels,
         tick_tolerance_seconds=settings.tick_tolerance_seconds,
         late_policy=settings.default_late_policy(),
     )

@@ -51,6 +51,10 @@ KEY_KINDS = ("pending", "remembered", "bookkeeping")
 #: Work one request unit may do before it ends and lets the event loop run (ticks,
 #: heartbeats, HTTP): the rest of the batch follows in the next unit.
 UNIT_BUDGET_SECONDS = 0.02
+#: Callback topics with a label of their own in ``kafka_timers_fired_total`` by default.
+DEFAULT_MAX_TOPIC_LABELS = 100
+#: The ``callback_topic`` label of every topic past them.
+OTHER_TOPICS = "other"
 #: Longest reason detail a dead letter carries (its ``dlq-detail`` header), bytes.
 _DETAIL_BYTES = 1000
 #: Added to each sleep of the release loop, so it wakes just past the second boundary.
@@ -94,6 +98,7 @@ class TimerService:
         remember_seconds: int = DEFAULT_MEMORY_SECONDS,
         tick_tolerance_seconds: float = 0.0,
         max_cancels_in_advance: int = DEFAULT_MAX_CANCELS_IN_ADVANCE,
+        max_topic_labels: int = DEFAULT_MAX_TOPIC_LABELS,
     ) -> None:
         self._policy = policy
         #: The service's late-fire policy: what a timer's own policy leaves out.
@@ -107,6 +112,9 @@ class TimerService:
         self._pending: dict[int, int] = {}
         self._remember = remember_seconds
         self._max_in_advance = max_cancels_in_advance
+        #: The callback topics with a ``callback_topic`` label of their own.
+        self._topic_labels: dict[str, str] = {}
+        self._max_topic_labels = max_topic_labels
         #: Tick second at which each partition's store was last marked caught up.
         self._marked: dict[int, int] = {}
         self._skew = ClockSkewMonitor(metrics.clock_skew, clock_skew_warn_seconds, clock)
@@ -610,6 +618,20 @@ class TimerService:
 
     # -- bookkeeping ----------------------------------------------------------------
 
+    def _topic_label(self, topic: str) -> str:
+        """The ``callback_topic`` label of ``topic``: its own name for the first
+        :attr:`max_topic_labels` topics this worker delivers to, ``other`` after that.
+
+        Each label value is a time series for as long as the process lives: a producer
+        that names a new topic in every request must not grow them without bound.
+        """
+        label = self._topic_labels.get(topic)
+        if label is None:
+            label = topic if len(self._topic_labels) < self._max_topic_labels else OTHER_TOPICS
+            if label != OTHER_TOPICS:
+                self._topic_labels[topic] = label
+        return label
+
     def _account_fired(self, timers: Sequence[Timer]) -> None:
         failures = self._output.take_failures()
         refused = {t.id for t, _ in failures}
@@ -625,7 +647,7 @@ class TimerService:
             by_topic[timer.topic] = by_topic.get(timer.topic, 0) + 1
             by_due[timer.due] = by_due.get(timer.due, 0) + 1
         for topic, n in by_topic.items():
-            self._metrics.fired.labels(callback_topic=topic).inc(n)
+            self._metrics.fired.labels(callback_topic=self._topic_label(topic)).inc(n)
         for due, n in by_due.items():
             observe_many(self._metrics.lateness, max(0.0, now - due), n)
         for timer, error in failures:

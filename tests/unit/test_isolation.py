@@ -321,3 +321,17 @@ def test_requests_dropped_as_duplicates_or_cancelled_earlier_are_counted() -> No
     dropped = h.metrics.dropped
     assert dropped.labels(reason="cancelled_earlier")._value.get() == 1
     assert dropped.labels(reason="duplicate")._value.get() == 1
+
+
+def test_callback_topic_labels_are_bounded() -> None:
+    h = Harness(max_topic_labels=2)
+    h.requests(*(h.schedule(f"t{i}", NOW + 5, topic=f"topic-{i}") for i in range(5)))
+    h.tick(NOW + 5)
+    labels = {
+        s.labels["callback_topic"]: s.value
+        for family in h.metrics.registry.collect()
+        for s in family.samples
+        if s.name == "kafka_timers_fired_total"
+    }
+    assert sorted(labels) == ["other", "topic-0", "topic-1"]
+    assert sum(labels.values()) == 5 and labels["other"] == 3

@@ -77,6 +77,7 @@ VARIABLES = (
             "REMEMBER_SECONDS",
             "MAX_CANCELS_IN_ADVANCE",
             "CALLBACK_DENY",
+            "MAX_TOPIC_LABELS",
         )
     ),
 )
