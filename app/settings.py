@@ -185,6 +185,11 @@ class Settings:
     #: ``kafka_timers_fired_total`` (the first this many a worker delivers to; the rest
     #: count as ``other``): a label value per topic name would grow without bound.
     max_topic_labels: int = 100
+    #: The operator's credential for the routes that say which timers exist
+    #: (``/timers/next``, ``/timers/<id>``): sent as ``Authorization: Bearer <token>``.
+    #: Unset, those routes are off (403); ``/status``, ``/livez``, ``/readyz`` and
+    #: ``/metrics`` never need it.
+    operator_token: str | None = field(default=None, repr=False)
 
     @property
     def partition_count(self) -> int:
@@ -280,6 +285,7 @@ class Settings:
             PREFIX + "TICK_TOLERANCE_SECONDS": str(self.tick_tolerance_seconds),
             PREFIX + "LIVENESS_TIMEOUT": str(self.liveness_timeout),
             PREFIX + "LATE_POLICY": self.late_policy,
+            **({PREFIX + "OPERATOR_TOKEN": self.operator_token} if self.operator_token else {}),
             PREFIX + "SECURITY_PROTOCOL": self.security.protocol,
             PREFIX + "REMEMBER_SECONDS": str(self.remember_seconds),
             PREFIX + "MAX_CANCELS_IN_ADVANCE": str(self.max_cancels_in_advance),
@@ -427,6 +433,7 @@ class Settings:
                 "LIVENESS_TIMEOUT", defaults.liveness_timeout, 0.001, None, "seconds"
             ),
             late_policy=read.text("LATE_POLICY") or defaults.late_policy,
+            operator_token=read.secret("OPERATOR_TOKEN"),
             security=security,
             remember_seconds=read.integer(
                 "REMEMBER_SECONDS",
@@ -568,6 +575,19 @@ class _Reader:
         """``KAFKA_TIMERS_<name>``, or ``None`` when unset or empty."""
         value = self.env.get(PREFIX + name)
         return value if value not in (None, "") else None
+
+    def secret(self, name: str) -> str | None:
+        """A credential: at least 16 printable ASCII characters, no spaces; never quoted
+        back in the complaint."""
+        raw = self.text(name)
+        if raw is not None and not (
+            len(raw) >= 16 and raw.isascii() and raw.isprintable() and " " not in raw
+        ):
+            raise ConfigurationError(
+                f"{PREFIX}{name}: must be at least 16 printable ASCII characters without "
+                "spaces (e.g. the output of `openssl rand -hex 24`)"
+            )
+        return raw
 
     def _parse(self, name: str, raw: str, kind: Callable[[str], _T], what: str = "a number") -> _T:
         try:

@@ -44,6 +44,11 @@ def broker() -> Iterator[BrokerInfo]:
         yield info
 
 
+#: The operator's credential every test stack's workers and CLIs share (the routes that
+#: say which timers exist need it).
+OPERATOR_TOKEN = "test-operator-token-4f1c9a"
+
+
 def fresh_settings(bootstrap: str, partitions: int = 8) -> Settings:
     """Settings with topics and app id no other test uses."""
     tag = uuid.uuid4().hex[:8]
@@ -57,6 +62,7 @@ def fresh_settings(bootstrap: str, partitions: int = 8) -> Settings:
         app_id=f"kt-{tag}",
         session_timeout=6.0,
         heartbeat_interval=1.0,
+        operator_token=OPERATOR_TOKEN,
     )
 
 

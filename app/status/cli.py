@@ -32,10 +32,18 @@ STALE_TICK_SECONDS = 5.0
 BAR_WIDTH = 40
 
 
-def fetch_json(url: str, timeout: float = HTTP_TIMEOUT) -> tuple[int, Any]:
-    """``(HTTP status, decoded JSON body)``; raise ``OSError`` if nothing answers."""
+def fetch_json(
+    url: str, timeout: float = HTTP_TIMEOUT, token: str | None = None
+) -> tuple[int, Any]:
+    """``(HTTP status, decoded JSON body)``; raise ``OSError`` if nothing answers.
+
+    ``token`` is the operator's credential, sent as ``Authorization: Bearer``.
+    """
+    request = urllib.request.Request(url)
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         body = exc.read()
@@ -196,7 +204,7 @@ def status_main(settings: Settings, args: argparse.Namespace, out: TextIO | None
     failed: list[str] = []
     for url in urls:
         try:
-            status, body = fetch_json(url + path)
+            status, body = fetch_json(url + path, token=settings.operator_token)
         except (OSError, ValueError) as exc:
             failed.append(f"{url} ({exc})")
             continue

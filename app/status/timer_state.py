@@ -124,7 +124,7 @@ def describe(
 
 
 def _ask_workers(
-    urls: Sequence[str], timer_id: str
+    urls: Sequence[str], timer_id: str, token: str | None = None
 ) -> tuple[dict[str, Any] | None, set[int], list[str]]:
     """The first worker that knows the id (its answer), the partitions held by those
     that answered, and the URLs that did not answer."""
@@ -134,9 +134,13 @@ def _ask_workers(
     failed: list[str] = []
     for url in urls:
         try:
-            status, body = fetch_json(url + path)
+            status, body = fetch_json(url + path, token=token)
         except (OSError, ValueError) as exc:
             failed.append(f"{url} ({exc})")
+            continue
+        if status in (401, 403):  # no credential for which timers exist: say so
+            error = body.get("error") if isinstance(body, dict) else None
+            failed.append(f"{url} (HTTP {status}: {error})")
             continue
         if status == 200 and isinstance(body, dict):
             found = found or body
@@ -154,7 +158,7 @@ def get_main(settings: Settings, args: argparse.Namespace, out: TextIO | None = 
     timer_id: str = args.timer_id
     urls = [u.rstrip("/") for u in (args.url or [])] or [f"http://127.0.0.1:{settings.web_port}"]
     since_ms = int(parse_duration(args.since) * 1000)
-    answer, held, failed = _ask_workers(urls, timer_id)
+    answer, held, failed = _ask_workers(urls, timer_id, settings.operator_token)
     for failure in failed:
         print(f"kafka-timers: warning: no answer from {failure}", file=sys.stderr)
     plan = search_plan(answer, int(time.time() * 1000), since_ms)

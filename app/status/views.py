@@ -11,7 +11,10 @@ Served by the worker's own Faust web server (``KAFKA_TIMERS_WEB_PORT``):
     including the store's keys per partition by kind (pending timers, remembered ids,
     bookkeeping): state must stay O(pending), and this is where to see that it does.
 ``GET /timers/next?n=N``
-    the next ``N`` pending timers on this worker, in due order (``N`` <= 1000).
+    the next ``N`` pending timers on this worker, in due order (``N`` <= 1000). Needs
+    the operator's credential (``Authorization: Bearer <KAFKA_TIMERS_OPERATOR_TOKEN>``),
+    like ``/timers/{id}``: which timers exist is not for anyone who reaches the port.
+    Without a configured credential both answer 403, with a wrong or missing one 401.
 ``GET /timers/{id}``
     one timer's state (``pending``, ``fired``, ``cancelled``), due second and
     partition; 404 if no partition this worker holds knows it. A pending series also
@@ -28,6 +31,7 @@ and the page has no authentication of its own.
 from __future__ import annotations
 
 import base64
+import hmac
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -284,7 +288,29 @@ def register_status_views(
     async def status_data(view: Any, request: Any) -> Any:
         return view.json(collector.snapshot())
 
+    def refused(view: Any, request: Any) -> Any | None:
+        """The answer refusing ``request`` if it lacks the operator's credential."""
+        token = settings.operator_token
+        if token is None:
+            return view.json(
+                {
+                    "error": "listing and looking up timers is off on this worker: set "
+                    "KAFKA_TIMERS_OPERATOR_TOKEN and send it as 'Authorization: Bearer <token>'"
+                },
+                status=403,
+            )
+        given = request.headers.get("Authorization", "")
+        if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
+            return view.json(
+                {"error": "needs the operator's credential: 'Authorization: Bearer <token>'"},
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="kafka-timers"'},
+            )
+        return None
+
     async def timers_next(view: Any, request: Any) -> Any:
+        if (answer := refused(view, request)) is not None:
+            return answer
         raw = request.query.get("n", "20")
         try:
             n = int(raw)
@@ -295,6 +321,8 @@ def register_status_views(
         return view.json({"worker": settings.worker_id, "timers": collector.next_due(n)})
 
     async def timer_by_id(view: Any, request: Any, timer_id: str) -> Any:
+        if (answer := refused(view, request)) is not None:
+            return answer
         found = collector.lookup(timer_id)
         if found is None:
             return view.json(

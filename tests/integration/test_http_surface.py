@@ -27,6 +27,7 @@ from pathlib import Path
 from app.client import ScheduledTimer, TimerClient
 from app.core.keys import index_key, timer_key
 from app.settings import TABLE_NAME
+from tests.conftest import OPERATOR_TOKEN
 from tests.support.stack import Stack
 from tests.support.waiting import wait_until
 
@@ -61,9 +62,11 @@ class Answer:
     body: bytes
 
 
-def request(method: str, url: str) -> Answer:
+def request(method: str, url: str, *, operator: bool = True) -> Answer:
+    """``method`` on ``url``, with the operator's credential unless ``operator`` is False."""
     data = b"" if method in ("POST", "PUT", "PATCH") else None
-    req = urllib.request.Request(url, method=method, data=data)
+    headers = {"Authorization": f"Bearer {OPERATOR_TOKEN}"} if operator else {}
+    req = urllib.request.Request(url, method=method, data=data, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=10) as response:
             return Answer(method, url, response.status, str(response.headers), response.read())
@@ -169,3 +172,15 @@ def test_no_route_shows_a_token_or_a_payload(stack: Stack) -> None:
     for path in (f"/table/{TABLE_NAME}/", "/router/", "/assignment/", "/performance/"):
         assert request("GET", base + path).status == 404, path
     assert len(answers) > 50
+
+
+def test_without_an_operator_credential_the_timer_routes_are_off(stack: Stack) -> None:
+    worker = stack.worker("no-operator", loglevel="info", operator_token=None)
+    found = wait_until(
+        lambda: ROUTES_LINE.search(worker.log_text()), 60, "the worker to log its web routes"
+    )
+    base = f"http://127.0.0.1:{int(found.group(2))}"
+    for path in ("/timers/next?n=5", "/timers/anything"):
+        answer = request("GET", base + path)  # even with a token: none is configured
+        assert answer.status == 403, answer
+        assert b"KAFKA_TIMERS_OPERATOR_TOKEN" in answer.body

@@ -20,6 +20,7 @@ from app.core.fired import FiredKind, FiredRecord
 from app.dev.broker import free_port
 from app.dev.stack import wait_until_firing
 from app.kafka.records import Record, TopicReader
+from tests.conftest import OPERATOR_TOKEN
 from tests.support.faults import deliberate_fault_window
 from tests.support.stack import Stack
 from tests.support.waiting import wait_until
@@ -180,7 +181,11 @@ def next_transitions(zone: ZoneInfo, after: float) -> dict[str, int]:
 
 
 def timer_status(port: int, timer_id: str) -> dict[str, Any]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/timers/{timer_id}", timeout=5) as r:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{port}/timers/{timer_id}",
+        headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"},
+    )
+    with urllib.request.urlopen(request, timeout=5) as r:
         doc: dict[str, Any] = json.loads(r.read())
         return doc
 

@@ -41,7 +41,7 @@ from app.status.cli import status_main
 from app.status.model import (
     SOON_BUCKET_SECONDS,
 )
-from tests.conftest import fresh_settings
+from tests.conftest import OPERATOR_TOKEN, fresh_settings
 from tests.support.broker import BrokerInfo
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
@@ -89,9 +89,12 @@ class Scene:
         )
 
 
-def get_json(url: str) -> tuple[int, Any]:
+def get_json(url: str, token: str | None = OPERATOR_TOKEN) -> tuple[int, Any]:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=5
+        ) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read())
@@ -273,14 +276,14 @@ def test_status_command_prints_the_same_numbers(scene: Scene) -> None:
 
     out = io.StringIO()
     args = argparse.Namespace(url=[scene.url], json=True)
-    assert status_main(Settings(), args, out) == 0
+    assert status_main(Settings(operator_token=OPERATOR_TOKEN), args, out) == 0
     merged = json.loads(out.getvalue())
     assert merged["totals"]["pending"] == len(scene.pending)
     assert sum(merged["pending_by_due"]["soon"]["counts"]) == len(scene.soon)
 
     out = io.StringIO()
     args = argparse.Namespace(url=[scene.url], timer=scene.cancelled.id, json=True)
-    assert status_main(Settings(), args, out) == 0
+    assert status_main(Settings(operator_token=OPERATOR_TOKEN), args, out) == 0
     assert json.loads(out.getvalue())["state"] == "cancelled"
 
 
@@ -288,10 +291,12 @@ def test_status_command_says_which_workers_did_not_answer(scene: Scene) -> None:
     nobody = f"http://127.0.0.1:{free_port()}"
     out = io.StringIO()
     args = argparse.Namespace(url=[scene.url, nobody])
-    assert status_main(Settings(), args, out) == 1  # partial answer
+    assert status_main(Settings(operator_token=OPERATOR_TOKEN), args, out) == 1  # partial answer
     assert f"pending {len(scene.pending)} " in out.getvalue()
     with pytest.raises(KafkaTimersError, match="no worker answered"):
-        status_main(Settings(), argparse.Namespace(url=[nobody]), io.StringIO())
+        status_main(
+            Settings(operator_token=OPERATOR_TOKEN), argparse.Namespace(url=[nobody]), io.StringIO()
+        )
 
 
 @pytest.fixture(scope="module")
@@ -364,6 +369,14 @@ def test_status_page_in_headless_chromium_shows_what_was_scheduled(
             assert since_start.split("\t")[-1].strip() == str(len(scene.fired))
             assert "\u2013" not in since_start.split("\t")[1], "p50 since start is shown"
 
+            # Which timers exist is the operator's: nothing listed until the token is given.
+            assert page.eval_on_selector_all("#next-table tbody tr", "rows => rows.length") == 0
+            assert "credential" in page.inner_text("#next-note")
+            page.fill("#operator-token", OPERATOR_TOKEN)
+            page.click("#token-go")
+            page.wait_for_function(
+                "document.querySelectorAll('#next-table tbody tr').length > 0", timeout=5000
+            )
             first = min(scene.pending.values(), key=lambda t: t.due)
             next_ids = page.eval_on_selector_all(
                 "#next-table tbody tr", "rows => rows.map(r => r.dataset.id)"
@@ -396,3 +409,17 @@ def test_status_data_shows_store_keys_by_kind(scene: Scene) -> None:
     assert 0 < keys["bookkeeping"] <= 4 * scene.partitions
     by_partition = data(scene)["store_keys_by_partition"]
     assert sum(k["pending"] for k in by_partition.values()) == keys["pending"]
+
+
+def test_which_timers_exist_needs_the_operators_credential(scene: Scene) -> None:
+    pending = sorted(scene.pending)
+    quoted = urllib.parse.quote(pending[0], safe="")
+    for path in ("/timers/next?n=1000", f"/timers/{quoted}", "/timers/no-such-timer"):
+        for token in (None, "not-the-operator-token-at-all"):
+            status, body = get_json(scene.url + path, token=token)
+            assert status == 401, (path, token, body)
+            shown = json.dumps(body)
+            assert not any(timer_id in shown for timer_id in pending), shown
+            assert "no-such-timer" not in shown  # not even whether an id exists
+    status, _ = get_json(scene.url + "/status/data", token=None)
+    assert status == 200  # the page itself, /livez, /readyz and /metrics need none

@@ -78,6 +78,7 @@ VARIABLES = (
             "MAX_CANCELS_IN_ADVANCE",
             "CALLBACK_DENY",
             "MAX_TOPIC_LABELS",
+            "OPERATOR_TOKEN",
         )
     ),
 )
@@ -363,6 +364,7 @@ def test_every_variable_is_fuzzed() -> None:
         Settings(),
         partitions=8,
         metrics_port=9100,
+        operator_token="an-operator-token-of-24",
         security=SecuritySettings(
             protocol="SASL_SSL",
             sasl_mechanism="PLAIN",

@@ -167,8 +167,9 @@ function render(d) {
 function renderNext(list) {
   const tbody = document.querySelector("#next-table tbody");
   tbody.innerHTML = "";
+  text("next-note", list.error || "");
   const now = Date.now() / 1000;
-  for (const t of list.timers) {
+  for (const t of list.timers || []) {
     const tr = tbody.insertRow();
     tr.dataset.id = t.id;
     const series = t.series ? "#" + t.series.next_seq + " of " + t.series.recurrence + " (" + t.series.fired + " fired)" : "";
@@ -177,16 +178,36 @@ function renderNext(list) {
   }
 }
 
-async function getJSON(path) {
-  const r = await fetch(BASE + path, {cache: "no-store"});
+// Which timers exist is the operator's to see: /timers/* need their credential, kept
+// for this tab only (sessionStorage), sent as a bearer token, never put in the page.
+let operatorToken = sessionStorage.getItem("kafka-timers-operator-token") || "";
+
+async function getJSON(path, withToken = false) {
+  const headers = withToken && operatorToken ? {Authorization: "Bearer " + operatorToken} : {};
+  const r = await fetch(BASE + path, {cache: "no-store", headers});
   const body = await r.json();
-  if (!r.ok && r.status !== 404) throw new Error(path + ": HTTP " + r.status);
+  const refused = withToken && (r.status === 401 || r.status === 403);
+  if (!r.ok && r.status !== 404 && !refused) throw new Error(path + ": HTTP " + r.status);
   return body;
 }
 
+// Without a token nothing is asked: the routes would only answer 401.
+function nextDue() {
+  if (!operatorToken) return {error: "listing timers needs the operator's credential: enter KAFKA_TIMERS_OPERATOR_TOKEN above"};
+  return getJSON("/timers/next?n=20", true);
+}
+
+document.getElementById("token-form").addEventListener("submit", ev => {
+  ev.preventDefault();
+  operatorToken = document.getElementById("operator-token").value.trim();
+  sessionStorage.setItem("kafka-timers-operator-token", operatorToken);
+  document.getElementById("operator-token").value = "";
+  refresh();
+});
+
 async function refresh() {
   try {
-    const [d, next] = await Promise.all([getJSON("/status/data"), getJSON("/timers/next?n=20")]);
+    const [d, next] = await Promise.all([getJSON("/status/data"), nextDue()]);
     render(d);
     renderNext(next);
     text("error", "");
@@ -201,7 +222,7 @@ document.getElementById("lookup-form").addEventListener("submit", async ev => {
   const id = document.getElementById("lookup-id").value.trim();
   if (!id) return;
   try {
-    text("lookup-result", JSON.stringify(await getJSON("/timers/" + encodeURIComponent(id)), null, 2));
+    text("lookup-result", JSON.stringify(await getJSON("/timers/" + encodeURIComponent(id), true), null, 2));
   } catch (e) { text("lookup-result", String(e)); }
 });
 
