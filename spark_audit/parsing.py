@@ -20,7 +20,9 @@ from typing import Any
 
 import pyarrow as pa
 
+from app.core.budget import DEFAULT_MAX_RECORD_BYTES, check_fits
 from app.core.errors import RejectedRequest
+from app.core.fired import token_digest
 from app.core.policy import RequestPolicy
 from app.core.recurrence import Recurrence
 from app.core.request_format import RawRecord, parse_request
@@ -164,14 +166,17 @@ def parse_request_arrays(
         try:
             request = parse_request(record)
             if isinstance(request, Cancel):
-                out.add(None, CANCEL, request.id, request.token, None, request.check_token)
+                token = token_digest(request.token)
+                out.add(None, CANCEL, request.id, token, None, request.check_token)
                 continue
             # The worker checks against its clock when it reads the request; the record's
             # timestamp is that moment give or take the consumer lag.
             policy.check(request, ts / 1000)
+            check_fits(request, DEFAULT_MAX_RECORD_BYTES)  # the worker's default budget
         except RejectedRequest as rejected:
             out.add(rejected.reason.value)
             continue
         series = None if request.recurrence is None else series_json(request.recurrence)
-        out.add(None, SCHEDULE, request.id, request.token, request.due, None, request.topic, series)
+        token = token_digest(request.token)  # the fired topic carries digests, not tokens
+        out.add(None, SCHEDULE, request.id, token, request.due, None, request.topic, series)
     return out.to_arrow()

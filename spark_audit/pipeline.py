@@ -18,7 +18,7 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from app.core.fired import FIRED_RECORD_DDL
+from app.core.fired import FIRED_RECORD_DDL, TOKEN_DIGEST_PREFIX
 from app.core.policy import RequestPolicy
 from spark_audit.judging import (
     SOURCE_FIRE,
@@ -83,6 +83,16 @@ def parse_fired(raw: DataFrame) -> DataFrame:
     """The fired topic's JSON records, with ``readable`` false for anything malformed."""
     doc = F.from_json(F.col("value").cast("string"), FIRED_JSON_DDL)
     parsed = raw.select(doc.alias("j")).select("j.*")
+    # Records written before tokens were digested carry the token itself: digest it the
+    # way app.core.fired.token_digest does, so versions compare digest to digest.
+    token = F.col("token")
+    digested = token.startswith(TOKEN_DIGEST_PREFIX) | (token == "")
+    parsed = parsed.withColumn(
+        "token",
+        F.when(digested | token.isNull(), token).otherwise(
+            F.concat(F.lit(TOKEN_DIGEST_PREFIX), F.substring(F.sha2(token, 256), 1, 24))
+        ),
+    )
     common = F.col("id").isNotNull() & F.col("partition").isNotNull() & F.col("token").isNotNull()
     fired_ok = (
         (F.col("event") == "fired") & F.col("due").isNotNull() & F.col("fired_at_ms").isNotNull()

@@ -18,6 +18,7 @@ cancel record also names the offset of the cancel request it answers
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass, fields
 from enum import Enum
@@ -27,11 +28,13 @@ from app.core.timer import Timer
 
 __all__ = [
     "FIRED_RECORD_DDL",
+    "TOKEN_DIGEST_PREFIX",
     "FiredKind",
     "FiredRecord",
     "SkipReason",
     "fired_json",
     "json_string",
+    "token_digest",
 ]
 
 
@@ -60,6 +63,24 @@ class SkipReason(str, Enum):
     NOT_ALLOWED = "not_allowed"
 
 
+#: Marks a token digest on the fired topic (records before it carry the token itself).
+TOKEN_DIGEST_PREFIX = "h1:"
+
+
+def token_digest(token: str) -> str:
+    """What the fired topic says of a token: ``h1:`` and the first 24 hex digits of its
+    SHA-256, or ``""`` for no token.
+
+    The fired topic is the audit's, read by more people than should cancel timers: with
+    the token itself there, anyone who reads it could cancel a running series. The audit
+    needs only to tell versions apart, and compares digests with digests (Spark's
+    ``sha2`` computes the same one, so records written before digests are compared too).
+    """
+    if not token:
+        return ""
+    return TOKEN_DIGEST_PREFIX + hashlib.sha256(token.encode()).hexdigest()[:24]
+
+
 @dataclass(frozen=True)
 class FiredRecord:
     """One record of the fired topic."""
@@ -68,7 +89,8 @@ class FiredRecord:
     event: FiredKind
     #: The timer's id (also the record key).
     id: str
-    #: The fired version's token, or the token the cancel presented ("" for none).
+    #: :func:`token_digest` of the fired version's token, or of the token the cancel
+    #: presented ("" for none): never the token itself.
     token: str
     #: Partition of the request topic (and table) that holds the timer.
     partition: int
@@ -103,7 +125,7 @@ class FiredRecord:
         return cls(
             FiredKind.FIRED,
             timer.id,
-            timer.token,
+            token_digest(timer.token),
             partition,
             worker,
             due=timer.due,
@@ -128,7 +150,7 @@ class FiredRecord:
         return cls(
             FiredKind.SKIPPED,
             timer.id,
-            timer.token,
+            token_digest(timer.token),
             partition,
             worker,
             due=timer.due,
@@ -158,7 +180,7 @@ class FiredRecord:
         return cls(
             FiredKind.CANCEL,
             timer_id,
-            token,
+            token_digest(token),
             partition,
             worker,
             outcome=outcome,
@@ -219,7 +241,7 @@ def fired_json(
     """
     text = (
         f'{{"event": "fired", "id": {json_string(timer.id)}, '
-        f'"token": {json_string(timer.token)}, "partition": {partition}, '
+        f'"token": "{token_digest(timer.token)}", "partition": {partition}, '
         f'"worker": {worker_json}, "due": {timer.due}, "fired_at_ms": {fired_at_ms}, '
         f'"topic": {json_string(timer.topic)}'
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import zlib
@@ -111,13 +112,21 @@ class History:
         self._producer.flush(10)
 
     def fired(
-        self, timer_id: str, token: str, due: int, at_ms: int, partition: int | None = None
+        self,
+        timer_id: str,
+        token: str,
+        due: int,
+        at_ms: int,
+        partition: int | None = None,
+        *,
+        raw_token: bool = False,
     ) -> None:
         timer = Timer(timer_id, due, "cb", None, None, token)
         partition = self.partition_of(timer_id) if partition is None else partition
-        self._audit_record(
-            FiredRecord.fired(timer, partition=partition, worker="w1", fired_at_ms=at_ms), at_ms
-        )
+        record = FiredRecord.fired(timer, partition=partition, worker="w1", fired_at_ms=at_ms)
+        if raw_token:  # as releases before token digests wrote it
+            record = dataclasses.replace(record, token=token)
+        self._audit_record(record, at_ms)
 
     def report(self, timer_id: str, token: str, outcome: str, at_ms: int) -> None:
         record = FiredRecord.cancel(
@@ -139,7 +148,8 @@ def write_clean(h: History, t0: int, now: float) -> None:
     # JSON, with a fraction of a second that rounds up
     doc = {"topic": "cb", "value": "x", "at": t0 + 610.5, "id": "json-1", "token": "tj"}
     h.request("json-1", json.dumps(doc).encode(), t0)
-    h.fired("json-1", "tj", t0 + 611, (t0 + 611) * 1000 + 35)
+    # written by a release before tokens were digested: the token itself, still matched
+    h.fired("json-1", "tj", t0 + 611, (t0 + 611) * 1000 + 35, raw_token=True)
     # the article's format: id from topic, partition and offset; due from the key
     article = protowire.Future(callback_topic="cb", callback_key="k", callback=b"x")
     partition, offset = h.request(str(t0 + 612), protowire.encode(article), t0, partition=1)
