@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from app.core.errors import ConfigurationError, KafkaTimersError
 from app.core.late import DEFAULT_POLICY, LatePolicy
-from app.core.policy import RequestPolicy, compile_topic_pattern
+from app.core.policy import RequestPolicy, compile_topic_pattern, is_legal_topic
 from app.core.wheel import DEFAULT_MAX_CANCELS_IN_ADVANCE
 
 __all__ = ["SecuritySettings", "Settings", "TopicNames", "split_allow_list"]
@@ -642,7 +642,7 @@ class _Reader:
         raw = self.text(name)
         if raw is None:
             return default
-        if len(raw) > 249 or raw in (".", "..") or not _LEGAL_NAME.fullmatch(raw):
+        if not is_legal_topic(raw):
             raise ConfigurationError(
                 f"{PREFIX}{name}={raw!r} is not a Kafka topic name (1 to 249 of A-Z a-z 0-9 . _ -)"
             )

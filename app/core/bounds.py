@@ -16,7 +16,6 @@ __all__ = [
     "MAX_HEADERS",
     "MAX_HEADER_NAME_CHARS",
     "MAX_ID_CHARS",
-    "MAX_JSON_NUMBER_CHARS",
     "MAX_SECONDS",
     "MAX_SERIES_COUNT",
     "MAX_SPEC_CHARS",
@@ -34,9 +33,6 @@ MAX_HEADERS = 256
 MAX_HEADER_NAME_CHARS = 1024
 #: Longest cron expression, time zone, late-fire policy or time text, in characters.
 MAX_SPEC_CHARS = 256
-#: Longest number in a JSON request, in characters: any epoch second with a fraction to
-#: the nanosecond fits in 40; longer is refused before it becomes an ``int``.
-MAX_JSON_NUMBER_CHARS = 40
 #: Largest epoch second, duration or offset accepted (10^12 - 1, the year 33658): the
 #: store's keys hold 12 digits of seconds.
 MAX_SECONDS = 10**12 - 1

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from app.core.bounds import MAX_ID_CHARS, MAX_SPEC_CHARS, MAX_TOKEN_CHARS
 from app.core.errors import RejectedRequest, RejectReason
 from app.core.timer import Timer
 
@@ -103,9 +104,15 @@ def derived_record_bytes(timer: Timer) -> int:
 
 
 #: What a timer's records hold beyond its key, value and headers, at most: the id twice
-#: and the token once (1,024 characters each, up to 4 bytes a character), the topic,
-#: cron and tz (4 bytes a character), the service's headers and the layouts' framing.
-_BOUNDED_FIELDS_BYTES = 3 * 4 * 1024 + 249 + 2 * 4 * 256 + 2048
+#: and the token once (up to 4 bytes a character), the topic (249 ASCII characters),
+#: cron and tz, the service's headers and the layouts' framing.
+_BOUNDED_FIELDS_BYTES = (
+    4 * (2 * MAX_ID_CHARS + MAX_TOKEN_CHARS + 2 * MAX_SPEC_CHARS)
+    + 249
+    + _CALLBACK_HEADERS_BYTES
+    + _STORED_FRAMING_BYTES
+    + RECORD_OVERHEAD
+)
 
 
 def check_fits(timer: Timer, limit: int) -> None:

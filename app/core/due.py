@@ -42,11 +42,22 @@ def parse_epoch(text: str) -> Decimal:
     """Epoch seconds as a finite number whose magnitude is below
     :data:`~app.core.bounds.MAX_SECONDS`, checked before any arithmetic (its exponent
     first: rounding ``1e700000`` up would build 700,001 digits)."""
+    number = _decimal(text) if len(text) <= MAX_SPEC_CHARS else None
+    if number is None:
+        raise InvalidTimeSpec(f"{text[:40]!r} is not a number of epoch seconds")
+    return _bounded_epoch(number, text)
+
+
+def _decimal(text: str) -> Decimal | None:
     try:
-        number = Decimal(text.strip()) if len(text) <= MAX_SPEC_CHARS else None
+        return Decimal(text.strip())
     except InvalidOperation:
-        number = None
-    if number is None or not number.is_finite():
+        return None
+
+
+def _bounded_epoch(number: Decimal, text: str) -> Decimal:
+    """``number`` if it is finite and below :data:`~app.core.bounds.MAX_SECONDS` in size."""
+    if not number.is_finite():
         raise InvalidTimeSpec(f"{text[:40]!r} is not a number of epoch seconds")
     if number.adjusted() >= 12 and abs(number) > MAX_SECONDS:
         raise InvalidTimeSpec(f"epoch second {text[:40]!r} is past {MAX_SECONDS}")
@@ -62,12 +73,9 @@ def parse_at(text: str) -> Decimal:
     """
     if len(text) > MAX_SPEC_CHARS:
         raise InvalidTimeSpec(f"time {text[:40]!r}... is {len(text)} characters long")
-    try:
-        Decimal(text.strip())
-    except InvalidOperation:
-        pass
-    else:
-        return parse_epoch(text)
+    number = _decimal(text)
+    if number is not None:
+        return _bounded_epoch(number, text)
     try:
         moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError as exc:

@@ -22,9 +22,15 @@ import re2  # google-re2: no type stubs (see [tool.mypy] in pyproject.toml)
 from app.core.errors import ConfigurationError, RejectedRequest, RejectReason
 from app.core.timer import Timer
 
-__all__ = ["LAST_KEY_SECOND", "RequestPolicy", "TopicPattern", "compile_topic_pattern"]
+__all__ = [
+    "LAST_KEY_SECOND",
+    "RequestPolicy",
+    "TopicPattern",
+    "compile_topic_pattern",
+    "is_legal_topic",
+]
 
-_LEGAL_TOPIC = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+_LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 #: Topics no callback may go to, by their name's end: every Faust or Kafka Streams
 #: app's changelogs and repartition topics (another deployment's table among them: a
 #: forged record there would be replayed as that deployment's state).
@@ -34,6 +40,12 @@ ALLOWED_CACHE_SIZE = 10_000
 #: The last second a store key can hold: keys write seconds as 12 digits
 #: (``%012d``, :mod:`app.core.keys`), and a 13th would break their order.
 LAST_KEY_SECOND = 10**12 - 1
+
+
+def is_legal_topic(name: str) -> bool:
+    """Whether ``name`` is a legal Kafka topic name: 1 to 249 of ``A-Z a-z 0-9 . _ -``,
+    and not ``.`` or ``..``."""
+    return bool(_LEGAL_TOPIC.fullmatch(name)) and name not in (".", "..")
 
 
 def _re2_options() -> Any:
@@ -139,7 +151,7 @@ class RequestPolicy:
     def _check_topic(self, topic: str) -> None:
         if not topic:
             raise RejectedRequest(RejectReason.MISSING_TOPIC, "no callback topic")
-        if not _LEGAL_TOPIC.match(topic) or topic in (".", ".."):
+        if not is_legal_topic(topic):
             raise RejectedRequest(RejectReason.INVALID_TOPIC, f"illegal topic name {topic[:80]!r}")
         if (
             topic in self.own_topics
@@ -163,6 +175,10 @@ class RequestPolicy:
                 RejectReason.DUE_OUT_OF_RANGE,
                 f"due {timer.due} is before 1970 or more than {self.horizon_seconds}s ahead",
             )
+        self.check_payload(timer)
+
+    def check_payload(self, timer: Timer) -> None:
+        """Raise :class:`RejectedRequest` if ``timer``'s callback value is over the limit."""
         size = len(timer.value or b"")
         if size > self.max_payload_bytes:
             raise RejectedRequest(

@@ -15,7 +15,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ACTION_CANCEL", "ACTION_SCHEDULE", "DecodeError", "Future", "decode", "encode"]
+__all__ = [
+    "ACTION_CANCEL",
+    "ACTION_SCHEDULE",
+    "DecodeError",
+    "Future",
+    "decode",
+    "encode",
+    "encode_varint",
+]
 
 ACTION_SCHEDULE = 0
 ACTION_CANCEL = 1
@@ -48,9 +56,15 @@ class Future:
     late: str | None = None
 
 
-def _varint(value: int) -> bytes:
+def encode_varint(value: int) -> bytes:
+    """``value`` as a protobuf varint: int64 negatives as ten-byte two's complement.
+
+    A negative past int64 is masked to 64 bits too (adding 2**64 would leave it negative,
+    and the loop below would never end), so any int encodes: the hostile-input tests
+    generate such values on purpose.
+    """
     if value < 0:
-        value += 1 << 64  # int64 negatives are ten-byte two's complement on the wire
+        value &= (1 << 64) - 1
     out = bytearray()
     while True:
         byte = value & 0x7F
@@ -63,11 +77,11 @@ def _varint(value: int) -> bytes:
 
 
 def _tag(number: int, wire_type: int) -> bytes:
-    return _varint(number << 3 | wire_type)
+    return encode_varint(number << 3 | wire_type)
 
 
 def _len_field(number: int, payload: bytes) -> bytes:
-    return _tag(number, _LEN) + _varint(len(payload)) + payload
+    return _tag(number, _LEN) + encode_varint(len(payload)) + payload
 
 
 def encode(future: Future) -> bytes:
@@ -84,11 +98,11 @@ def encode(future: Future) -> bytes:
     if future.token is not None:
         parts.append(_len_field(5, future.token.encode()))
     if future.due is not None:
-        parts.append(_tag(6, _VARINT) + _varint(future.due))
+        parts.append(_tag(6, _VARINT) + encode_varint(future.due))
     for name, value in future.headers:
         parts.append(_len_field(7, _len_field(1, name.encode()) + _len_field(2, value)))
     if future.action:
-        parts.append(_tag(8, _VARINT) + _varint(future.action))
+        parts.append(_tag(8, _VARINT) + encode_varint(future.action))
     for number, text in ((9, future.cron), (10, future.tz)):
         if text is not None:
             parts.append(_len_field(number, text.encode()))
@@ -99,7 +113,7 @@ def encode(future: Future) -> bytes:
         (14, future.count),
     ):
         if num is not None:
-            parts.append(_tag(number, _VARINT) + _varint(num))
+            parts.append(_tag(number, _VARINT) + encode_varint(num))
     if future.late is not None:
         parts.append(_len_field(15, future.late.encode()))
     return b"".join(parts)

@@ -113,7 +113,7 @@ class TimerService:
         self._remember = remember_seconds
         self._max_in_advance = max_cancels_in_advance
         #: The callback topics with a ``callback_topic`` label of their own.
-        self._topic_labels: dict[str, str] = {}
+        self._labelled_topics: set[str] = set()
         self._max_topic_labels = max_topic_labels
         #: Tick second at which each partition's store was last marked caught up.
         self._marked: dict[int, int] = {}
@@ -529,15 +529,9 @@ class TimerService:
         (``not_allowed``) on the fired topic for the audit, and forgotten; a series ends.
         Costs a set lookup and a length per fire: topics that passed are remembered.
         """
-        policy = self._policy
         try:
-            policy.check_topic(timer.topic)
-            size = len(timer.value or b"")
-            if size > policy.max_payload_bytes:
-                raise RejectedRequest(
-                    RejectReason.PAYLOAD_TOO_LARGE,
-                    f"callback value is {size} bytes, limit {policy.max_payload_bytes}",
-                )
+            self._policy.check_topic(timer.topic)
+            self._policy.check_payload(timer)
         except RejectedRequest as refused:
             log.warning(
                 "timer %r refused when due, dead-lettered: %s: %s",
@@ -625,12 +619,13 @@ class TimerService:
         Each label value is a time series for as long as the process lives: a producer
         that names a new topic in every request must not grow them without bound.
         """
-        label = self._topic_labels.get(topic)
-        if label is None:
-            label = topic if len(self._topic_labels) < self._max_topic_labels else OTHER_TOPICS
-            if label != OTHER_TOPICS:
-                self._topic_labels[topic] = label
-        return label
+        labelled = self._labelled_topics
+        if topic in labelled:
+            return topic
+        if len(labelled) < self._max_topic_labels:
+            labelled.add(topic)
+            return topic
+        return OTHER_TOPICS
 
     def _account_fired(self, timers: Sequence[Timer]) -> None:
         failures = self._output.take_failures()

@@ -730,29 +730,18 @@ _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 PbField = tuple[int, int, int | bytes]
 
 
-def _varint(value: int) -> bytes:
-    value &= (1 << 64) - 1 if value < 0 else -1  # negatives: ten-byte two's complement
-    out = bytearray()
-    while True:
-        byte = value & 0x7F
-        value >>= 7
-        if value:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
 def pb_encode(fields: Iterable[PbField]) -> bytes:
     """Encode fields in order, as given: out-of-range ints and wrong types included."""
     parts = []
     for number, wire_type, value in fields:
-        parts.append(_varint(number << 3 | wire_type))
+        parts.append(protowire.encode_varint(number << 3 | wire_type))
         if wire_type == _LEN:
             payload = value if isinstance(value, bytes) else str(value).encode()
-            parts.append(_varint(len(payload)) + payload)
+            parts.append(protowire.encode_varint(len(payload)) + payload)
         elif wire_type == _VARINT:
-            parts.append(_varint(int(value) if not isinstance(value, bytes) else len(value)))
+            parts.append(
+                protowire.encode_varint(int(value) if not isinstance(value, bytes) else len(value))
+            )
         else:
             width = 8 if wire_type == _I64 else 4
             number_value = value if isinstance(value, int) else len(value)
