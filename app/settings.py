@@ -166,6 +166,15 @@ class Settings:
     #: minus this (see :mod:`app.core.tick_gate`): 0 means never before the worker's
     #: own clock says the second has come.
     tick_tolerance_seconds: float = 0.0
+    #: How far ahead of the worker's clock a tick may be held, seconds: a tick from
+    #: further ahead is ignored and counted (``kafka_timers_ticks_ignored_total``).
+    tick_max_ahead_seconds: float = 3600.0
+    #: Most tick sources (oscillators) a worker tells apart in its metrics and clock
+    #: checks; ticks from any further one count as ``other`` (see
+    #: :mod:`app.core.tick_sources`).
+    tick_max_sources: int = 64
+    #: Seconds without a tick after which a worker forgets a source, labels included.
+    tick_source_silence_seconds: float = 300.0
     #: ``/livez`` fails when work is this many seconds overdue: a worker holding timers
     #: due longer ago than this with no tick processed for as long, or an oscillator
     #: that sent no tick for as long (see docs/operations.md, Health endpoints).
@@ -283,6 +292,9 @@ class Settings:
             PREFIX + "EXACTLY_ONCE": "true" if self.exactly_once else "false",
             PREFIX + "CLOCK_SKEW_WARN_SECONDS": str(self.clock_skew_warn_seconds),
             PREFIX + "TICK_TOLERANCE_SECONDS": str(self.tick_tolerance_seconds),
+            PREFIX + "TICK_MAX_AHEAD_SECONDS": str(self.tick_max_ahead_seconds),
+            PREFIX + "TICK_MAX_SOURCES": str(self.tick_max_sources),
+            PREFIX + "TICK_SOURCE_SILENCE_SECONDS": str(self.tick_source_silence_seconds),
             PREFIX + "LIVENESS_TIMEOUT": str(self.liveness_timeout),
             PREFIX + "LATE_POLICY": self.late_policy,
             **({PREFIX + "OPERATOR_TOKEN": self.operator_token} if self.operator_token else {}),
@@ -428,6 +440,27 @@ class Settings:
                 60,
                 "seconds a tick may run ahead of the worker's clock",
                 below_high=True,
+            ),
+            tick_max_ahead_seconds=read.real(
+                "TICK_MAX_AHEAD_SECONDS",
+                defaults.tick_max_ahead_seconds,
+                60,
+                MAX_HORIZON_SECONDS,
+                "seconds ahead of the worker's clock a tick may be held",
+            ),
+            tick_max_sources=read.integer(
+                "TICK_MAX_SOURCES",
+                defaults.tick_max_sources,
+                1,
+                10_000,
+                "tick sources told apart in metrics",
+            ),
+            tick_source_silence_seconds=read.real(
+                "TICK_SOURCE_SILENCE_SECONDS",
+                defaults.tick_source_silence_seconds,
+                1,
+                MAX_HORIZON_SECONDS,
+                "seconds without a tick before a source is forgotten",
             ),
             liveness_timeout=read.real(
                 "LIVENESS_TIMEOUT", defaults.liveness_timeout, 0.001, None, "seconds"
