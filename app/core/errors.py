@@ -81,6 +81,9 @@ class RejectReason(str, Enum):
     INVALID_TOPIC = "invalid_topic"
     #: The callback topic is internal, one of ours, or outside the allow-list.
     TOPIC_NOT_ALLOWED = "topic_not_allowed"
+    #: The callback topic does not exist when the timer is due. The worker never creates
+    #: a topic: the timer is dead-lettered and forgotten (a series ends with it).
+    UNKNOWN_TOPIC = "unknown_topic"
     #: No due time could be found (the key is not a second where one was required).
     MISSING_DUE = "missing_due"
     #: The due time is before 1970 or past the configured horizon.

@@ -58,8 +58,9 @@ class SkipReason(str, Enum):
     #: when catching up took more than one tick).
     COALESCED = "coalesced"
     #: Refused when it came due: its callback topic or size is no longer allowed (the
-    #: allow-list or the payload limit narrowed since it was stored). Dead-lettered, and a
-    #: series ends with it.
+    #: allow-list or the payload limit narrowed since it was stored), or its topic does
+    #: not exist. Dead-lettered (the dead letter's reason says which), and a series ends
+    #: with it.
     NOT_ALLOWED = "not_allowed"
 
 

@@ -52,6 +52,7 @@ from app.worker.partition_store import (
 from app.worker.request_progress import RequestProgress
 from app.worker.request_reader import RequestReader
 from app.worker.service import TimerService
+from app.worker.topic_directory import TopicDirectory
 
 __all__ = ["WEB_VIEWS_OFF", "WorkerApp", "build_worker"]
 
@@ -253,6 +254,7 @@ def build_worker(
         max_topic_labels=settings.max_topic_labels,
         tick_tolerance_seconds=settings.tick_tolerance_seconds,
         late_policy=settings.default_late_policy(),
+        topics=TopicDirectory(output.topic_names),
     )
 
     async def handle_request_batch(records: list[RawRecord]) -> None:

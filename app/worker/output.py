@@ -99,6 +99,11 @@ class OutputProducer:
         max_record_bytes: int | None = None,
     ) -> None:
         conf = dict(conf)
+        # A request must never create a topic (Apache Kafka's broker default and the dev
+        # broker would): callbacks to a missing topic are dead-lettered instead
+        # (app.worker.topic_directory). A topic that vanishes between the worker's lookup
+        # and its produce then fails after this wait, not after librdkafka's 30 s.
+        conf.update({"allow.auto.create.topics": False, "topic.metadata.propagation.max.ms": 2000})
         if transactional_id is not None:
             # A dead worker's open transaction blocks read_committed readers of its
             # partitions (the next owner's recovery among them) until this timeout.
@@ -164,6 +169,11 @@ class OutputProducer:
                 return
             except BufferError:
                 self._producer.poll(0.05)  # local queue full: let deliveries drain, then retry
+
+    def topic_names(self, timeout: float) -> list[str]:
+        """The names of the topics the broker has (one metadata request; blocks)."""
+        metadata = self._producer.list_topics(timeout=timeout)
+        return [name for name, topic in metadata.topics.items() if topic.error is None]
 
     def callback(
         self, timer: Timer, *, partition: int, fired_at_ms: int, coalesced: int = 0

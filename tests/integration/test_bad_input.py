@@ -165,3 +165,58 @@ def test_narrowing_the_allow_list_stops_stored_timers_and_series(stack: Stack) -
         after = reader.read_to_end()
     assert len(after) == before, "the series went on after the allow-list left its topic out"
     assert not any(r.header("timer-id") == b"one-shot" for r in after)
+
+
+def test_requests_to_topics_that_do_not_exist_create_none(stack: Stack) -> None:
+    """Issue 22: 200 requests naming 200 new topics create no topic and at most N
+    ``callback_topic`` label values; they are dead-lettered ``unknown_topic`` when due, and
+    a timer due in the same second to a topic that exists is not held up by them."""
+    from confluent_kafka.admin import AdminClient
+
+    from app.kafka.config import confluent_common
+    from tests.support.probes import start_probed
+    from tests.support.waiting import wait_until
+
+    settings = stack.settings
+    kept = stack.callback_topic(f"kept-{settings.app_id}")
+    stack.oscillator()
+    worker = start_probed(stack, "worker", "w-topics", max_topic_labels=5)
+    names = [f"nowhere-{settings.app_id}-{i}" for i in range(200)]
+    producer = stack.producer()
+    due = int(time.time()) + 4
+
+    def request(timer_id: str, topic: str) -> None:
+        body = {"id": timer_id, "topic": topic, "value": timer_id, "token": "t", "at": due}
+        producer.produce(settings.topics.requests, json.dumps(body).encode(), timer_id.encode())
+
+    for i, name in enumerate(names):
+        request(f"lost-{i}", name)
+    request("kept", kept)
+    producer.flush(10)
+    with stack.reader(kept) as reader:
+        got = reader.wait_for(lambda rs: len(rs) == 1, 60)
+    late = time.time() - due
+    with TopicReader(settings, settings.topics.dlq) as dlq:
+        dead = dlq.wait_for(lambda rs: len(rs) >= len(names), 30)
+    assert {r.header("dlq-reason") for r in dead} == {b"unknown_topic"}
+    assert {(r.header("timer-id") or b"").decode() for r in dead} == {
+        f"lost-{i}" for i in range(200)
+    }
+    assert got[0].header("timer-id") == b"kept"
+    assert late < 5, f"the timer to an existing topic waited {late:.1f} s for missing ones"
+    listed = AdminClient(confluent_common(settings)).list_topics(timeout=10).topics
+    assert not [name for name in names if name in listed], "a request created a topic"
+
+    def label_values() -> set[str]:
+        import urllib.request
+
+        with urllib.request.urlopen(f"{worker.metrics}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        return {
+            line.split('callback_topic="')[1].split('"')[0]
+            for line in text.splitlines()
+            if line.startswith("kafka_timers_fired_total{")
+        }
+
+    wait_until(lambda: kept in label_values(), 30, "the kept topic's fired_total label")
+    assert len(label_values()) <= 5
