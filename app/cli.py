@@ -107,9 +107,13 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from app.status.health import register_health_views
     from app.status.views import register_status_views
     from app.telemetry import serve_metrics
+    from app.worker.descriptors import install_descriptor_guard, prepare_descriptors
     from app.worker.faust_app import build_worker
+    from app.worker.web_limits import install_web_limits
 
     settings = resolve_partitions(_settings(args), timeout=args.timeout)
+    # Before any store opens: raise the open-file limit, refuse if it cannot do.
+    prepare_descriptors(settings.partition_count, settings.web_max_connections)
     configs = ensure_topics(settings, timeout=args.timeout)
     worker_app = build_worker(
         settings,
@@ -118,8 +122,10 @@ def cmd_worker(args: argparse.Namespace) -> int:
     )
     register_status_views(worker_app.app, worker_app.service, worker_app.metrics, settings)
     register_health_views(worker_app.app, worker_app.health, worker_app.service)
+    install_web_limits(worker_app.app, settings)
     serve_metrics(settings.metrics_port, worker_app.metrics.registry, addr=settings.metrics_bind)
     worker = faust.Worker(worker_app.app, loglevel=args.loglevel, quiet=True)
+    install_descriptor_guard(worker.loop)
     worker.execute_from_commandline()
     return 0
 

@@ -120,6 +120,12 @@ class Settings:
     web_port: int = 6066
     #: Address the worker's web server listens on (``127.0.0.1``: this host only).
     web_bind: str = "0.0.0.0"
+    #: Most connections open to the web port at once; more are answered 503 and closed
+    #: on the spot (see :mod:`app.worker.web_limits`).
+    web_max_connections: int = 256
+    #: Seconds a web connection may take to send a request's headers, or stay idle
+    #: between requests, before it is closed.
+    web_idle_timeout: float = 5.0
     #: Port of the Prometheus ``/metrics`` endpoint; ``None`` disables it.
     metrics_port: int | None = None
     #: Address the ``/metrics`` endpoint listens on.
@@ -280,6 +286,8 @@ class Settings:
             PREFIX + "DATA_DIR": self.data_dir,
             PREFIX + "WEB_PORT": str(self.web_port),
             PREFIX + "WEB_BIND": self.web_bind,
+            PREFIX + "WEB_MAX_CONNECTIONS": str(self.web_max_connections),
+            PREFIX + "WEB_IDLE_TIMEOUT": str(self.web_idle_timeout),
             PREFIX + "METRICS_BIND": self.metrics_bind,
             PREFIX + "CALLBACK_ALLOW": ",".join(self.callback_allow),
             PREFIX + "CALLBACK_DENY": ",".join(self.callback_deny),
@@ -407,6 +415,16 @@ class Settings:
             data_dir=read.directory("DATA_DIR", defaults.data_dir),
             web_port=read.integer("WEB_PORT", defaults.web_port, 1, 65535, "a TCP port"),
             web_bind=read.address("WEB_BIND", defaults.web_bind),
+            web_max_connections=read.integer(
+                "WEB_MAX_CONNECTIONS",
+                defaults.web_max_connections,
+                1,
+                100_000,
+                "connections open to the web port at once",
+            ),
+            web_idle_timeout=read.real(
+                "WEB_IDLE_TIMEOUT", defaults.web_idle_timeout, 0.1, 3600.0, "seconds"
+            ),
             metrics_port=read.metrics_port(),
             metrics_bind=read.address("METRICS_BIND", defaults.metrics_bind),
             callback_allow=read.allow_list(defaults.callback_allow),

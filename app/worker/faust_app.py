@@ -30,6 +30,7 @@ from app.core.request_format import RawRecord
 from app.kafka.config import confluent_consumer, confluent_producer
 from app.kafka.topic_config import BROKER_DEFAULT_DELETE_RETENTION_MS
 from app.settings import TABLE_NAME, Settings
+from app.worker.descriptors import ROCKSDB_MAX_OPEN_FILES
 from app.worker.faust_config import faust_credentials
 from app.worker.faust_internals import (
     apply_patches,
@@ -121,6 +122,8 @@ ROCKSDB_OPTIONS = {
     "max_write_buffer_number": 2,
     "block_cache_size": 2 * 1024**2,
     "block_cache_compressed_size": 0,
+    # Faust's default is 90% of the process's open-file limit for each partition.
+    "max_open_files": ROCKSDB_MAX_OPEN_FILES,
 }
 
 #: Every built-in Faust web view that shows table data, the cluster or internals: off.

@@ -13,6 +13,8 @@ Systemic, and nothing else:
 - :class:`~app.core.errors.SystemicFailure` and its subclasses (a flush that times out,
   a changelog record the broker refused, a store that cannot be read or written);
 - :class:`MemoryError`: the process, not the record, is out of room;
+- running out of file descriptors (``EMFILE``, ``ENFILE``, RocksDB's "Too many open
+  files"): so is the process or the host (:mod:`app.worker.descriptors`);
 - anything that is not an :class:`Exception` (cancellation, ``SystemExit``,
   ``KeyboardInterrupt``): the worker is being stopped.
 """
@@ -23,6 +25,7 @@ import logging
 import traceback
 
 from app.core.errors import RejectedRequest, RejectReason, SystemicFailure
+from app.worker.descriptors import is_out_of_descriptors
 
 __all__ = ["is_systemic", "rejection_for"]
 
@@ -33,7 +36,9 @@ _SYSTEMIC: tuple[type[BaseException], ...] = (SystemicFailure, MemoryError)
 
 def is_systemic(exc: BaseException) -> bool:
     """Whether ``exc`` means the worker cannot go on (see the module docstring)."""
-    return isinstance(exc, _SYSTEMIC) or not isinstance(exc, Exception)
+    return (
+        isinstance(exc, _SYSTEMIC) or not isinstance(exc, Exception) or is_out_of_descriptors(exc)
+    )
 
 
 def rejection_for(exc: Exception, where: str) -> tuple[RejectReason, str]:
