@@ -229,10 +229,10 @@ def cmd_get(args: argparse.Namespace) -> int:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    from spark_audit.main import main as audit_main
+    from spark_audit.main import run as audit_run
 
     bootstrap = [f"--bootstrap={args.bootstrap}"] if args.bootstrap else []
-    return audit_main([*bootstrap, *args.audit_args])
+    return audit_run([*bootstrap, *args.audit_args])  # total: 0, 1 or 2, one line
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,7 +1,9 @@
 """One audit run: read both topics once, judge every timer, aggregate, write the results.
 
-Each topic is read exactly once: the parsed records are persisted before anything counts
-them, so every figure in the report comes from the same snapshot of the topics.
+Each topic is read exactly once: the parsed records are written to Parquet and read back
+before anything counts them, so every figure in the report comes from the same snapshot
+of the topics, and no step holds a whole table in memory (Spark streams and spills; the
+driver only ever receives aggregates and the first N rows of a list).
 """
 
 from __future__ import annotations
@@ -17,16 +19,23 @@ from app.kafka.config import confluent_common
 from app.kafka.topics import wait_for_broker
 from app.settings import Settings
 from spark_audit import stats
-from spark_audit.errors import AuditError
+from spark_audit.errors import AuditError, AuditOutOfMemory, failure_line, is_out_of_memory
 from spark_audit.options import AuditOptions
 from spark_audit.parsing import policy_for
 from spark_audit.pipeline import judge_timers, parse_fired, parse_requests, timer_events
 from spark_audit.reading import read_topic
 from spark_audit.reconcile import Rules
-from spark_audit.results import write_summary, write_tables
+from spark_audit.results import write_summary
 from spark_audit.summary import AuditSummary, ReadCounts
 
-__all__ = ["audit_settings", "check_topics", "partitions_with_deleted_records", "run_audit"]
+__all__ = [
+    "audit_settings",
+    "check_topics",
+    "partitions_with_deleted_records",
+    "read_counts",
+    "run_audit",
+    "set_aside_records",
+]
 
 log = logging.getLogger(__name__)
 
@@ -90,12 +99,6 @@ def partitions_with_deleted_records(
         consumer.close()
 
 
-def _short(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    causes = [line for line in lines if "Error" in line or "Exception" in line]
-    return (causes[-1] if causes else lines[0] if lines else type(exc).__name__)[:300]
-
-
 def run_audit(
     spark: Any,
     settings: Settings,
@@ -103,19 +106,21 @@ def run_audit(
     *,
     clock: Callable[[], float] = time.monotonic,
 ) -> AuditSummary:
-    """Audit the request and fired topics of ``settings``; write the results."""
+    """Audit the request and fired topics of ``settings``; write the results.
+
+    Raises :class:`AuditError` (:class:`AuditOutOfMemory` when memory ran out) when Spark
+    fails: the caller reports it as one line and exit status 2, never as violations.
+    """
     from py4j.protocol import Py4JError
     from pyspark.errors import PySparkException
 
-    cached: list[Any] = []
     try:
-        return _run(spark, settings, options, clock, cached)
+        return _run(spark, settings, options, clock)
     except (PySparkException, Py4JError) as exc:
         log.debug("the audit's Spark job failed", exc_info=True)
-        raise AuditError(f"the audit's Spark job failed: {_short(exc)}") from exc
-    finally:
-        for frame in cached:  # the session may be the caller's: leave no cache behind
-            frame.unpersist()
+        if is_out_of_memory(exc):
+            raise AuditOutOfMemory(failure_line(exc)) from exc
+        raise AuditError(failure_line(exc)) from exc
 
 
 def _run(
@@ -123,13 +128,10 @@ def _run(
     settings: Settings,
     options: AuditOptions,
     clock: Callable[[], float],
-    cached: list[Any],
 ) -> AuditSummary:
-    from pyspark import StorageLevel
-    from pyspark.sql import functions as F
-
     started = clock()
     requests_topic, fired_topic = settings.topics.requests, settings.topics.fired
+    base = (options.tables_uri or str(Path(options.output_dir).resolve())).rstrip("/")
 
     def read(topic: str) -> Any:
         return read_topic(
@@ -141,9 +143,12 @@ def _run(
             extra_options=options.kafka_options,
         )
 
-    def persist(frame: Any) -> Any:
-        cached.append(frame.persist(StorageLevel.MEMORY_AND_DISK))
-        return frame
+    def stage(frame: Any, name: str) -> Any:
+        # Written once and read back instead of cached: every later job reads the same
+        # snapshot of the topics from disk, and nothing has to fit in memory (a cache of
+        # millions of rows is what ran the driver's heap out at 5M timers).
+        frame.write.mode("overwrite").parquet(f"{base}/{name}")
+        return spark.read.parquet(f"{base}/{name}")
 
     phases: dict[str, float] = {}
     mark = started
@@ -154,26 +159,17 @@ def _run(
         phases[name] = round(now - mark, 2)
         mark = now
 
-    requests = persist(parse_requests(read(requests_topic), policy_for(settings)))
-    fired = persist(parse_fired(read(fired_topic)))
-    # One job reads (and caches) both topics, side by side.
-    read_counts = (
-        requests.agg(F.count(F.lit(1)).alias("requests"), F.count("reject").alias("rejected"))
-        .crossJoin(
-            fired.agg(
-                F.count(F.lit(1)).alias("fired"),
-                F.count(F.when(~F.col("readable"), 1)).alias("unreadable"),
-            )
-        )
-        .collect()[0]
+    requests = stage(parse_requests(read(requests_topic), policy_for(settings)), "parsed_requests")
+    phase("read_requests")
+    fired = stage(parse_fired(read(fired_topic)), "parsed_fired")
+    phase("read_fired")
+
+    aside = stage(set_aside_records(requests, fired), "set_aside")
+    reads = read_counts(requests, fired)
+    aside_sample = stats.first_of_each(
+        aside, ["disposition", "topic", "reason"], ["partition", "offset"], options.max_listed
     )
-    reads = ReadCounts(
-        request_records=int(read_counts["requests"]),
-        rejected_requests=int(read_counts["rejected"]),
-        fired_records=int(read_counts["fired"]),
-        unreadable_fired_records=int(read_counts["unreadable"]),
-    )
-    phase("read_and_parse")
+    phase("set_aside")
 
     rules = Rules(as_of_ms=options.as_of_ms, grace_ms=options.grace_ms, since_ms=options.since_ms)
     incomplete = partitions_with_deleted_records(settings, requests_topic)
@@ -183,13 +179,10 @@ def _run(
             "there are request_gone, not unrequested",
             sorted(incomplete),
         )
-    timers = persist(judge_timers(timer_events(requests, fired), rules, incomplete))
-    timer_count = timers.count()
-    requests.unpersist()
-    fired.unpersist()
+    timers = stage(judge_timers(timer_events(requests, fired), rules, incomplete), "timers")
     phase("judge")
 
-    violations = stats.violations(timers)
+    violations = stage(stats.violations(timers), "violations")
     statuses, violation_counts = stats.counts(timers, violations)
     fire_stats = stats.fire_stats(stats.fires(timers))
     summary = AuditSummary(
@@ -201,10 +194,10 @@ def _run(
         source=options.source.value,
         allow_duplicates=options.allow_duplicates,
         reads=reads,
-        timers=timer_count,
+        timers=sum(statuses.values()),
         statuses=statuses,
         violation_counts=violation_counts,
-        violations=stats.violation_sample(violations, options.max_listed),
+        violations=stats.first_of_each(violations, ["kind"], ["id", "at_ms"], options.max_listed),
         violations_limit=options.max_listed,
         lateness_overall=fire_stats.overall,
         lateness_by_topic=fire_stats.by_topic,
@@ -213,11 +206,64 @@ def _run(
         fires_per_minute=fire_stats.per_minute,
         output_dir=options.output_dir,
         occurrences=stats.occurrence_counts(timers),
+        set_aside=aside_sample,
+        max_set_aside=options.max_set_aside,
     )
     phase("aggregate")
-    write_tables(options.tables_uri or str(Path(options.output_dir).resolve()), timers, violations)
-    phase("write_tables")
     summary.extra["phase_seconds"] = phases
     summary.elapsed_s = clock() - started
     write_summary(options.output_dir, summary)
     return summary
+
+
+def set_aside_records(requests: Any, fired: Any) -> Any:
+    """Every record that became no evidence, with its coordinates and why.
+
+    ``disposition`` is ``refused`` for a request the worker's rules refuse (it
+    dead-letters them: they never became timers, which is judged, not a doubt) and
+    ``set_aside`` for a fired-topic record the audit cannot read: evidence lost, counted
+    against ``--max-set-aside``.
+    """
+    from pyspark.sql import functions as F
+
+    refused = requests.where(F.col("reject").isNotNull()).select(
+        F.lit("refused").alias("disposition"),
+        "topic",
+        "partition",
+        "offset",
+        "ts_ms",
+        F.col("reject").alias("reason"),
+        "detail",
+    )
+    unreadable = fired.where(~F.col("readable")).select(
+        F.lit("set_aside").alias("disposition"),
+        F.col("rec_topic").alias("topic"),
+        F.col("rec_partition").alias("partition"),
+        F.col("rec_offset").alias("offset"),
+        "ts_ms",
+        F.col("set_aside").alias("reason"),
+        "detail",
+    )
+    return refused.unionByName(unreadable)
+
+
+def read_counts(requests: Any, fired: Any) -> ReadCounts:
+    """How many records each topic held, refused and set aside (one small job)."""
+    from pyspark.sql import functions as F
+
+    row = (
+        requests.agg(F.count(F.lit(1)).alias("requests"), F.count("reject").alias("rejected"))
+        .crossJoin(
+            fired.agg(
+                F.count(F.lit(1)).alias("fired"),
+                F.count(F.when(~F.col("readable"), 1)).alias("unreadable"),
+            )
+        )
+        .collect()[0]
+    )
+    return ReadCounts(
+        request_records=int(row["requests"]),
+        rejected_requests=int(row["rejected"]),
+        fired_records=int(row["fired"]),
+        unreadable_fired_records=int(row["unreadable"]),
+    )

@@ -11,14 +11,16 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import replace
 from itertools import pairwise
+from typing import Any
 
 import pyarrow as pa
 
-from spark_audit.parsing import series_from_json
+from spark_audit.parsing import internal_error, series_from_json
 from spark_audit.reconcile import CancelReport, FireEvent, RequestEvent, Rules, SkipEvent, judge
 
 __all__ = [
     "EVENT_FIELDS",
+    "NOT_JUDGED",
     "SOURCE_FIRE",
     "SOURCE_REPORT",
     "SOURCE_REQUEST",
@@ -31,6 +33,9 @@ __all__ = [
 #: ``src`` of an event: a request record, a ``fired`` record, a ``cancel`` outcome record,
 #: a ``skipped`` record.
 SOURCE_REQUEST, SOURCE_FIRE, SOURCE_REPORT, SOURCE_SKIP = 0, 1, 2, 3
+
+#: ``status`` of a timer whose judging raised (see :func:`judge_arrays`): set aside.
+NOT_JUDGED = "not_judged"
 
 #: Fields of one event, in the order Spark sorts them (``src`` first, then ``seq``).
 EVENT_FIELDS = (
@@ -87,6 +92,7 @@ VERDICT_TYPE = pa.struct(
         ("occurrences_fired", pa.int64()),
         ("occurrences_skipped", pa.int64()),
         ("occurrences_coalesced", pa.int64()),
+        ("note", pa.string()),
     ]
 )
 #: The same type in Spark's DDL.
@@ -97,7 +103,8 @@ VERDICT_DDL = (
     "fires:array<struct<token:string,due:bigint,fired_at_ms:bigint,topic:string,"
     "worker:string,lateness_ms:bigint,first:boolean>>,"
     "violations:array<struct<kind:string,token:string,due:bigint,at_ms:bigint,detail:string>>,"
-    "occurrences_fired:bigint,occurrences_skipped:bigint,occurrences_coalesced:bigint>"
+    "occurrences_fired:bigint,occurrences_skipped:bigint,occurrences_coalesced:bigint,"
+    "note:string>"
 )
 
 
@@ -107,11 +114,13 @@ def judge_arrays(
     partitions: pa.Array | None = None,
     incomplete: Collection[int] = (),
 ) -> pa.StructArray:
-    """One verdict per list of events (one list per timer).
+    """One verdict per list of events (one list per timer); total.
 
     ``partitions`` (the request partition of each timer) and ``incomplete`` (request
     partitions that lost records to retention) tell :func:`judge` where a missing
-    request may simply have been deleted.
+    request may simply have been deleted. A timer whose judging raises (a bug of the
+    audit, never a record's fault: every event was checked when read) gets the status
+    :data:`NOT_JUDGED` and the error's class and line in ``note``; the others are judged.
     """
     assert isinstance(events, pa.ListArray)
     incomplete_rules = replace(rules, requests_complete=False)
@@ -120,58 +129,69 @@ def judge_arrays(
     base = offsets[0]
     flat = events.values.slice(base, offsets[-1] - base)
     columns = dict(zip(EVENT_FIELDS, (c.to_pylist() for c in flat.flatten()), strict=True))
+    verdicts: list[dict[str, Any]] = []
+    for n, (start, end) in enumerate(pairwise(offsets)):
+        timer_rules = rules
+        if timer_partitions is not None and timer_partitions[n] in incomplete:
+            timer_rules = incomplete_rules
+        try:
+            verdicts.append(_judge_one(columns, start - base, end - base, timer_rules))
+        except MemoryError:
+            raise
+        except Exception as exc:
+            reason, detail = internal_error(exc)
+            verdicts.append({"status": NOT_JUDGED, "requests": 0, "note": f"{reason}: {detail}"})
+    return pa.array(verdicts, VERDICT_TYPE)
+
+
+def _judge_one(columns: dict[str, list[Any]], lo: int, hi: int, rules: Rules) -> dict[str, Any]:
+    """The verdict of the timer whose events are ``lo`` to ``hi`` of ``columns``."""
     src, seq, ts_ms = columns["src"], columns["seq"], columns["ts_ms"]
     kind, token, due = columns["kind"], columns["token"], columns["due"]
     check_token, topic = columns["check_token"], columns["topic"]
     outcome, worker = columns["outcome"], columns["worker"]
     series, occurrence, coalesced = columns["series"], columns["occurrence"], columns["coalesced"]
-    verdicts = []
-    for n, (start, end) in enumerate(pairwise(offsets)):
-        timer_rules = rules
-        if timer_partitions is not None and timer_partitions[n] in incomplete:
-            timer_rules = incomplete_rules
-        requests: list[RequestEvent] = []
-        fires: list[FireEvent] = []
-        reports: list[CancelReport] = []
-        skips: list[SkipEvent] = []
-        for i in range(start - base, end - base):
-            if src[i] == SOURCE_REQUEST:
-                requests.append(
-                    RequestEvent(
-                        seq[i],
-                        ts_ms[i],
-                        kind[i],
-                        token[i] or "",
-                        due[i],
-                        check_token[i] is not False,
-                        topic[i],
-                        series_from_json(series[i]) if series[i] else None,
-                    )
+    requests: list[RequestEvent] = []
+    fires: list[FireEvent] = []
+    reports: list[CancelReport] = []
+    skips: list[SkipEvent] = []
+    for i in range(lo, hi):
+        if src[i] == SOURCE_REQUEST:
+            requests.append(
+                RequestEvent(
+                    seq[i],
+                    ts_ms[i],
+                    kind[i],
+                    token[i] or "",
+                    due[i],
+                    check_token[i] is not False,
+                    topic[i],
+                    series_from_json(series[i]) if series[i] else None,
                 )
-            elif src[i] == SOURCE_FIRE:
-                fires.append(
-                    FireEvent(
-                        token[i] or "",
-                        due[i],
-                        ts_ms[i],
-                        topic[i],
-                        worker[i],
-                        occurrence[i],
-                        coalesced[i] or 0,
-                    )
+            )
+        elif src[i] == SOURCE_FIRE:
+            fires.append(
+                FireEvent(
+                    token[i] or "",
+                    due[i],
+                    ts_ms[i],
+                    topic[i],
+                    worker[i],
+                    occurrence[i],
+                    coalesced[i] or 0,
                 )
-            elif src[i] == SOURCE_SKIP:
-                skips.append(
-                    SkipEvent(
-                        token[i] or "",
-                        due[i],
-                        ts_ms[i],
-                        outcome[i] or "",
-                        occurrence[i],
-                        coalesced[i] or 0,
-                    )
+            )
+        elif src[i] == SOURCE_SKIP:
+            skips.append(
+                SkipEvent(
+                    token[i] or "",
+                    due[i],
+                    ts_ms[i],
+                    outcome[i] or "",
+                    occurrence[i],
+                    coalesced[i] or 0,
                 )
-            else:
-                reports.append(CancelReport(token[i] or "", outcome[i], ts_ms[i]))
-        verdicts.append(judge(requests, fires, reports, timer_rules, skips).to_dict())
-    return pa.array(verdicts, VERDICT_TYPE)
+            )
+        else:
+            reports.append(CancelReport(token[i] or "", outcome[i], ts_ms[i]))
+    return judge(requests, fires, reports, rules, skips).to_dict()

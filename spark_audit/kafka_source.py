@@ -28,6 +28,8 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
+from app.kafka.records import to_record
+
 __all__ = [
     "ARROW_SCHEMA",
     "RAW_SCHEMA",
@@ -41,10 +43,12 @@ __all__ = [
 #: Name to use with ``spark.read.format(...)``.
 SOURCE_NAME = "kafka_timers_kafka"
 
-#: Columns of Spark's ``kafka`` source (less ``timestampType``), in this order.
+#: Columns of Spark's ``kafka`` source (less ``timestampType``), in this order, and
+#: ``defect``: why a record could not be read as one (a header name that is not UTF-8,
+#: see :func:`app.kafka.records.to_record`), else null.
 RAW_SCHEMA = (
     "topic string, partition int, offset bigint, timestamp timestamp, key binary, "
-    "value binary, headers array<struct<key:string,value:binary>>"
+    "value binary, headers array<struct<key:string,value:binary>>, defect string"
 )
 
 #: The same schema as Arrow types, for the record batches ``read`` yields.
@@ -57,8 +61,13 @@ ARROW_SCHEMA = pa.schema(
         ("key", pa.binary()),
         ("value", pa.binary()),
         ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+        ("defect", pa.string()),
     ]
 )
+
+#: Record timestamps Arrow and Spark can hold (microseconds in an int64), ms: a producer
+#: may set any int64, and one far out of range must not fail the read.
+_MAX_TIMESTAMP_MS = (2**63 - 1) // 1000
 
 _BEGINNING = -2  # librdkafka's OFFSET_BEGINNING, without importing it on the planner
 
@@ -138,22 +147,24 @@ class _BatchBuilder:
         self.keys: list[bytes | None] = []
         self.values: list[bytes | None] = []
         self.headers: list[list[dict[str, Any]] | None] = []
+        self.defects: list[str | None] = []
 
     def __len__(self) -> int:
         return len(self.offsets)
 
     def add(self, msg: Any) -> None:
-        self.offsets.append(msg.offset())
-        self.timestamps.append(msg.timestamp()[1] * 1000)
-        key, value = msg.key(), msg.value()
-        self.keys.append(key.encode() if isinstance(key, str) else key)
-        self.values.append(value.encode() if isinstance(value, str) else value)
-        raw = msg.headers()
+        # The worker's reading of a message (total: a header name that is not UTF-8
+        # becomes a defect, not an exception), so the audit sees what the worker saw.
+        record = to_record(msg)
+        self.offsets.append(record.offset)
+        ts = max(-_MAX_TIMESTAMP_MS, min(record.timestamp_ms, _MAX_TIMESTAMP_MS))
+        self.timestamps.append(ts * 1000)
+        self.keys.append(record.key)
+        self.values.append(record.value)
         self.headers.append(
-            [{"key": k, "value": v.encode() if isinstance(v, str) else v} for k, v in raw]
-            if raw
-            else None
+            [{"key": k, "value": v} for k, v in record.headers] if record.headers else None
         )
+        self.defects.append(record.defect)
 
     def take(self) -> pa.RecordBatch:
         n = len(self.offsets)
@@ -166,6 +177,7 @@ class _BatchBuilder:
                 pa.array(self.keys, pa.binary()),
                 pa.array(self.values, pa.binary()),
                 pa.array(self.headers, ARROW_SCHEMA.field("headers").type),
+                pa.array(self.defects, pa.string()),
             ],
             schema=ARROW_SCHEMA,
         )

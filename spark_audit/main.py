@@ -1,25 +1,37 @@
 """Entry point: ``kafka-timers audit ARGS``, or ``spark-submit spark_audit/main.py ARGS``.
 
-Exit status: 0 when no violation was found, 1 when one was (so it can gate a deploy),
-2 when the audit could not run (one line on stderr saying why).
+Exit status (:mod:`spark_audit.errors`):
+
+- 0: clean, no violation (duplicates excused by ``--allow-duplicates`` included);
+- 1: violations found, or more records set aside than ``--max-set-aside`` allows, with
+  the report written;
+- 2: the audit could not run (a bad flag, no broker, a missing topic, Spark or its JVM
+  failed, out of memory), with one line on stderr saying why and nothing judged.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import sys
 
-from app.core.errors import KafkaTimersError
+if __package__ in (None, ""):  # spark-submit runs this file as a script
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 from app.settings import Settings
+from spark_audit.errors import EXIT_COULD_NOT_RUN, failure_line
 from spark_audit.job import audit_settings, check_topics, run_audit
 from spark_audit.options import parse_options
 from spark_audit.report import console_summary, verdict_line
 from spark_audit.session import audit_session
 
-__all__ = ["main"]
+__all__ = ["main", "run"]
+
+log = logging.getLogger(__name__)
 
 
 def main(argv: list[str]) -> int:
-    """Run the audit with command-line ``argv``; return the exit status."""
+    """Run the audit with command-line ``argv``; return 0 or 1, raise if it cannot run."""
     options = parse_options(list(argv))
     settings = audit_settings(Settings.from_env(), options)
     check_topics(settings, (settings.topics.requests, settings.topics.fired))
@@ -29,14 +41,23 @@ def main(argv: list[str]) -> int:
     return summary.exit_code
 
 
-def _submitted() -> int:
-    """``spark-submit`` runs this file as a script: same errors, same exit statuses."""
+def run(argv: list[str]) -> int:
+    """:func:`main`, with every failure turned into one line on stderr and exit status 2.
+
+    Violations are 1 and only 1: an exception (out of memory, a JVM that died, a bug of the
+    audit) never exits with the status that means "violations found".
+    """
+    # Py4J logs every failed call to a dead JVM with its traceback: one line is enough.
+    logging.getLogger("py4j").setLevel(logging.CRITICAL)
     try:
-        return main(sys.argv[1:])
-    except KafkaTimersError as exc:
-        print(f"kafka-timers audit: error: {exc}", file=sys.stderr)
-        return 2
+        return main(argv)
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:
+        log.debug("the audit could not run", exc_info=True)
+        print(f"kafka-timers audit: error: {failure_line(exc)}", file=sys.stderr, flush=True)
+        return EXIT_COULD_NOT_RUN
 
 
 if __name__ == "__main__":
-    sys.exit(_submitted())
+    sys.exit(run(sys.argv[1:]))

@@ -21,6 +21,9 @@ __all__ = ["AuditOptions", "build_parser", "parse_options"]
 DEFAULT_OUTPUT = ".kafka-timers/audit"
 #: The default window: as long as the request topic the service creates keeps requests.
 DEFAULT_WINDOW = "7d"
+#: Records set aside before the audit fails for it: a few hostile records written to the
+#: fired topic must not hold the gate shut; a topic full of them means the evidence is gone.
+DEFAULT_MAX_SET_ASIDE = 100
 _DURATION_WITH_UNIT = re.compile(r"^\d+(\.\d+)?\s*(ms|s|m|h|d|w)$")
 
 
@@ -65,8 +68,12 @@ class AuditOptions:
     kafka_options: dict[str, str] = field(default_factory=dict)
     #: Extra Spark settings for a session the audit starts itself.
     spark_conf: dict[str, str] = field(default_factory=dict)
-    #: Most violations listed in summary.json and the reports (all go to Parquet).
-    max_listed: int = 1000
+    #: Most violations of each kind, and records set aside for each reason, listed in
+    #: summary.json and the reports (all of them go to Parquet).
+    max_listed: int = 100
+    #: Most records the audit may set aside (fired-topic records it cannot read, timers
+    #: it could not judge) before that is a finding of its own: exit status 1.
+    max_set_aside: int = DEFAULT_MAX_SET_ASIDE
     #: Print nothing but the one-line verdict.
     quiet: bool = False
 
@@ -132,7 +139,21 @@ def build_parser() -> argparse.ArgumentParser:
         "--kafka-option", action="append", help="source option name=value (repeatable)"
     )
     parser.add_argument("--conf", action="append", help="Spark setting name=value (repeatable)")
-    parser.add_argument("--max-listed", type=int, default=1000, help="violations listed (1000)")
+    parser.add_argument(
+        "--max-listed",
+        type=int,
+        default=100,
+        help="violations of each kind, records set aside for each reason, listed (100)",
+    )
+    parser.add_argument(
+        "--max-set-aside",
+        type=int,
+        default=DEFAULT_MAX_SET_ASIDE,
+        help=(
+            "records the audit cannot read (fired topic) or timers it cannot judge, beyond "
+            f"which the audit fails (exit 1) even without violations ({DEFAULT_MAX_SET_ASIDE})"
+        ),
+    )
     parser.add_argument("--quiet", action="store_true", help="print only the verdict line")
     return parser
 
@@ -152,6 +173,8 @@ def parse_options(argv: list[str], now: float | None = None) -> AuditOptions:
         raise AuditError("--max-offsets-per-partition must be at least 1")
     if args.max_listed < 0:
         raise AuditError("--max-listed must not be negative")
+    if args.max_set_aside < 0:
+        raise AuditError("--max-set-aside must not be negative")
     return AuditOptions(
         as_of_ms=int(as_of * 1000),
         grace_ms=int(grace * 1000),
@@ -168,5 +191,6 @@ def parse_options(argv: list[str], now: float | None = None) -> AuditOptions:
         kafka_options=_pairs(args.kafka_option, "--kafka-option"),
         spark_conf=_pairs(args.conf, "--conf"),
         max_listed=args.max_listed,
+        max_set_aside=args.max_set_aside,
         quiet=args.quiet,
     )

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from app.core.budget import DEFAULT_MAX_RECORD_BYTES, check_fits
-from app.core.errors import RejectedRequest
+from app.core.errors import RejectedRequest, RejectReason
 from app.core.fired import token_digest
 from app.core.policy import RequestPolicy
 from app.core.recurrence import Recurrence
@@ -35,11 +36,18 @@ __all__ = [
     "PARSED_REQUEST_TYPE",
     "SCHEDULE",
     "ParsedColumns",
+    "internal_error",
+    "judge_request",
     "parse_request_arrays",
     "policy_for",
+    "safe_text",
     "series_from_json",
     "series_json",
 ]
+
+#: Most characters of a reason's detail the audit keeps (and shows).
+MAX_DETAIL_CHARS = 200
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 #: ``kind`` of a request that schedules (or reschedules) a timer.
 SCHEDULE = "schedule"
@@ -50,6 +58,7 @@ CANCEL = "cancel"
 PARSED_REQUEST_TYPE = pa.struct(
     [
         ("reject", pa.string()),
+        ("detail", pa.string()),
         ("kind", pa.string()),
         ("id", pa.string()),
         ("token", pa.string()),
@@ -61,7 +70,7 @@ PARSED_REQUEST_TYPE = pa.struct(
 )
 #: The same type in Spark's DDL.
 PARSED_REQUEST_DDL = (
-    "struct<reject:string,kind:string,id:string,token:string,due:bigint,"
+    "struct<reject:string,detail:string,kind:string,id:string,token:string,due:bigint,"
     "check_token:boolean,callback_topic:string,series:string>"
 )
 
@@ -86,6 +95,7 @@ class ParsedColumns:
     """Column lists being filled, one entry per input record."""
 
     reject: list[str | None]
+    detail: list[str | None]
     kind: list[str | None]
     id: list[str | None]
     token: list[str | None]
@@ -96,11 +106,12 @@ class ParsedColumns:
 
     @classmethod
     def empty(cls) -> ParsedColumns:
-        return cls([], [], [], [], [], [], [], [])
+        return cls([], [], [], [], [], [], [], [], [])
 
     def add(
         self,
         reject: str | None,
+        detail: str | None = None,
         kind: str | None = None,
         timer_id: str | None = None,
         token: str | None = None,
@@ -110,6 +121,7 @@ class ParsedColumns:
         series: str | None = None,
     ) -> None:
         self.reject.append(reject)
+        self.detail.append(detail)
         self.kind.append(kind)
         self.id.append(timer_id)
         self.token.append(token)
@@ -122,6 +134,7 @@ class ParsedColumns:
         return pa.StructArray.from_arrays(
             [
                 pa.array(self.reject, pa.string()),
+                pa.array(self.detail, pa.string()),
                 pa.array(self.kind, pa.string()),
                 pa.array(self.id, pa.string()),
                 pa.array(self.token, pa.string()),
@@ -140,6 +153,81 @@ def _headers(raw: list[dict[str, Any]] | None) -> tuple[tuple[str, bytes], ...]:
     return tuple((h["key"] or "", h["value"] or b"") for h in raw)
 
 
+def safe_text(text: str, limit: int = MAX_DETAIL_CHARS) -> str:
+    """``text`` cut to ``limit`` characters and made encodable (a lone surrogate escaped):
+    what a reason's detail may quote of a hostile record must still be writable."""
+    cut = text[:limit]
+    try:
+        cut.encode()
+    except UnicodeEncodeError:
+        cut = cut.encode("utf-8", "backslashreplace").decode()
+    return cut
+
+
+def _fits_int64(value: int | None) -> bool:
+    return value is None or _INT64_MIN <= value <= _INT64_MAX
+
+
+def _encodable(*texts: str | None) -> bool:
+    try:
+        for text in texts:
+            if text is not None and not text.isascii():
+                text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def internal_error(exc: Exception) -> tuple[str, str]:
+    """The worker's dead-letter reason for a record its code raised on (not a rejection).
+
+    The same as :func:`app.worker.isolation.rejection_for` (which the audit may not import:
+    it reads Kafka, not the worker's internals): ``internal_error`` and the exception's
+    class and line, never its message, which may quote the record.
+    """
+    frames = traceback.extract_tb(exc.__traceback__)
+    at = f"{frames[-1].filename.rsplit('/', 1)[-1]}:{frames[-1].lineno}" if frames else "?"
+    return RejectReason.INTERNAL_ERROR.value, f"{type(exc).__name__} at {at}"
+
+
+def judge_request(record: RawRecord, policy: RequestPolicy, out: ParsedColumns) -> None:
+    """Append what the worker makes of ``record`` to ``out``: total, never raises.
+
+    The worker's own steps in its order (:meth:`app.worker.service.TimerService`):
+    :func:`parse_request`, :meth:`RequestPolicy.check` at the record's time, the size
+    budget. A :class:`RejectedRequest` is the worker's dead-letter with its reason; any
+    other exception the worker dead-letters as ``internal_error``, and so does the audit.
+    Only running out of memory propagates: that is the audit failing, not the record.
+    """
+    try:
+        request = parse_request(record)
+        if isinstance(request, Cancel):
+            token = token_digest(request.token)
+            if not _encodable(request.id):
+                raise RejectedRequest(RejectReason.OUT_OF_BOUNDS, "the id is not valid UTF-8")
+            out.add(None, None, CANCEL, request.id, token, None, request.check_token)
+            return
+        # The worker checks against its clock when it reads the request; the record's
+        # timestamp is that moment give or take the consumer lag.
+        policy.check(request, record.timestamp_ms / 1000)
+        check_fits(request, DEFAULT_MAX_RECORD_BYTES)  # the worker's default budget
+        series = None if request.recurrence is None else series_json(request.recurrence)
+        if not _fits_int64(request.due):
+            raise RejectedRequest(RejectReason.DUE_OUT_OF_RANGE, "the due second is out of range")
+        if not _encodable(request.id, request.topic):
+            raise RejectedRequest(RejectReason.OUT_OF_BOUNDS, "a text is not valid UTF-8")
+    except RejectedRequest as rejected:
+        out.add(rejected.reason.value, safe_text(rejected.detail))
+        return
+    except MemoryError:
+        raise
+    except Exception as exc:  # the worker dead-letters these too (internal_error)
+        out.add(*internal_error(exc))
+        return
+    token = token_digest(request.token)  # the fired topic carries digests, not tokens
+    out.add(None, None, SCHEDULE, request.id, token, request.due, None, request.topic, series)
+
+
 def parse_request_arrays(
     topic: pa.Array,
     partition: pa.Array,
@@ -149,10 +237,16 @@ def parse_request_arrays(
     value: pa.Array,
     headers: pa.Array,
     policy: RequestPolicy,
+    defect: pa.Array | None = None,
 ) -> pa.StructArray:
-    """Parse a batch of request records; one :data:`PARSED_REQUEST_TYPE` entry each."""
+    """Parse a batch of request records; one :data:`PARSED_REQUEST_TYPE` entry each.
+
+    ``defect``: why the reader could not read a record as a record (a header name that
+    is not UTF-8), as :attr:`RawRecord.defect`; the worker dead-letters those.
+    """
     out = ParsedColumns.empty()
-    for t, p, o, ts, k, v, h in zip(
+    defects = defect.to_pylist() if defect is not None else [None] * len(offset)
+    for t, p, o, ts, k, v, h, d in zip(
         topic.to_pylist(),
         partition.to_pylist(),
         offset.to_pylist(),
@@ -160,23 +254,8 @@ def parse_request_arrays(
         key.to_pylist(),
         value.to_pylist(),
         headers.to_pylist(),
+        defects,
         strict=True,
     ):
-        record = RawRecord(t, p, o, ts, k, v, _headers(h))
-        try:
-            request = parse_request(record)
-            if isinstance(request, Cancel):
-                token = token_digest(request.token)
-                out.add(None, CANCEL, request.id, token, None, request.check_token)
-                continue
-            # The worker checks against its clock when it reads the request; the record's
-            # timestamp is that moment give or take the consumer lag.
-            policy.check(request, ts / 1000)
-            check_fits(request, DEFAULT_MAX_RECORD_BYTES)  # the worker's default budget
-        except RejectedRequest as rejected:
-            out.add(rejected.reason.value)
-            continue
-        series = None if request.recurrence is None else series_json(request.recurrence)
-        token = token_digest(request.token)  # the fired topic carries digests, not tokens
-        out.add(None, SCHEDULE, request.id, token, request.due, None, request.topic, series)
+        judge_request(RawRecord(t, p, o, ts or 0, k, v, _headers(h), d), policy, out)
     return out.to_arrow()

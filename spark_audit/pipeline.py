@@ -1,7 +1,9 @@
 """The Spark plan of the audit: raw topics in, one verdict row per timer out.
 
 1. request records are parsed by the worker's own code in an Arrow UDF
-   (:mod:`spark_audit.parsing`); fired-topic records are JSON, parsed in the JVM;
+   (:mod:`spark_audit.parsing`), and so are fired-topic records
+   (:mod:`spark_audit.fired_parsing`): a record either becomes a row or is set aside
+   with its reason, never an exception;
 2. both become *events* keyed by (request partition, timer id), the unit of the
    worker's wheel: a fired record names the request partition it fired from;
 3. events are grouped per timer into one sorted array (a single shuffle) and judged,
@@ -18,8 +20,9 @@ import pyarrow as pa
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from app.core.fired import FIRED_RECORD_DDL, TOKEN_DIGEST_PREFIX
+from app.core.fired import FIRED_RECORD_DDL
 from app.core.policy import RequestPolicy
+from spark_audit.fired_parsing import PARSED_FIRED_DDL, parse_fired_arrays
 from spark_audit.judging import (
     SOURCE_FIRE,
     SOURCE_REPORT,
@@ -48,7 +51,7 @@ def _arrow_udf() -> Any:
 
 
 def parse_requests(raw: DataFrame, policy: RequestPolicy) -> DataFrame:
-    """partition, offset, ts_ms and the parsed request (``reject`` set if refused)."""
+    """topic, partition, offset, ts_ms and the parsed request (``reject`` set if refused)."""
 
     def parse(
         topic: pa.Array,
@@ -58,9 +61,10 @@ def parse_requests(raw: DataFrame, policy: RequestPolicy) -> DataFrame:
         key: pa.Array,
         value: pa.Array,
         headers: pa.Array,
+        defect: pa.Array,
     ) -> pa.Array:
         return parse_request_arrays(
-            topic, partition, offset, timestamp_ms, key, value, headers, policy
+            topic, partition, offset, timestamp_ms, key, value, headers, policy, defect
         )
 
     udf = _arrow_udf()(parse, PARSED_REQUEST_DDL)
@@ -73,41 +77,40 @@ def parse_requests(raw: DataFrame, policy: RequestPolicy) -> DataFrame:
         F.col("key"),
         F.col("value"),
         F.col("headers"),
+        F.col("defect"),
     )
     return raw.select(
-        F.col("partition"), F.col("offset"), ts_ms.alias("ts_ms"), parsed.alias("r")
-    ).select("partition", "offset", "ts_ms", "r.*")
+        F.col("topic"), F.col("partition"), F.col("offset"), ts_ms.alias("ts_ms"), parsed.alias("r")
+    ).select("topic", "partition", "offset", "ts_ms", "r.*")
 
 
 def parse_fired(raw: DataFrame) -> DataFrame:
-    """The fired topic's JSON records, with ``readable`` false for anything malformed."""
-    doc = F.from_json(F.col("value").cast("string"), FIRED_JSON_DDL)
-    parsed = raw.select(doc.alias("j")).select("j.*")
-    # Records written before tokens were digested carry the token itself: digest it the
-    # way app.core.fired.token_digest does, so versions compare digest to digest.
-    token = F.col("token")
-    digested = token.startswith(TOKEN_DIGEST_PREFIX) | (token == "")
-    parsed = parsed.withColumn(
-        "token",
-        F.when(digested | token.isNull(), token).otherwise(
-            F.concat(F.lit(TOKEN_DIGEST_PREFIX), F.substring(F.sha2(token, 256), 1, 24))
-        ),
+    """The fired topic's records, by the worker's definition, checked field by field.
+
+    ``rec_topic``, ``rec_partition``, ``rec_offset``: where the record is (``partition`` is
+    the *request* partition it names); ``set_aside`` and ``detail`` say why a record the
+    audit cannot use was set aside (then the other fields are null); ``readable`` is the
+    opposite of ``set_aside``. A header defect does not matter here: headers are unused.
+    """
+
+    def parse(value: pa.Array) -> pa.Array:  # arrow_udf reads the kind from these hints
+        return parse_fired_arrays(value)
+
+    udf = _arrow_udf()(parse, PARSED_FIRED_DDL)
+    return raw.select(
+        F.col("topic").alias("rec_topic"),
+        F.col("partition").alias("rec_partition"),
+        F.col("offset").alias("rec_offset"),
+        F.unix_millis(F.col("timestamp")).alias("ts_ms"),
+        udf(F.col("value")).alias("f"),
+    ).select(
+        "rec_topic",
+        "rec_partition",
+        "rec_offset",
+        "ts_ms",
+        "f.*",
+        F.col("f.set_aside").isNull().alias("readable"),
     )
-    common = F.col("id").isNotNull() & F.col("partition").isNotNull() & F.col("token").isNotNull()
-    fired_ok = (
-        (F.col("event") == "fired") & F.col("due").isNotNull() & F.col("fired_at_ms").isNotNull()
-    )
-    cancel_ok = (
-        (F.col("event") == "cancel") & F.col("outcome").isNotNull() & F.col("at_ms").isNotNull()
-    )
-    skipped_ok = (
-        (F.col("event") == "skipped")
-        & F.col("due").isNotNull()
-        & F.col("at_ms").isNotNull()
-        & F.col("reason").isNotNull()
-    )
-    readable = common & (fired_ok | cancel_ok | skipped_ok)
-    return parsed.withColumn("readable", F.coalesce(readable, F.lit(False)))
 
 
 def _event(

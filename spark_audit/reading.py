@@ -99,7 +99,10 @@ def read_topic(
     # Spark's source splits by its own ``minPartitions`` option (pass it with --kafka-option).
     try:
         frame = spark.read.format("kafka").options(**options, **extra).option("subscribe", topic)
-        return frame.load().select(*_RAW_COLUMNS)
+        from pyspark.sql import functions as F
+
+        # Java decodes header names itself (a bad byte becomes U+FFFD): no defects here.
+        return frame.load().select(*_RAW_COLUMNS, F.lit(None).cast("string").alias("defect"))
     except AnalysisException as exc:
         if "kafka" in str(exc).lower() and "find" in str(exc).lower():
             raise AuditSetupError(

@@ -22,18 +22,33 @@ def _utc(ms: int | None) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
+def _due(second: int | None) -> str:
+    return "-" if second is None else _utc(second * 1000).replace(".000Z", "Z")
+
+
 def verdict_line(summary: AuditSummary) -> str:
     """One line: PASS or FAIL, and why."""
+    aside = summary.set_aside_count
+    aside_note = f", {aside:,} records set aside" if aside else ""
+    too_much = (
+        f"{aside:,} records set aside, more than --max-set-aside {summary.max_set_aside:,}"
+        if summary.too_much_set_aside
+        else ""
+    )
     if summary.exit_code == 0:
         excused = summary.violation_counts.get(ViolationKind.DUPLICATE.value, 0)
         note = f" ({excused} duplicate fires allowed)" if excused else ""
-        return f"audit PASS: {summary.timers:,} timers, no violations{note}"
+        return f"audit PASS: {summary.timers:,} timers, no violations{note}{aside_note}"
+    n = summary.gating_violations
+    if not n:
+        return f"audit FAIL: {too_much} ({summary.timers:,} timers, no violations)"
     found = ", ".join(
         f"{summary.violation_counts[k]} {k}" for k in _KINDS if summary.violation_counts.get(k)
     )
-    n = summary.gating_violations
+    extra = f"; {too_much}" if too_much else aside_note
     return (
-        f"audit FAIL: {n:,} violation{'s' if n != 1 else ''} in {summary.timers:,} timers: {found}"
+        f"audit FAIL: {n:,} violation{'s' if n != 1 else ''} in {summary.timers:,} timers: "
+        f"{found}{extra}"
     )
 
 
@@ -74,7 +89,7 @@ def _lateness_line(row: LatenessRow) -> str:
     )
 
 
-def console_summary(summary: AuditSummary, max_violations: int = 20) -> str:
+def console_summary(summary: AuditSummary, per_kind: int = 5) -> str:
     """The summary printed at the end of a run."""
     reads = summary.reads
     lines = [
@@ -100,14 +115,34 @@ def console_summary(summary: AuditSummary, max_violations: int = 20) -> str:
     lines.extend(_lateness_line(row) for row in summary.lateness_by_topic)
     if summary.violations:
         lines.append("")
-        lines.append("  first violations:")
-        for v in summary.violations[:max_violations]:
-            lines.append(
-                f"    {v['kind']:<18} id={v['id']} partition={v['partition']} "
-                f"at={_utc(v['at_ms'])}: {v['detail']}"
-            )
-        if summary.total_violations > max_violations:
-            lines.append(f"    ... see {summary.output_dir}/summary.json and violations/")
+        lines.append(f"  violations, the first {per_kind} of each kind:")
+        for kind in _KINDS:
+            listed = [v for v in summary.violations if v["kind"] == kind]
+            for v in listed[:per_kind]:
+                lines.append(
+                    f"    {kind:<18} id={v['id']} partition={v['partition']} "
+                    f"due={_due(v['due'])} at={_utc(v['at_ms'])}: {v['detail']}"
+                )
+            more = summary.violation_counts.get(kind, 0) - min(len(listed), per_kind)
+            if listed and more > 0:
+                lines.append(f"    {kind:<18} ... and {more:,} more")
+    if summary.set_aside:
+        lines.append("")
+        lines.append(
+            f"  records refused (the worker's rules) or set aside (unreadable), the first "
+            f"{per_kind} of each reason:"
+        )
+        shown: dict[tuple[str, str, str], int] = {}
+        for r in summary.set_aside:
+            group = (r["disposition"], r["topic"], r["reason"])
+            shown[group] = shown.get(group, 0) + 1
+            if shown[group] <= per_kind:
+                lines.append(
+                    f"    {r['disposition']:<9} {r['topic']}[{r['partition']}]@{r['offset']} "
+                    f"{r['reason']}: {r['detail'] or ''}"
+                )
+    if summary.violations or summary.set_aside:
+        lines.append(f"    (all of them: {summary.output_dir}/report.html, summary.json)")
     lines.append("")
     lines.append(f"  {summary.elapsed_s:.1f} s; results in {summary.output_dir}")
     lines.append(verdict_line(summary))

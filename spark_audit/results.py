@@ -1,31 +1,27 @@
-"""Writing the results: summary.json and report.html on the driver, tables by Spark.
+"""Writing the results: summary.json and report.html on the driver (tables: Spark).
 
-Layout of the output directory::
+Layout of the output directory (the Parquet tables under ``--tables-uri`` if given)::
 
-    summary.json     counts, lateness tables, histogram, fires per minute, violations
-    report.html      the same with charts, self-contained
-    timers/          Parquet, one row per timer (status, final version, fires, violations)
-    violations/      Parquet, one row per violation
+    summary.json       counts, lateness tables, histogram, fires per minute, violations
+                       and records set aside (the first N of each kind)
+    report.html        the same with charts, self-contained
+    parsed_requests/   Parquet, one row per request record (refused ones with reason)
+    parsed_fired/      Parquet, one row per fired-topic record (unreadable ones too)
+    set_aside/         Parquet, every record refused or set aside, with its coordinates
+    timers/            Parquet, one row per timer (status, final version, fires, violations)
+    violations/        Parquet, one row per violation
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from spark_audit.errors import AuditError
 from spark_audit.report import html_report
 from spark_audit.summary import AuditSummary
 
-__all__ = ["write_summary", "write_tables"]
-
-
-def write_tables(tables_uri: str, timers: Any, violations: Any) -> None:
-    """Parquet tables (overwritten each run), written by the executors."""
-    base = tables_uri.rstrip("/")
-    timers.write.mode("overwrite").parquet(f"{base}/timers")
-    violations.write.mode("overwrite").parquet(f"{base}/violations")
+__all__ = ["write_summary"]
 
 
 def write_summary(output_dir: str, summary: AuditSummary) -> None:

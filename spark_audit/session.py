@@ -14,7 +14,7 @@ from typing import Any
 
 from spark_audit.errors import AuditSetupError
 
-__all__ = ["audit_session"]
+__all__ = ["audit_session", "executor_python"]
 
 #: Settings every audit session gets unless the caller overrides them.
 _DEFAULTS = {
@@ -24,15 +24,19 @@ _DEFAULTS = {
 }
 
 
-def _starts_local_jvm(master: str | None) -> bool:
-    """Whether this process is about to start Spark itself, with workers on this machine.
+def executor_python(conf: Mapping[str, str]) -> str:
+    """The Python the executors run: the user's choice, else this interpreter.
 
-    Under ``spark-submit`` the JVM already runs (and says so in the environment), and the
-    executors' Python is the submitter's business: ``--conf spark.pyspark.python=...``.
+    PySpark sends its executors the ``PYSPARK_PYTHON`` of the driver's *process
+    environment* when the context starts (``spark.pyspark.python`` alone was measured not
+    to reach the Python data source's tasks on a standalone cluster), else ``python3`` from
+    the executors' PATH, which lacks pyarrow, confluent-kafka and this package. So the
+    choice is made here for every master, local or not: ``--conf spark.pyspark.python``
+    or an exported ``PYSPARK_PYTHON`` wins; otherwise this interpreter, which has them.
+    On a real cluster that path must exist on every node: ship a packed environment with
+    ``--archives`` and point ``spark.pyspark.python`` into it (README, Auditing on a cluster).
     """
-    if "PYSPARK_GATEWAY_PORT" in os.environ:
-        return False
-    return master is None or master.startswith("local")
+    return conf.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON") or sys.executable
 
 
 @contextmanager
@@ -50,15 +54,12 @@ def audit_session(
     if active is not None:
         yield active
         return
-    if _starts_local_jvm(master):
-        # Spark starts its Python workers with $PYSPARK_PYTHON, else whatever "python3" is
-        # on PATH, which may lack pyarrow and this package; this interpreter has both. Spark
-        # reads only the environment for this (spark.pyspark.python is ignored here).
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    python = executor_python(dict(conf or {}))
+    os.environ["PYSPARK_PYTHON"] = python
     builder = SparkSession.builder.appName("kafka-timers-audit")
     if master:
         builder = builder.master(master)
-    for key, value in {**_DEFAULTS, **dict(conf or {})}.items():
+    for key, value in {**_DEFAULTS, "spark.pyspark.python": python, **dict(conf or {})}.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")

@@ -27,9 +27,9 @@ __all__ = [
     "counts",
     "fire_stats",
     "fires",
+    "first_of_each",
     "histogram_labels",
     "occurrence_counts",
-    "violation_sample",
     "violations",
 ]
 
@@ -93,9 +93,26 @@ def occurrence_counts(timers: DataFrame) -> dict[str, int]:
     return {name: int(row[name] or 0) for name in ("fired", "skipped", "coalesced")}
 
 
-def violation_sample(violations: DataFrame, limit: int) -> list[dict[str, Any]]:
-    """The first ``limit`` violations by kind, timer id and time, as plain dicts."""
-    rows = violations.orderBy("kind", "id", "at_ms").limit(limit).collect()
+def first_of_each(
+    frame: DataFrame, group: list[str], order: list[str], limit: int
+) -> list[dict[str, Any]]:
+    """The first ``limit`` rows of each ``group`` by ``order``, as plain dicts.
+
+    A window per group (sorted and spilled by Spark), so a kind with millions of rows
+    does not crowd out a kind with five: every kind shows.
+    """
+    if limit <= 0:
+        return []
+    from pyspark.sql import Window
+
+    rank = F.row_number().over(Window.partitionBy(*group).orderBy(*order))
+    rows = (
+        frame.withColumn("_rank", rank)
+        .where(F.col("_rank") <= limit)
+        .drop("_rank")
+        .orderBy(*group, *order)
+        .collect()
+    )
     return [row.asDict() for row in rows]
 
 

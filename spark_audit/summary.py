@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from spark_audit.judging import NOT_JUDGED
 from spark_audit.reconcile import ViolationKind
 
 __all__ = ["AuditSummary", "LatenessRow", "ReadCounts"]
@@ -72,11 +73,25 @@ class AuditSummary:
     #: Occurrences (a one-shot timer is one) ``fired``, ``skipped`` by ``skip-after`` and
     #: ``coalesced`` by a series' ``coalesce`` policy: counted, not violations.
     occurrences: dict[str, int] = field(default_factory=dict)
+    #: The first records refused or set aside for each (disposition, topic, reason):
+    #: disposition, topic, partition, offset, ts_ms, reason, detail.
+    set_aside: list[dict[str, Any]] = field(default_factory=list)
+    #: Records set aside (and timers not judged) beyond which the audit fails.
+    max_set_aside: int = 100
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def total_violations(self) -> int:
         return sum(self.violation_counts.values())
+
+    @property
+    def set_aside_count(self) -> int:
+        """Evidence the audit could not use: fired records unread, timers not judged."""
+        return self.reads.unreadable_fired_records + self.statuses.get(NOT_JUDGED, 0)
+
+    @property
+    def too_much_set_aside(self) -> bool:
+        return self.set_aside_count > self.max_set_aside
 
     @property
     def gating_violations(self) -> int:
@@ -89,8 +104,9 @@ class AuditSummary:
 
     @property
     def exit_code(self) -> int:
-        """0 when clean, 1 when any gating violation was found."""
-        return 1 if self.gating_violations else 0
+        """0 when clean; 1 when a gating violation was found, or more was set aside than
+        ``max_set_aside`` allows (2, the audit could not run, is never a summary's)."""
+        return 1 if self.gating_violations or self.too_much_set_aside else 0
 
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -98,5 +114,6 @@ class AuditSummary:
         doc["fires_per_minute"] = [{"minute": m, "fires": n} for m, n in self.fires_per_minute]
         doc["total_violations"] = self.total_violations
         doc["gating_violations"] = self.gating_violations
+        doc["set_aside_count"] = self.set_aside_count
         doc["exit_code"] = self.exit_code
         return doc
