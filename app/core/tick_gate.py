@@ -12,6 +12,13 @@ reaches each second. So an honest second oscillator keeps everything on time, a 
 fast one still fires every timer at its second by this worker's clock, and a timer fires
 early only if the oscillator's clock *and* this worker's are both wrong.
 
+A hold is bounded: a tick more than ``max_ahead`` seconds ahead of this worker's clock
+(a forged tick for the year 9999, an oscillator with a broken clock) is not held at all,
+only counted (:attr:`TickGate.too_far_ahead`): held, it would keep that partition firing
+by this worker's clock alone for as long. The worker's tick agent drops such ticks before
+they reach the gate (``KAFKA_TIMERS_TICK_MAX_AHEAD_SECONDS``); the bound here keeps the
+gate's own promise whoever calls it.
+
 Pure logic: the caller passes its clock reading in, so tests drive time by hand.
 """
 
@@ -20,17 +27,26 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
-__all__ = ["TickGate"]
+__all__ = ["MAX_AHEAD_SECONDS", "TickGate"]
+
+#: How far ahead of this worker's clock a tick may be held, by default: an hour.
+MAX_AHEAD_SECONDS = 3600.0
 
 
 class TickGate:
     """Holds, per partition, the newest tick second this worker's clock has not reached."""
 
-    def __init__(self, tolerance: float = 0.0) -> None:
+    def __init__(self, tolerance: float = 0.0, max_ahead: float = MAX_AHEAD_SECONDS) -> None:
         if tolerance < 0:
             raise ValueError("the tick tolerance cannot be negative")
+        if max_ahead < tolerance:
+            raise ValueError("a tick cannot be held for less than the tolerance")
         #: Seconds a tick may run ahead of this worker's clock and still fire at once.
         self.tolerance = tolerance
+        #: Seconds a tick may run ahead of this worker's clock and still be held.
+        self.max_ahead = max_ahead
+        #: Ticks not held because they were further ahead than :attr:`max_ahead`.
+        self.too_far_ahead = 0
         self._held: dict[int, int] = {}
 
     def limit(self, now: float) -> int:
@@ -42,11 +58,15 @@ class TickGate:
 
         A tick this worker's clock has reached is acted on as it is. One from further
         ahead is acted on only up to :meth:`limit` (both clocks agree that second has
-        come); its own second is remembered and released later.
+        come); its own second is remembered and released later. One more than
+        :attr:`max_ahead` ahead is acted on up to :meth:`limit` too, but not held.
         """
         limit = self.limit(now)
         if second <= limit:
             return second, False
+        if second > now + self.max_ahead:
+            self.too_far_ahead += 1
+            return limit, False
         if second > self._held.get(partition, second - 1):
             self._held[partition] = second
         return limit, True

@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import time
-from decimal import Decimal
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -53,6 +52,7 @@ from app.worker.partition_store import (
 from app.worker.request_progress import RequestProgress
 from app.worker.request_reader import RequestReader
 from app.worker.service import TimerService
+from app.worker.tick_intake import TickIntake
 from app.worker.topic_directory import TopicDirectory
 
 __all__ = ["WEB_VIEWS_OFF", "WorkerApp", "build_worker"]
@@ -87,30 +87,6 @@ class WorkerApp:
         self.metrics = metrics
         #: Readiness and liveness, fed by the hooks below (``/readyz``, ``/livez``).
         self.health = health
-
-
-def _tick_second(event: Any) -> int | None:
-    """The second a tick stands for: its key, a decimal epoch second (as in the article)."""
-    key = event.message.key
-    try:
-        return int(Decimal(key.decode())) if key else None
-    except (ArithmeticError, UnicodeDecodeError, ValueError):
-        return None
-
-
-def _tick_origin(event: Any) -> tuple[str, float | None]:
-    """Which oscillator sent a tick, and its clock when it did (epoch seconds).
-
-    Our ticks say both in their JSON value (``oscillator``, ``sent_ms``). Other
-    oscillators (the article's send ``"1"``) fall back to the record timestamp.
-    """
-    stamp = event.message.timestamp
-    try:
-        doc = json.loads(event.value)
-        sent = doc.get("sent_ms")
-        return str(doc["oscillator"]), sent / 1000 if isinstance(sent, int) else stamp
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return "unknown", stamp
 
 
 #: RocksDB memory per partition. Faust's defaults (64 MiB write buffers x3 and a 2 GiB
@@ -205,6 +181,7 @@ def build_worker(
         autodiscover=False,
         loghandlers=[],
     )
+    # Raw bytes: Faust decodes nothing that could raise; app.core.tick_record parses them.
     ticks = app.topic(
         settings.topics.ticks,
         key_serializer="raw",
@@ -226,6 +203,14 @@ def build_worker(
     health = WorkerHealth(settings.liveness_timeout)
     #: The newest tick of each assigned partition, for pacing the tick fetches.
     watch = TickWatch()
+    intake = TickIntake(
+        metrics,
+        watch,
+        max_ahead=settings.tick_max_ahead_seconds,
+        max_sources=settings.tick_max_sources,
+        silence=settings.tick_source_silence_seconds,
+        clock=time.time,
+    )
     policy = settings.request_policy()
     output = OutputProducer(
         confluent_producer(settings, **{"client.id": f"kafka-timers-{settings.worker_id}"}),
@@ -345,28 +330,11 @@ def build_worker(
         # A second's ticks for all partitions arrive together: fire them with one flush.
         # Asleep between seconds (Faust's take_events would wake every 2 ms).
         settled = False
-
-        def whole(events: list[Any]) -> bool:
-            seconds = ((e.message.partition, _tick_second(e)) for e in events)
-            return watch.covers((p, s) for p, s in seconds if s is not None)
-
         async for events in take_events_when_ready(
-            stream, TICK_BATCH, TICK_BATCH_WITHIN, complete=whole
+            stream, TICK_BATCH, TICK_BATCH_WITHIN, complete=intake.whole
         ):
-            ticks = []
-            for event in events:
-                second = _tick_second(event)
-                if second is None:
-                    log.warning(
-                        "ignoring tick without an epoch-second key at %s[%d]@%d",
-                        event.message.topic,
-                        event.message.partition,
-                        event.message.offset,
-                    )
-                    continue
-                message = event.message
-                source, sent = _tick_origin(event)
-                ticks.append((message.partition, second, sent, source))
+            # Every record is read in bounded time, whatever it holds (tick_intake).
+            ticks = intake.read(events)
             watch.ticked((partition, second) for partition, second, _, _ in ticks)
             try:
                 await service.handle_ticks(ticks)

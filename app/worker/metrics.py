@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from app.core.errors import RejectReason
 from app.core.fired import SkipReason
+from app.core.tick_record import TickIgnored
 
 __all__ = ["LATENESS_BUCKETS", "WorkerMetrics", "observe_many"]
 
@@ -146,6 +147,29 @@ class WorkerMetrics:
             "Ticks that arrived before this worker's clock reached their second, per "
             "oscillator: held until it does.",
             ["source"],
+            registry=r,
+        )
+        self.ticks_ignored = Counter(
+            "kafka_timers_ticks_ignored",
+            "Tick records, or parts of them, ignored: no second in the key (no_second), a "
+            "second out of range (out_of_range) or further ahead of this worker's clock "
+            "than it holds ticks for (too_far_ahead): the record; a value too long or too "
+            "deep (bad_value) or a field out of range (bad_field): that part.",
+            ["reason"],
+            registry=r,
+        )
+        for ignored in TickIgnored:
+            self.ticks_ignored.labels(reason=ignored.value)
+        self.tick_sources = Gauge(
+            "kafka_timers_tick_sources",
+            "Tick sources (oscillators) this worker tells apart now: at most "
+            "KAFKA_TIMERS_TICK_MAX_SOURCES, plus other; a source silent for "
+            "KAFKA_TIMERS_TICK_SOURCE_SILENCE_SECONDS is forgotten.",
+            registry=r,
+        )
+        self.tick_sources_other = Counter(
+            "kafka_timers_tick_sources_other",
+            "Ticks counted under the source other: every place for a source of its own was taken.",
             registry=r,
         )
         self.oscillator_ahead = Gauge(

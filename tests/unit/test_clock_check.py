@@ -1,9 +1,18 @@
 import logging
+import random
+import time
 
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from app.core.clock_check import WINDOW, ClockSkewMonitor
+from app.core.clock_check import (
+    LEAD_STALE,
+    LEAD_WINDOW,
+    WINDOW,
+    ClockSkewMonitor,
+    OscillatorLead,
+    WindowExtreme,
+)
 
 
 def monitor_at(now: list[float]) -> tuple[ClockSkewMonitor, CollectorRegistry]:
@@ -80,3 +89,64 @@ def test_a_backlog_after_a_long_silence_is_not_skew(caplog: pytest.LogCaptureFix
             estimate = monitor.observe("osc", now[0] - 0.01)
     assert estimate == pytest.approx(0.01)
     assert not caplog.records
+
+
+# -- constant time per tick, bounded state, silent sources forgotten ----------------
+
+
+def lead_at() -> tuple[OscillatorLead, CollectorRegistry]:
+    registry = CollectorRegistry()
+    gauge = Gauge("lead", "lead", ["source"], registry=registry)
+    return OscillatorLead(gauge, threshold=2.0), registry
+
+
+def test_a_burst_of_ticks_for_one_past_second_costs_constant_time_each() -> None:
+    now = [1000.0]
+    monitor, _ = monitor_at(now)
+    lead, _ = lead_at()
+    started = time.perf_counter()
+    for i in range(100_000):  # a backlog for second 900, read over 2 s
+        now[0] = 1000.0 + i / 50_000
+        monitor.observe("osc", 900.0)
+        lead.observe("osc", 900, now[0])
+    elapsed = time.perf_counter() - started
+    assert elapsed < 5.0, elapsed  # a window scan per tick took minutes
+    assert monitor.observe("osc", 900.0) == pytest.approx(100.0)  # the minimum: the first
+    assert lead.leads()["osc"] == pytest.approx(-100.0)  # the maximum: the first too
+    assert len(lead._sources["osc"].window) <= LEAD_WINDOW + 2
+    assert len(monitor._sources["osc"].window) <= WINDOW + 2
+
+
+@pytest.mark.parametrize("maximum", [False, True])
+def test_the_window_extreme_is_the_extreme_of_the_window(maximum: bool) -> None:
+    rng = random.Random(7)
+    extreme = WindowExtreme(5.0, maximum=maximum)
+    seen: list[tuple[float, float]] = []
+    now = 0.0
+    for _ in range(3000):
+        now += rng.choice((0.01, 0.3, 1.0, 2.5))
+        value = rng.uniform(-10, 10)
+        seen.append((now, value))
+        got = extreme.observe(now, value)
+        # Exact over [now - 5, now], or a value at most a second older (shared entries).
+        pick = max if maximum else min
+        exact = pick(v for t, v in seen if t >= now - 5.0)
+        loose = pick(v for t, v in seen if t >= now - 6.0)
+        assert (exact <= got <= loose) if maximum else (loose <= got <= exact)
+        assert len(extreme) <= 7
+
+
+def test_a_silent_source_is_forgotten_gauge_included() -> None:
+    now = [1000.0]
+    monitor, registry = monitor_at(now)
+    lead, lead_registry = lead_at()
+    monitor.observe("gone", 999.9)
+    lead.observe("gone", 1000, now[0])
+    now[0] += LEAD_STALE + 1
+    monitor.observe("live", now[0] - 0.01)
+    lead.observe("live", int(now[0]), now[0])
+    assert monitor.sources() == ["live"]
+    assert list(lead.leads()) == ["live"]
+    assert registry.get_sample_value("skew", {"source": "gone"}) is None
+    assert lead_registry.get_sample_value("lead", {"source": "gone"}) is None
+    assert registry.get_sample_value("skew", {"source": "live"}) == pytest.approx(0.01)

@@ -64,3 +64,13 @@ def test_forgotten_partitions_release_nothing() -> None:
     gate.admit(1, NOW + 9, NOW)
     gate.forget([0])
     assert gate.release(NOW + 10) == {1: NOW + 9}
+
+
+def test_a_tick_further_ahead_than_max_ahead_is_not_held_and_fires_nothing_early() -> None:
+    gate = TickGate(max_ahead=3600)
+    assert gate.admit(0, 253_402_300_799, NOW + 0.5) == (NOW, False)  # the year 9999
+    assert not gate.holding and gate.too_far_ahead == 1
+    assert gate.admit(0, NOW + 3600, NOW + 0.5) == (NOW, True)  # within the bound: held
+    assert gate.held() == {0: NOW + 3600}
+    with pytest.raises(ValueError):
+        TickGate(tolerance=5, max_ahead=1)
