@@ -23,15 +23,23 @@ Served by the worker's own Faust web server (``KAFKA_TIMERS_WEB_PORT``):
     its first occurrence's second.
 
 Handlers run on the worker's event loop, between ticks, so each is bounded: the
-by-due histogram reads at most :data:`PENDING_SCAN_LIMIT` timers and is cached for a
-second; lookups are point reads. Tokens are never shown: a token authorises a cancel,
-and the page has no authentication of its own.
+by-due histogram reads at most :data:`PENDING_SCAN_LIMIT` timers and the snapshot is
+cached for a second, encoded; ``/timers/next`` serves the first :data:`NEXT_MAX` timers
+read and encoded at most once a second (so a listing may be up to a second old), cut at
+:data:`NEXT_MAX_BYTES`; lookups are point reads. All three spend from one
+:class:`~app.status.admission.LoopBudget` (:data:`HEAVY_SHARE` of the loop): past it
+they answer 503 with ``Retry-After: 1`` at once, so no number of concurrent requests
+can hold the loop the timers fire on. Tokens are never shown: a token authorises a
+cancel, and the page has no authentication of its own.
 """
 
 from __future__ import annotations
 
 import base64
+import bisect
 import hmac
+import itertools
+import json
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -40,6 +48,7 @@ from typing import Any
 
 from app.core.timer import Timer
 from app.settings import Settings
+from app.status.admission import LoopBudget
 from app.status.cli import status_main
 from app.status.model import (
     PartitionScan,
@@ -51,11 +60,14 @@ from app.status.model import (
     read_sample,
     store_keys_summary,
 )
+from app.worker.descriptors import exit_if_out_of_descriptors
 from app.worker.metrics import WorkerMetrics
 from app.worker.service import TimerService
 
 __all__ = [
+    "HEAVY_SHARE",
     "NEXT_MAX",
+    "NEXT_MAX_BYTES",
     "PENDING_SCAN_LIMIT",
     "StatusCollector",
     "register_status_views",
@@ -71,6 +83,15 @@ PARTITION_SCAN_FLOOR = 200
 NEXT_MAX = 1000
 #: How long a computed snapshot is served again (several open pages cost one scan).
 SNAPSHOT_TTL = 1.0
+#: How long the next-due listing is served again before the wheels are read anew.
+NEXT_TTL = 1.0
+#: Largest ``/timers/next`` body: a listing is cut short there (``"truncated": true``).
+#: A timer's key is up to the payload limit, so 1,000 of them could be a gigabyte.
+NEXT_MAX_BYTES = 1024**2
+#: Share of the event loop the store-reading views may take (50 ms a second), and the
+#: most they may save up while idle.
+HEAVY_SHARE = 0.05
+HEAVY_BURST = 0.05
 #: The page's files, in ``app/status/static/``, with the content type each is served as.
 STATIC_FILES = {
     "status.html": "text/html",
@@ -163,6 +184,9 @@ class StatusCollector:
         self._clock = clock
         self.history = SampleHistory()
         self._cached: tuple[float, dict[str, Any]] | None = None
+        self._cached_body: bytes | None = None
+        #: When read, each timer's JSON, and where each ends in a joined listing.
+        self._next: tuple[float, list[bytes], list[int]] | None = None
         self.sample()
 
     def sample(self) -> None:
@@ -219,12 +243,37 @@ class StatusCollector:
             **request_lag(self._metrics),
         }
         self._cached = (mono, data)
+        self._cached_body = None
         return data
+
+    def snapshot_body(self) -> bytes:
+        """:meth:`snapshot`, JSON-encoded once per snapshot."""
+        data = self.snapshot()
+        if self._cached_body is None:
+            self._cached_body = json.dumps(data).encode()
+        return self._cached_body
 
     def next_due(self, n: int) -> list[dict[str, Any]]:
         """The next ``n`` pending timers of this worker, in due order (reads about ``n``)."""
         iterators = {p: wheel.iter_pending(0) for p, wheel in self._service.wheels().items()}
         return [timer_json(p, t) for p, t in merge_sorted_dues(iterators, n)]
+
+    def next_due_body(self, n: int) -> bytes:
+        """``/timers/next?n=``: the next ``n`` pending timers as JSON, from a listing of
+        the first :data:`NEXT_MAX` read at most every :data:`NEXT_TTL` seconds, cut at
+        :data:`NEXT_MAX_BYTES`."""
+        mono = time.monotonic()
+        if self._next is None or mono - self._next[0] >= NEXT_TTL:
+            parts = [json.dumps(doc).encode() for doc in self.next_due(NEXT_MAX)]
+            ends = list(itertools.accumulate(len(part) + 1 for part in parts))
+            self._next = (mono, parts, ends)
+        _, parts, ends = self._next
+        wanted = min(n, len(parts))
+        fits = bisect.bisect_right(ends, NEXT_MAX_BYTES, hi=wanted)
+        head = {"worker": self._settings.worker_id, "truncated": fits < wanted}
+        return b"".join(
+            (json.dumps(head)[:-1].encode(), b', "timers": [', b",".join(parts[:fits]), b"]}")
+        )
 
     def lookup(self, timer_id: str) -> dict[str, Any] | None:
         """State of ``timer_id`` on the partitions this worker holds, or ``None``."""
@@ -265,6 +314,26 @@ def register_status_views(
     collector = StatusCollector(
         service, metrics, settings, _held_partitions(app, service, settings.topics.ticks)
     )
+    budget = LoopBudget(HEAVY_SHARE, HEAVY_BURST)
+
+    def busy(view: Any) -> Any:
+        return view.json(
+            {"error": "busy: this worker's web views are at their share of its event loop"},
+            status=503,
+            headers={"Retry-After": "1"},
+        )
+
+    def heavy(view: Any, work: Callable[[], bytes]) -> Any:
+        """``work``'s JSON body, if the loop budget admits it; else 503 at once."""
+        if not budget.admit():
+            return busy(view)
+        try:
+            with budget.spend():
+                body = work()
+        except Exception as exc:
+            exit_if_out_of_descriptors(exc, "a web view")
+            raise
+        return view.bytes(body, content_type="application/json")
 
     @app.timer(SAMPLE_INTERVAL, name="kafka_timers_status_sample")  # type: ignore[untyped-decorator,misc]
     async def sample_counters() -> None:
@@ -286,7 +355,7 @@ def register_status_views(
     status_page = serve("status.html")
 
     async def status_data(view: Any, request: Any) -> Any:
-        return view.json(collector.snapshot())
+        return heavy(view, collector.snapshot_body)
 
     def refused(view: Any, request: Any) -> Any | None:
         """The answer refusing ``request`` if it lacks the operator's credential."""
@@ -318,12 +387,19 @@ def register_status_views(
             return view.json({"error": f"n must be a whole number, got {raw!r}"}, status=400)
         if not 1 <= n <= NEXT_MAX:
             return view.json({"error": f"n must be between 1 and {NEXT_MAX}"}, status=400)
-        return view.json({"worker": settings.worker_id, "timers": collector.next_due(n)})
+        return heavy(view, lambda: collector.next_due_body(n))
 
     async def timer_by_id(view: Any, request: Any, timer_id: str) -> Any:
         if (answer := refused(view, request)) is not None:
             return answer
-        found = collector.lookup(timer_id)
+        if not budget.admit():
+            return busy(view)
+        try:
+            with budget.spend():
+                found = collector.lookup(timer_id)
+        except Exception as exc:
+            exit_if_out_of_descriptors(exc, "a web view")
+            raise
         if found is None:
             return view.json(
                 {

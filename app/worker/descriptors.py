@@ -53,8 +53,8 @@ ROCKSDB_OTHER_FILES = 8
 #: Everything that is neither RocksDB nor a web connection: the Kafka clients' sockets
 #: (Faust's consumer and producer, the request reader, the output producer, the
 #: changelog catch-up, the lag reader; one per broker each), the event loop, the
-#: threads' pipes, the log, the metrics port, Python's own. A worker measured 57 here
-#: (8 partitions, one broker, before any web connection); several brokers take more.
+#: threads' pipes, the log, the metrics port, Python's own. A worker measured 82 here
+#: (8 partitions, one broker, firing, no web connection); several brokers take more.
 BASE_DESCRIPTORS = 160
 #: Exit status when descriptors run out: :class:`SystemicFailure`'s (EX_SOFTWARE).
 EXIT_OUT_OF_DESCRIPTORS = SystemicFailure.exit_status

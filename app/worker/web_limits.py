@@ -40,9 +40,12 @@ __all__ = ["CappedTCPSite", "ConnectionCap", "install_web_limits"]
 
 log = logging.getLogger(__name__)
 
-#: Connections waiting in the kernel to be accepted (the listen backlog) and taken per
-#: readiness of the listening socket.
+#: Connections waiting in the kernel to be accepted (the listen backlog).
 BACKLOG = 128
+#: Most connections accepted (or refused) per turn of the event loop: a burst of
+#: connections is taken a few at a time between the timers' own steps, the rest waits
+#: in the kernel's backlog.
+ACCEPT_BATCH = 16
 #: What a connection over the cap is told before it is closed.
 REFUSAL = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
@@ -152,7 +155,7 @@ class CappedTCPSite(BaseSite):
         server = self._runner.server
         if server is None:
             return
-        for _ in range(BACKLOG):
+        for _ in range(ACCEPT_BATCH):
             try:
                 conn, _addr = self._sock.accept()
             except (BlockingIOError, InterruptedError):
