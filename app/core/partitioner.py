@@ -11,6 +11,8 @@ Pure arithmetic, no Kafka client: :mod:`app.core` stays importable everywhere.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 __all__ = ["murmur2", "partition_for"]
 
 _SEED = 0x9747B28C
@@ -43,8 +45,21 @@ def murmur2(data: bytes) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+_c_murmur2: Callable[[bytes, int], int] | None
+try:  # the same function in C: every request the worker reads is placed by it
+    from murmurhash2 import murmurhash2 as _c_murmur2
+except ImportError:  # pragma: no cover - the dependency is declared; Python is the fallback
+    _c_murmur2 = None
+
+
+def _fast_murmur2(data: bytes) -> int:
+    """:func:`murmur2`, from the C extension where it is installed (equal on every input:
+    tests/unit/test_partitioner.py), as an unsigned 32-bit int or a signed one."""
+    return _c_murmur2(data, _SEED) if _c_murmur2 is not None else murmur2(data)
+
+
 def partition_for(key: bytes, partitions: int) -> int:
     """The partition a record keyed ``key`` lands on among ``partitions``."""
     if partitions < 1:
         raise ValueError(f"a topic has at least one partition, not {partitions}")
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
+    return (_fast_murmur2(key) & 0x7FFFFFFF) % partitions

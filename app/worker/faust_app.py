@@ -243,6 +243,7 @@ def build_worker(
         tick_tolerance_seconds=settings.tick_tolerance_seconds,
         late_policy=settings.default_late_policy(),
         topics=TopicDirectory(output.topic_names),
+        request_partitions=settings.partition_count,
     )
 
     async def handle_request_batch(records: list[RawRecord]) -> None:

@@ -123,6 +123,13 @@ class WorkerMetrics:
         )
         for dropped in ("duplicate", "cancelled_earlier"):
             self.dropped.labels(reason=dropped)
+        self.forwarded = Counter(
+            "kafka_timers_requests_forwarded",
+            "Requests read on a partition other than their timer id's owner and forwarded "
+            "there (a producer whose partitioner is not murmur2 of the id, or that keys by "
+            "something else).",
+            registry=r,
+        )
         self.cancels_in_advance = Gauge(
             "kafka_timers_cancels_in_advance",
             "Cancels remembered for ids with no timer yet, per partition: capped (see "

@@ -20,6 +20,7 @@ from app.core.budget import DEFAULT_MAX_RECORD_BYTES, fits, record_bytes
 from app.core.errors import RejectReason, SystemicFailure
 from app.core.fired import FiredRecord, SkipReason, fired_json, json_string
 from app.core.request_format import RawRecord
+from app.core.routing import HOP_HEADER, hop_value
 from app.core.timer import Timer
 
 __all__ = ["DeliveryFailure", "Output", "OutputProducer", "TransactionAborted"]
@@ -72,6 +73,8 @@ class Output(Protocol):
     def dead_letter(self, record: RawRecord, reason: RejectReason, detail: str) -> None: ...
 
     def dead_letter_timer(self, timer: Timer, reason: RejectReason, detail: str) -> None: ...
+
+    def forward(self, record: RawRecord, partition: int) -> None: ...
 
     def changelog(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None: ...
 
@@ -155,10 +158,13 @@ class OutputProducer:
         partition: int | None = None,
         headers: HeaderList | None = None,
         on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+        timestamp_ms: int | None = None,
     ) -> None:
         kwargs: dict[str, Any] = {"key": key, "value": value}
         if partition is not None:
             kwargs["partition"] = partition
+        if timestamp_ms is not None:
+            kwargs["timestamp"] = timestamp_ms
         if headers:
             kwargs["headers"] = headers
         if on_delivery is not None:
@@ -329,6 +335,27 @@ class OutputProducer:
         ]
         self._produce(self._dlq_topic, timer.value, timer.key, headers=headers)
 
+    def forward(self, record: RawRecord, partition: int) -> None:
+        """Copy a request to ``partition`` of its topic, the one that owns its timer id:
+        the same key, value, headers and timestamp, and ``timer-hop`` naming where it was
+        read (:mod:`app.core.routing`). Needed durable like a changelog record: the
+        request's offset is committed with the unit, so a copy the broker refused fails
+        the unit instead of losing the request."""
+        headers: HeaderList = [*record.headers, (HOP_HEADER, hop_value(record))]
+        self._produce(
+            record.topic,
+            record.value,
+            record.key,
+            partition=partition,
+            headers=headers,
+            on_delivery=self._needed_delivered,
+            timestamp_ms=record.timestamp_ms,
+        )
+
+    def _needed_delivered(self, err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            self._changelog_errors.append(str(err))
+
     def changelog(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
         """Write one table change to the changelog partition that mirrors ``partition``.
 
@@ -372,7 +399,8 @@ class OutputProducer:
             raise DeliveryFailure(f"{remaining} records not acknowledged within {timeout}s")
         if self._changelog_errors:
             raise DeliveryFailure(
-                f"the broker refused a changelog record: {self._changelog_errors[0]}"
+                f"the broker refused a changelog record or a forwarded request: "
+                f"{self._changelog_errors[0]}"
             )
 
     async def flush(self, timeout: float = 60.0) -> None:

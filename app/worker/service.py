@@ -24,7 +24,8 @@ from app.core.firing import StepKind, next_occurrence, plan
 from app.core.keys import BOOKKEEPING, REQUEST_OFFSET
 from app.core.late import DEFAULT_POLICY, LatePolicy
 from app.core.policy import RequestPolicy
-from app.core.request_format import RawRecord, parse_request
+from app.core.request_format import RawRecord, derived_id, parse_request
+from app.core.routing import check_forwardable, owner_of, without_hop
 from app.core.tick_gate import TickGate
 from app.core.timer import Cancel, Timer
 from app.core.wheel import (
@@ -101,8 +102,12 @@ class TimerService:
         max_cancels_in_advance: int = DEFAULT_MAX_CANCELS_IN_ADVANCE,
         max_topic_labels: int = DEFAULT_MAX_TOPIC_LABELS,
         topics: TopicDirectory | None = None,
+        request_partitions: int | None = None,
     ) -> None:
         self._policy = policy
+        #: The request topic's partition count: a request read on a partition other than
+        #: its id's owner is forwarded there (app.core.routing). None: applied where read.
+        self._request_partitions = request_partitions
         #: Which callback topics exist (None: not checked, as in unit tests).
         self._topics = topics
         #: Callback topics found missing when the current tick's timers were looked up.
@@ -227,6 +232,7 @@ class TimerService:
         pending_delta = dict.fromkeys(parts, 0)
         check = self._policy.check
         max_record = self._output.max_record_bytes
+        routed = self._request_partitions
         self._output.begin()
         # The batch's local writes reach each partition's store as one write (one
         # RocksDB WriteBatch: well under a microsecond a key, where a put costs about 2),
@@ -246,7 +252,15 @@ class TimerService:
                 # raises, the record is dead-lettered and the next one is read, unless
                 # the system itself is failing (app.worker.isolation draws the line).
                 try:
+                    if record.headers:
+                        record = without_hop(record)
                     request = parse_request(record, now)
+                    if (
+                        routed
+                        and owner_of(request.id, routed) != record.partition
+                        and self._forwarded(part, record, request)
+                    ):
+                        continue
                     if isinstance(request, Cancel):
                         self._cancel(part, record, request)
                         continue
@@ -318,6 +332,22 @@ class TimerService:
         for p, part in parts.items():
             self._export_keys(p, part)
         return rest
+
+    def _forwarded(self, part: _Partition, record: RawRecord, request: Timer | Cancel) -> bool:
+        """Forward ``request``, read off its id's owner partition, to the owner; False
+        when it stays: a JSON request without an id, or an id this partition still holds
+        pending (see :mod:`app.core.routing`)."""
+        if request.id == derived_id(record):
+            return False
+        held = part.wheel.lookup(request.id)
+        if held is not None and held[0] == "pending":
+            return False
+        assert self._request_partitions is not None
+        owner = owner_of(request.id, self._request_partitions)
+        check_forwardable(record, self._output.max_record_bytes)
+        self._output.forward(record, owner)
+        self._metrics.forwarded.inc()
+        return True
 
     def _dropped(self, record: RawRecord, timer: Timer, outcome: Scheduled) -> None:
         """Count (``kafka_timers_dropped_total{reason}``) and log a request not stored."""

@@ -8,6 +8,7 @@ from collections import Counter
 
 from app.client import TimerClient
 from app.core import protowire
+from app.core.partitioner import partition_for
 from app.dev.stack import wait_until_firing
 from app.kafka.records import TopicReader
 from tests.support.stack import Stack, fired_ids
@@ -103,11 +104,13 @@ def test_with_two_workers_every_partition_gets_its_ticks(stack: Stack) -> None:
     due = int(time.time()) + 3
     producer = stack.producer()
     partitions = range(stack.settings.partitions)
-    for p in partitions:  # one timer pinned to every partition of the request topic
+    # One timer owned by every partition (a timer lives where its id's murmur2 puts it).
+    owned = {partition_for(f"id-{n}".encode(), len(partitions)): f"id-{n}" for n in range(200)}
+    for p in partitions:
         value = protowire.encode(
-            protowire.Future(callback_topic=topic, callback=b"x", id=f"p{p}", due=due)
+            protowire.Future(callback_topic=topic, callback=b"x", id=owned[p], due=due)
         )
-        producer.produce(stack.settings.topics.requests, value, f"p{p}".encode(), partition=p)
+        producer.produce(stack.settings.topics.requests, value, owned[p].encode(), partition=p)
     producer.flush(10)
     with stack.reader(topic) as reader:
         reader.wait_for(lambda rs: len(set(fired_ids(rs))) == len(partitions), FIRE_TIMEOUT)

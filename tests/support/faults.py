@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from confluent_kafka import Producer
 
 from app.core import protowire
+from app.core.routing import owner_of
 from app.core.fired import FiredKind, FiredRecord
 from app.dev.stack import ServiceProcess
 from app.kafka.config import confluent_producer
@@ -70,8 +71,9 @@ def schedule_spread(
 ) -> dict[str, Planned]:
     """Schedule ``count`` timers due evenly from ``first_due`` to ``last_due`` (inclusive).
 
-    Requests are produced with librdkafka straight to explicit partitions (round robin),
-    so the test knows each timer's partition without trusting a partitioner. Each
+    Requests are produced with librdkafka straight to the partition that owns each id
+    (a request elsewhere would be forwarded there: app.core.routing), computed here, so
+    the test knows each timer's partition without trusting a producer's partitioner. Each
     callback's key is ``p<partition>``: all callbacks of one table partition land on one
     callback partition, in the order the worker produced them, so per-partition firing
     order can be read back.
@@ -82,7 +84,7 @@ def schedule_spread(
     for i in range(count):
         timer_id = f"{prefix}{i:05d}"
         due = first_due + i * span // count
-        partition = i % settings.partitions
+        partition = owner_of(timer_id, settings.partitions)
         value = protowire.encode(
             protowire.Future(
                 callback_topic=callback_topic,

@@ -38,6 +38,8 @@ class Produced:
     dead_letters: list[tuple[bytes | None, RejectReason, str]] = field(default_factory=list)
     dead_timers: list[tuple[str, RejectReason]] = field(default_factory=list)
     changelog: list[tuple[int, bytes, bytes | None]] = field(default_factory=list)
+    #: Requests forwarded to their owner partition: (record, owner partition).
+    forwarded: list[tuple[RawRecord, int]] = field(default_factory=list)
 
 
 class FakeOutput:
@@ -94,6 +96,9 @@ class FakeOutput:
     def dead_letter_timer(self, timer: Timer, reason: RejectReason, detail: str) -> None:
         self.pending.dead_timers.append((timer.id, reason))
 
+    def forward(self, record: RawRecord, partition: int) -> None:
+        self.pending.forwarded.append((record, partition))
+
     def changelog(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
         assert topic == CHANGELOG
         self.pending.changelog.append((partition, key, value))
@@ -112,6 +117,7 @@ class FakeOutput:
             "dead_letters",
             "dead_timers",
             "changelog",
+            "forwarded",
         ):
             getattr(self.durable, name).extend(getattr(self.pending, name))
         self.durable.coalesced.update(self.pending.coalesced)

@@ -150,6 +150,8 @@ def meant(future: protowire.Future, record: RawRecord) -> Timer | Cancel | Rejec
         return Cancel(future.id, future.token or "") if future.id else RejectReason.MALFORMED
     if future.action != protowire.ACTION_SCHEDULE:
         return RejectReason.UNKNOWN_FORMAT
+    if any(name.lower().startswith(("timer-", "scheduler-")) for name, _ in future.headers):
+        return RejectReason.RESERVED_HEADER  # the service's own headers (issue 22)
     due = future.due
     if due is None:
         try:

@@ -46,3 +46,16 @@ def test_partition_is_the_positive_hash_modulo_the_count() -> None:
     assert {partition_for(str(i).encode(), 8) for i in range(200)} == set(range(8))
     with pytest.raises(ValueError, match="at least one partition"):
         partition_for(b"21", 0)
+
+
+def test_the_c_murmur2_the_worker_places_requests_with_is_the_same_function() -> None:
+    from app.core import partitioner
+
+    assert partitioner._c_murmur2 is not None, "murmurhash2 is a dependency: install it"
+    rng = random.Random(11)
+    for length in range(0, 200):
+        for _ in range(10):
+            data = rng.randbytes(length)
+            assert partitioner._fast_murmur2(data) & 0xFFFFFFFF == murmur2(data) & 0xFFFFFFFF
+    for key, expected in JAVA_MURMUR2.items():
+        assert partitioner._fast_murmur2(key) & 0xFFFFFFFF == expected & 0xFFFFFFFF

@@ -93,7 +93,9 @@ def test_all_far_behind_folds_the_backlog_in_one_step_and_delivers_at_most_the_b
     timer = behind(every=1)  # every second since 1970: 1.7 billion occurrences due
     through = int(NOW)
     p, seconds = timed_plan(timer, through, FIRE_ALL)
-    assert seconds < 0.02  # ~1,000 occurrences of plain Python, whatever the backlog
+    # ~1,000 occurrences of plain Python (ms), whatever the backlog: a walk of the
+    # backlog would take hours. A loose bound: this machine may be busy.
+    assert seconds < 1.0
     fold, *delivered = p.steps
     assert fold.kind is StepKind.FOLD
     assert fold.timer.due == through - MAX_CATCH_UP_SECONDS - 1  # everything older
@@ -119,7 +121,7 @@ def test_a_cron_series_far_behind_walks_a_bounded_number_per_tick() -> None:
     through = int(NOW)
     for policy in (FIRE_ALL, DEFAULT_POLICY):
         p, seconds = timed_plan(timer, through, policy)
-        assert seconds < 0.02  # CRON_WALK_PER_TICK cronsim steps
+        assert seconds < 1.0  # CRON_WALK_PER_TICK cronsim steps (ms), not a day of them
         assert [s.kind for s in p.steps] == [StepKind.FOLD]
         fold = p.steps[0]
         assert CRON_WALK_PER_TICK - 1 <= fold.coalesced <= CRON_WALK_PER_TICK

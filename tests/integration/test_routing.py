@@ -1,0 +1,129 @@
+"""Requests meet by id whatever partition they land on (issue 28), on real processes.
+
+Timers are scheduled by confluent-kafka's default producer (librdkafka's
+``consistent_random``: CRC32 of the key), keyed by the id or by a business key, by a
+producer naming a partition the id's murmur2 would not choose, and by ``TimerClient``,
+mixed. Every cancel with the right token sent by ``TimerClient`` is answered
+``cancelled`` and its callback never comes; every reschedule replaces (one callback, the
+new version); ``kafka-timers get`` tells the truth afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import zlib
+from typing import Any
+
+from confluent_kafka import Producer
+
+from app.client import CancelOutcome
+from app.core.routing import owner_of
+from app.kafka.config import confluent_common
+from tests.integration.test_cancel_answers import firing_client, get
+from tests.support.probes import start_probed
+from tests.support.stack import Stack, fired_ids
+from tests.support.waiting import wait_until
+
+
+def librdkafka_default_partition(key: bytes, partitions: int) -> int:
+    """Where librdkafka's default partitioner puts a keyed record (CRC32 of the key)."""
+    return zlib.crc32(key) % partitions
+
+
+def test_requests_from_any_producer_meet_by_id(stack: Stack) -> None:
+    settings = stack.settings
+    topic = stack.callback_topic(f"routed-{settings.app_id}")
+    stack.oscillator()
+    worker = start_probed(stack, "worker", "routing-worker")
+    client = firing_client(stack, topic)
+    # The default confluent-kafka producer: no partitioner set, so librdkafka's own.
+    plain = Producer(confluent_common(settings))
+    n = settings.partitions
+
+    def json_request(timer_id: str, due: int, **fields: Any) -> bytes:
+        body = {"id": timer_id, "topic": topic, "value": f"{timer_id}@{due}", "token": "tok"}
+        return json.dumps({**body, "at": due, **fields}).encode()
+
+    # Ids whose CRC32 placement differs from their owner: these requests land elsewhere.
+    ids = [f"order-{i}" for i in range(400)]
+    astray = [i for i in ids if librdkafka_default_partition(i.encode(), n) != owner_of(i, n)]
+    assert len(astray) > 40
+    due_far = int(time.time()) + 600
+    cancelled: list[str] = []
+    for timer_id in astray[:10]:  # keyed by id, librdkafka's placement
+        plain.produce(settings.topics.requests, json_request(timer_id, due_far), timer_id.encode())
+        cancelled.append(timer_id)
+    for k, timer_id in enumerate(astray[10:20]):  # keyed by a business key
+        plain.produce(settings.topics.requests, json_request(timer_id, due_far), b"customer-%d" % k)
+        cancelled.append(timer_id)
+    for timer_id in astray[20:30]:  # produced to a partition murmur2 would not choose
+        wrong = (owner_of(timer_id, n) + 1) % n
+        plain.produce(settings.topics.requests, json_request(timer_id, due_far), partition=wrong)
+        cancelled.append(timer_id)
+    for timer_id in ids[-10:]:  # and the project's own client
+        client.schedule(topic, b"x", at=due_far, timer_id=timer_id, token="tok")
+        cancelled.append(timer_id)
+    assert plain.flush(10) == 0
+    client.flush()
+
+    # Each cancel, sent by TimerClient to the owner, meets its timer.
+    outcomes = {timer_id: client.cancel(timer_id, "tok", wait=30) for timer_id in cancelled}
+    assert set(outcomes.values()) == {CancelOutcome.CANCELLED}, outcomes
+
+    # Reschedules: the first version from a producer that places it elsewhere, the second
+    # from TimerClient (at the owner), once the first is stored.
+    soon = int(time.time()) + 6
+    rescheduled = astray[30:40]
+    for timer_id in rescheduled:
+        plain.produce(settings.topics.requests, json_request(timer_id, soon), timer_id.encode())
+    assert plain.flush(10) == 0
+
+    def stored(timer_id: str) -> bool:
+        _, shown, _ = get(settings, timer_id, worker.web)
+        return shown.get("state") == "pending" and shown.get("due") == soon
+
+    for timer_id in rescheduled:
+        wait_until(lambda t=timer_id: stored(t), 30, f"{timer_id} stored at its owner")
+    later = soon + 2
+    for timer_id in rescheduled:
+        client.schedule(topic, f"{timer_id}@{later}".encode(), at=later, timer_id=timer_id)
+    client.flush()
+    # And one cancel produced by the plain producer keyed by a business key, on the
+    # timer's wrong partition: forwarded, it cancels too.
+    stray_cancel = astray[40]
+    plain.produce(settings.topics.requests, json_request(stray_cancel, soon), stray_cancel.encode())
+    assert plain.flush(10) == 0
+    wait_until(
+        lambda: get(settings, stray_cancel, worker.web)[1].get("state") == "pending", 30, "stored"
+    )
+    cancel = json.dumps({"cancel": stray_cancel, "token": "tok"}).encode()
+    plain.produce(settings.topics.requests, cancel, b"customer-x")
+    assert plain.flush(10) == 0
+
+    with stack.reader(topic) as reader:
+        records = reader.wait_for(lambda rs: set(fired_ids(rs)) >= set(rescheduled), 60)
+        # A marker due after everything else: once it fired, nothing more is coming.
+        marker = client.schedule(topic, b"marker", at=later + 2)
+        client.flush()
+        records = reader.wait_for(lambda rs: marker.id in fired_ids(rs), 60)
+    fired = [r for r in records if r.header("timer-id") != marker.id.encode()]
+    by_id: dict[str, list[bytes]] = {}
+    for record in fired:
+        by_id.setdefault((record.header("timer-id") or b"").decode(), []).append(
+            record.value or b""
+        )
+    ours = set(cancelled) | set(rescheduled) | {stray_cancel}  # not the client's probes
+    assert set(by_id) & ours == set(rescheduled), "a cancelled timer fired, or one never came"
+    for timer_id in rescheduled:
+        assert by_id[timer_id] == [f"{timer_id}@{later}".encode()], "both versions fired"
+
+    # `get` tells the truth afterwards: cancelled ones cancelled, rescheduled ones fired.
+    for timer_id in [*cancelled[::7], stray_cancel]:
+        _, shown, _ = get(settings, timer_id, worker.web)
+        assert shown["state"] == "cancelled", (timer_id, shown)
+    for timer_id in rescheduled[:3]:
+        _, shown, _ = get(settings, timer_id, worker.web)
+        assert shown["state"] == "fired" and shown["due"] == later, (timer_id, shown)
+    assert client.cancel(rescheduled[0], "tok", wait=30) is CancelOutcome.ALREADY_FIRED
+    client.close()
