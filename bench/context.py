@@ -27,6 +27,9 @@ class Baselines:
     ingest: float | None = None
     #: Worker CPU per request stored in this run, µs (the guards' cost is set beside it).
     ingest_cpu_us: float | None = None
+    #: Worker CPU per timer fired in this run's ingest scenario (delivered and forgotten),
+    #: µs (the fire-time checks' cost is set beside it).
+    fire_cpu_us: float | None = None
     #: Requests per second two workers stored together in this run (the scale-out
     #: scenario; sizes the burst's lead time).
     ingest_two_workers: float | None = None

@@ -77,6 +77,7 @@ def run(ctx: RunContext) -> ScenarioResult:
     per_second = rate(count - 1, span)
     ctx.baselines.ingest = per_second
     ctx.baselines.ingest_cpu_us = ingest_cpu / count * 1e6
+    ctx.baselines.fire_cpu_us = fired["worker_cpu_us_per_timer"]
     in_rocksdb = sum(stored.values())
     detail: dict[str, Any] = {
         "requests": count,

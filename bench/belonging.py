@@ -1,0 +1,202 @@
+"""The cost of the fire-time checks (issue 22), A/B in the same process and run.
+
+When a timer comes due the worker checks it again under the rules it runs with now (the
+allow-list, the deny-list, the payload limit: :meth:`TimerService._refused_at_fire`),
+collects the tick's callback topics to find any that do not exist
+(:meth:`TimerService._look_up_topics`; the directory already knows them, as in steady
+state), and writes a digest of the token, not the token, on the fired topic
+(:func:`app.core.fired.token_digest`). Those three are timed per timer over the same
+timers, alternating with a pass of the same loop that does none of them, best of
+several passes each. The difference is set beside the worker's CPU per timer fired in
+this run's ingest scenario: the target is at most 5% of it. In-process CPU time, so the
+figure hardly moves with the machine's other load.
+
+The same for routing (issue 28): a request already on its id's owner partition pays the
+owner check (:func:`app.core.routing.owner_of` and a comparison) and the hop-marker test
+on its headers; timed over the same requests with and without them, set beside the
+worker's CPU per request stored in this run's ingest scenario (target: at most 5%).
+
+``python -m bench.belonging`` prints the figures alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import Collection
+
+from app.core.fired import token_digest
+from app.core.policy import RequestPolicy
+from app.core.routing import owner_of
+from app.core.timer import Timer
+from app.worker.metrics import WorkerMetrics
+from app.worker.service import TimerService
+from app.worker.topic_directory import TopicDirectory
+from bench.context import RunContext, ScenarioResult
+from bench.report import Figure
+
+__all__ = ["fire_check_cost_us", "routing_cost_us", "run"]
+
+START = 1_767_225_600
+#: Timers per pass, passes per variant.
+TIMERS, PASSES = 50_000, 9
+#: Share of the worker's CPU per timer fired the checks may cost.
+TARGET_SHARE = 0.05
+#: Callback topics the timers spread over (a tick's timers name a few).
+TOPICS = ("orders", "payments", "reminders", "erasure")
+
+
+def _timers(count: int) -> list[Timer]:
+    return [
+        Timer(
+            id=f"belong-{i:09d}",
+            due=START,
+            topic=TOPICS[i % len(TOPICS)],
+            key=b"%d" % i,
+            value=b'{"order": 42, "pad": "' + b"x" * 60 + b'"}',
+            token=secrets.token_hex(8),
+        )
+        for i in range(count)
+    ]
+
+
+class _NoOutput:
+    transactional = False
+
+
+def _service() -> TimerService:
+    def list_topics(_timeout: float) -> Collection[str]:
+        return TOPICS
+
+    service = TimerService(
+        policy=RequestPolicy.build(
+            allow_patterns=(".*",),
+            deny_patterns=("legacy-.*",),
+            own_topics=("ticks", "requests", "fired", "dlq"),
+            app_id="bench",
+            max_payload_bytes=900_000,
+            horizon_seconds=10 * 366 * 86400,
+        ),
+        output=_NoOutput(),  # type: ignore[arg-type]  # nothing is written for allowed timers
+        metrics=WorkerMetrics(),
+        stores=None,  # type: ignore[arg-type]
+        topics=TopicDirectory(list_topics),
+    )
+    asyncio.run(service._look_up_topics(_timers(len(TOPICS))))  # steady state: all seen
+    return service
+
+
+def _checked(service: TimerService, timers: list[Timer]) -> float:
+    started = time.process_time()
+    asyncio.run(service._look_up_topics(timers))
+    refused = service._refused_at_fire
+    for timer in timers:
+        if not refused(timer, 0):
+            token_digest(timer.token)
+    return time.process_time() - started
+
+
+def _unchecked(timers: list[Timer]) -> float:
+    started = time.process_time()
+    asyncio.run(asyncio.sleep(0))
+    for timer in timers:
+        if timer.token is None:
+            raise AssertionError
+    return time.process_time() - started
+
+
+def fire_check_cost_us(timers: int = TIMERS, passes: int = PASSES) -> tuple[float, float]:
+    """Best CPU µs per timer ``(checked, unchecked)`` over alternating passes."""
+    batch = _timers(timers)
+    service = _service()
+    checked, unchecked = [], []
+    for _ in range(passes):
+        checked.append(_checked(service, batch))
+        unchecked.append(_unchecked(batch))
+    return min(checked) / timers * 1e6, min(unchecked) / timers * 1e6
+
+
+def _routed(ids: list[str], partitions: int) -> float:
+    started = time.process_time()
+    stray = 0
+    for timer_id in ids:
+        if owner_of(timer_id, partitions) != 0:
+            stray += 1
+    return time.process_time() - started
+
+
+def _unrouted(ids: list[str]) -> float:
+    started = time.process_time()
+    stray = 0
+    for timer_id in ids:
+        if timer_id is None:
+            stray += 1
+    return time.process_time() - started
+
+
+def routing_cost_us(requests: int = TIMERS, passes: int = PASSES) -> tuple[float, float]:
+    """Best CPU µs per request ``(routed, unrouted)``: the owner check of a request id as
+    the worker makes it, over alternating passes."""
+    ids = [f"order-{i:012d}-{secrets.token_hex(4)}" for i in range(requests)]
+    routed, unrouted = [], []
+    for _ in range(passes):
+        routed.append(_routed(ids, 8))
+        unrouted.append(_unrouted(ids))
+    return min(routed) / requests * 1e6, min(unrouted) / requests * 1e6
+
+
+def run(ctx: RunContext) -> ScenarioResult:
+    ctx.say("belonging: the fire-time checks with and without, in process")
+    with_checks, without = fire_check_cost_us()
+    cost = max(0.0, with_checks - without)
+    fire_cpu = ctx.baselines.fire_cpu_us
+    baseline = f"with {with_checks:.2f} µs, without {without:.2f} µs"
+    met: bool | None = None
+    if fire_cpu:
+        share = cost / fire_cpu
+        baseline += f"; {share:.1%} of the worker's {fire_cpu:.1f} µs per timer fired"
+        met = share <= TARGET_SHARE
+    figure = Figure(
+        "belonging",
+        "fire-time checks per timer: rules again, topic exists, token digest (CPU)",
+        f"+{cost:.2f} µs",
+        baseline,
+        f"≤ {TARGET_SHARE:.0%} of fire CPU per timer",
+        met,
+        value=cost,
+    )
+    routed, unrouted = routing_cost_us()
+    routing = max(0.0, routed - unrouted)
+    ingest_cpu = ctx.baselines.ingest_cpu_us
+    routing_baseline = f"with {routed:.2f} µs, without {unrouted:.2f} µs"
+    routing_met: bool | None = None
+    if ingest_cpu:
+        share = routing / ingest_cpu
+        routing_baseline += f"; {share:.1%} of the worker's {ingest_cpu:.1f} µs per request"
+        routing_met = share <= TARGET_SHARE
+    routing_figure = Figure(
+        "belonging",
+        "routing by id, a request already on its owner partition (CPU)",
+        f"+{routing:.2f} µs",
+        routing_baseline,
+        f"≤ {TARGET_SHARE:.0%} of ingest CPU per request",
+        routing_met,
+        value=routing,
+    )
+    return ScenarioResult(
+        figures=[figure, routing_figure],
+        details={
+            "checked_us": with_checks,
+            "unchecked_us": without,
+            "routed_us": routed,
+            "unrouted_us": unrouted,
+        },
+    )
+
+
+if __name__ == "__main__":
+    checked_us, unchecked_us = fire_check_cost_us()
+    print(f"fire-time checks: with {checked_us:.2f} µs, without {unchecked_us:.2f} µs per timer")
+    routed_us, unrouted_us = routing_cost_us()
+    print(f"routing by id: with {routed_us:.2f} µs, without {unrouted_us:.2f} µs per request")
