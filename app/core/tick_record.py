@@ -33,6 +33,7 @@ __all__ = [
     "TickIgnored",
     "TickParse",
     "parse_tick",
+    "record_time",
     "source_name",
     "tick_second",
 ]
@@ -124,7 +125,7 @@ def source_name(name: str) -> str:
     return name or UNKNOWN_SOURCE
 
 
-def _stamp(timestamp: float | None) -> float | None:
+def record_time(timestamp: float | None) -> float | None:
     """A record timestamp (epoch s) if it is one: a number from 1970 to the horizon."""
     if isinstance(timestamp, bool) or not isinstance(timestamp, int | float):
         return None
@@ -168,7 +169,7 @@ def parse_tick(
     if second > latest:
         return TickParse(None, (TickIgnored.TOO_FAR_AHEAD,))
     ignored: list[TickIgnored] = []
-    sent = _stamp(timestamp)
+    sent = record_time(timestamp)
     source = UNKNOWN_SOURCE
     doc, bad = _document(value)
     if bad is not None:

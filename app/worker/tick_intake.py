@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from app.core.fetch_pacing import TickWatch
-from app.core.tick_record import TickIgnored, parse_tick, tick_second
+from app.core.tick_record import TickIgnored, TickParse, parse_tick, record_time, tick_second
 from app.core.tick_sources import TickSources
 from app.worker.metrics import WorkerMetrics
 
@@ -70,6 +70,8 @@ class TickIntake:
         # second of each partition among them.
         self._seen = 0
         self._newest: dict[int, int] = {}
+        self._last_key: bytes | None = None
+        self._last_second: int | TickIgnored = TickIgnored.NO_SECOND
 
     def whole(self, events: Sequence[Any]) -> bool:
         """Whether ``events`` (the batch so far) bring every assigned partition up to
@@ -81,7 +83,9 @@ class TickIntake:
         latest = self._clock() + self._max_ahead
         for event in events[self._seen :]:
             message = event.message
-            second = tick_second(message.key)
+            if message.key != self._last_key:
+                self._last_key, self._last_second = message.key, tick_second(message.key)
+            second = self._last_second
             newest = self._newest.get(message.partition, -1)
             if isinstance(second, int) and newest < second <= latest:
                 self._newest[message.partition] = second
@@ -89,28 +93,46 @@ class TickIntake:
         return self._watch.covers(self._newest.items())
 
     def read(self, events: Sequence[Any]) -> list[TickTuple]:
-        """The usable ticks among ``events``, each ``(partition, second, sent, source)``."""
+        """The ticks among ``events`` the service needs, each ``(partition, second, sent,
+        source)``: per partition and source the newest second and the newest send time.
+
+        That is all the clock checks and the gate use (the lead is a maximum of seconds,
+        the skew a minimum of arrival minus send time, a partition fires up to its newest
+        admitted second), so a burst costs the service one tick per partition and
+        source per batch, not one per record. A record like the one before it (a burst
+        repeats one) is parsed once.
+        """
         now = self._clock()
         latest = math.floor(now + self._max_ahead)
         self._forget_silent(now)
-        ticks: list[TickTuple] = []
+        newest: dict[tuple[int, str], list[Any]] = {}
+        last: tuple[Any, Any, TickParse] | None = None
         for event in events:
             message = event.message
-            value = event.value
-            parsed = parse_tick(
-                message.key,
-                value if isinstance(value, bytes) else None,
-                message.timestamp,
-                latest,
-            )
+            key, value = message.key, event.value
+            if not isinstance(value, bytes):
+                value = None
+            if last is not None and key == last[0] and value == last[1]:
+                parsed = last[2]
+            else:
+                parsed = parse_tick(key, value, None, latest)
+                last = (key, value, parsed)
             for reason in parsed.ignored:
                 self._ignored(reason, message, now)
             tick = parsed.tick
-            if tick is not None:
-                source = self._sources.name(tick.source, now)
-                ticks.append((message.partition, tick.second, tick.sent, source))
+            if tick is None:
+                continue
+            sent = tick.sent if tick.sent is not None else record_time(message.timestamp)
+            source = self._sources.name(tick.source, now)
+            seen = newest.get((message.partition, source))
+            if seen is None:
+                newest[(message.partition, source)] = [tick.second, sent]
+                continue
+            seen[0] = max(seen[0], tick.second)
+            if sent is not None and (seen[1] is None or sent > seen[1]):
+                seen[1] = sent
         self._account()
-        return ticks
+        return [(p, second, sent, source) for (p, source), (second, sent) in newest.items()]
 
     def _forget_silent(self, now: float) -> None:
         metrics = self._metrics

@@ -82,11 +82,10 @@ def test_garbage_is_counted_by_reason_and_good_ticks_pass() -> None:
         tick(NOW, value=12345),  # not bytes: Faust gave something else
     ]
     ticks = reader.read(events)
-    assert [(p, s, src) for p, s, _, src in ticks] == [
-        (0, NOW, "osc"),
-        (0, NOW, "unknown"),
-        (0, NOW, "unknown"),
+    # One tick per partition and source: what the clock checks and the gate need.
+    assert sorted((p, s, src) for p, s, _, src in ticks) == [
         (0, NOW, "o"),
+        (0, NOW, "osc"),
         (0, NOW, "unknown"),
     ]
     assert ignored(metrics, "no_second") == 1
@@ -94,6 +93,22 @@ def test_garbage_is_counted_by_reason_and_good_ticks_pass() -> None:
     assert ignored(metrics, "too_far_ahead") == 1
     assert ignored(metrics, "bad_value") == 1
     assert ignored(metrics, "bad_field") == 1
+
+
+def test_a_burst_is_one_tick_per_partition_and_source_with_the_newest_second_and_send() -> None:
+    reader, _, _, _ = intake()
+    burst = [tick(NOW - 60, 0) for _ in range(1000)] + [tick(NOW - 59, 0), tick(NOW - 70, 1)]
+    burst.append(
+        tick(
+            NOW - 80,
+            0,
+            value=json.dumps({"oscillator": "osc", "sent_ms": NOW * 1000 + 400}).encode(),
+        )
+    )
+    assert sorted(reader.read(burst)) == [
+        (0, NOW - 59, NOW + 0.4, "osc"),
+        (1, NOW - 70, NOW, "osc"),
+    ]
 
 
 def test_sources_are_bounded_and_forgotten_labels_included() -> None:
