@@ -54,6 +54,8 @@ VARIABLES = (
             "DATA_DIR",
             "WEB_PORT",
             "WEB_BIND",
+            "WEB_MAX_CONNECTIONS",
+            "WEB_IDLE_TIMEOUT",
             "METRICS_BIND",
             "CALLBACK_ALLOW",
             "MAX_PAYLOAD_BYTES",
@@ -317,6 +319,8 @@ def test_the_largest_payload_limit_is_accepted() -> None:
         ({P + "DATA_DIR": "/dev/null"}, "DATA_DIR"),
         ({P + "WEB_PORT": "0"}, "WEB_PORT"),
         ({P + "WEB_BIND": "0.0.0.0:6066"}, "WEB_BIND"),
+        ({P + "WEB_MAX_CONNECTIONS": "0"}, "WEB_MAX_CONNECTIONS"),
+        ({P + "WEB_IDLE_TIMEOUT": "nan"}, "WEB_IDLE_TIMEOUT"),
         ({P + "METRICS_BIND": "all interfaces"}, "METRICS_BIND"),
         ({P + "SESSION_TIMEOUT": "nan"}, "SESSION_TIMEOUT"),
         ({P + "SESSION_TIMEOUT": "0.5"}, "SESSION_TIMEOUT"),  # not above the heartbeat
