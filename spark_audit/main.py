@@ -15,15 +15,34 @@ import logging
 import os
 import sys
 
+#: Exit status when the audit cannot run (:data:`spark_audit.errors.EXIT_COULD_NOT_RUN`),
+#: here too so that a Python without this project's packages still exits with it.
+_COULD_NOT_RUN = 2
+
 if __package__ in (None, ""):  # spark-submit runs this file as a script
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        import confluent_kafka  # noqa: F401
+        import pyarrow  # noqa: F401
 
-from app.settings import Settings
-from spark_audit.errors import EXIT_COULD_NOT_RUN, failure_line
-from spark_audit.job import audit_settings, check_topics, run_audit
-from spark_audit.options import parse_options
-from spark_audit.report import console_summary, verdict_line
-from spark_audit.session import audit_session
+        import app  # noqa: F401
+    except ImportError as missing:
+        # spark-submit started a Python without the project (python3 from PATH): say how
+        # to pick the project's, rather than exit 1 (violations found) with a traceback.
+        print(
+            f"kafka-timers audit: error: this Python ({sys.executable}) lacks {missing.name}: "
+            "run spark-submit with --conf spark.pyspark.python=<the project's python> "
+            "(or export PYSPARK_PYTHON), see README, Auditing on a cluster",
+            file=sys.stderr,
+        )
+        sys.exit(_COULD_NOT_RUN)
+
+from app.settings import Settings  # noqa: E402 (after the check above)
+from spark_audit.errors import EXIT_COULD_NOT_RUN, failure_line  # noqa: E402 (after the check above)
+from spark_audit.job import audit_settings, check_topics, run_audit  # noqa: E402 (after the check above)
+from spark_audit.options import parse_options  # noqa: E402 (after the check above)
+from spark_audit.report import console_summary, verdict_line  # noqa: E402 (after the check above)
+from spark_audit.session import audit_session  # noqa: E402 (after the check above)
 
 __all__ = ["main", "run"]
 
