@@ -100,7 +100,6 @@ def cmd_oscillator(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    import faust
 
     from app.kafka.topic_config import record_budget, tombstone_retention_seconds
     from app.kafka.topics import ensure_topics, resolve_partitions
@@ -109,6 +108,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from app.telemetry import serve_metrics
     from app.worker.descriptors import install_descriptor_guard, prepare_descriptors
     from app.worker.faust_app import build_worker
+    from app.worker.stopping import TimersWorker
     from app.worker.web_limits import install_web_limits
 
     settings = resolve_partitions(_settings(args), timeout=args.timeout)
@@ -124,7 +124,12 @@ def cmd_worker(args: argparse.Namespace) -> int:
     register_health_views(worker_app.app, worker_app.health, worker_app.service)
     install_web_limits(worker_app.app, settings)
     serve_metrics(settings.metrics_port, worker_app.metrics.registry, addr=settings.metrics_bind)
-    worker = faust.Worker(worker_app.app, loglevel=args.loglevel, quiet=True)
+    worker = TimersWorker(
+        worker_app.app,
+        loglevel=args.loglevel,
+        quiet=True,
+        stop_grace=settings.stop_grace_seconds,
+    )
     install_descriptor_guard(worker.loop)
     worker.execute_from_commandline()
     return 0

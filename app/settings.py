@@ -185,6 +185,9 @@ class Settings:
     #: due longer ago than this with no tick processed for as long, or an oscillator
     #: that sent no tick for as long (see docs/operations.md, Health endpoints).
     liveness_timeout: float = 30.0
+    #: Seconds a worker's orderly stop (SIGTERM, SIGINT) may take before it exits
+    #: regardless: with the broker away, Faust's stop waits on it (app.worker.stopping).
+    stop_grace_seconds: float = 10.0
     #: The late-fire policy of every timer that does not name its own (or names only
     #: half): ``fire`` or ``skip-after <duration>``, and ``coalesce`` or ``all``.
     late_policy: str = DEFAULT_POLICY.text()
@@ -304,6 +307,7 @@ class Settings:
             PREFIX + "TICK_MAX_SOURCES": str(self.tick_max_sources),
             PREFIX + "TICK_SOURCE_SILENCE_SECONDS": str(self.tick_source_silence_seconds),
             PREFIX + "LIVENESS_TIMEOUT": str(self.liveness_timeout),
+            PREFIX + "STOP_GRACE_SECONDS": str(self.stop_grace_seconds),
             PREFIX + "LATE_POLICY": self.late_policy,
             **({PREFIX + "OPERATOR_TOKEN": self.operator_token} if self.operator_token else {}),
             PREFIX + "SECURITY_PROTOCOL": self.security.protocol,
@@ -482,6 +486,13 @@ class Settings:
             ),
             liveness_timeout=read.real(
                 "LIVENESS_TIMEOUT", defaults.liveness_timeout, 0.001, None, "seconds"
+            ),
+            stop_grace_seconds=read.real(
+                "STOP_GRACE_SECONDS",
+                defaults.stop_grace_seconds,
+                1,
+                3600,
+                "seconds an orderly stop may take",
             ),
             late_policy=read.text("LATE_POLICY") or defaults.late_policy,
             operator_token=read.secret("OPERATOR_TOKEN"),

@@ -118,6 +118,11 @@ GROUP_LAG_INTERVAL = 5.0
 #: Exit status when writes could not be made durable (EX_SOFTWARE): restart the worker.
 EXIT_UNDURABLE = 70
 
+#: librdkafka logs through Python's logging (the ``librdkafka`` logger), not straight to
+#: stderr: the worker's log handlers then bound its connection-failure lines while the
+#: broker is away (app.worker.log_limits), as they do aiokafka's.
+LIBRDKAFKA_LOG: dict[str, Any] = {"logger": logging.getLogger("librdkafka")}
+
 #: Longest the request reader's fetch may wait at the broker for new records, in
 #: milliseconds. librdkafka reports a partition's end (and so an assignment's backlog
 #: read) only after a fetch at the end has waited this long. The tick fetch wait is
@@ -213,7 +218,9 @@ def build_worker(
     )
     policy = settings.request_policy()
     output = OutputProducer(
-        confluent_producer(settings, **{"client.id": f"kafka-timers-{settings.worker_id}"}),
+        confluent_producer(
+            settings, **{"client.id": f"kafka-timers-{settings.worker_id}", **LIBRDKAFKA_LOG}
+        ),
         worker_id=settings.worker_id,
         fired_topic=settings.topics.fired,
         dlq_topic=settings.topics.dlq,
@@ -223,7 +230,7 @@ def build_worker(
         max_record_bytes=max_record_bytes,
     )
 
-    catchup_conf = confluent_consumer(settings, group_id="unused")
+    catchup_conf = confluent_consumer(settings, group_id="unused", **LIBRDKAFKA_LOG)
 
     def db_for_partition(partition: int) -> Any:
         return partition_db(table, partition)
@@ -254,7 +261,7 @@ def build_worker(
 
     progress = RequestProgress(
         # Only commits and reads offsets of the informational group; never subscribes.
-        Consumer(confluent_consumer(settings, group_id=settings.request_group)),
+        Consumer(confluent_consumer(settings, group_id=settings.request_group, **LIBRDKAFKA_LOG)),
         settings.topics.requests,
         settings.partition_count,
         metrics,
@@ -265,6 +272,7 @@ def build_worker(
         confluent_consumer(
             settings,
             group_id=settings.app_id,
+            **LIBRDKAFKA_LOG,
             **{
                 "fetch.wait.max.ms": FETCH_MAX_WAIT_MS,
                 "isolation.level": (
