@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from html import escape
 
 __all__ = ["bar_chart"]
@@ -31,6 +32,14 @@ def _tick(value: float) -> str:
     return f"{value:g}"
 
 
+def _log_top(value: int) -> int:
+    """The power of ten at or above ``value`` (at least 10): a log axis' maximum."""
+    top = 10
+    while top < value:
+        top *= 10
+    return top
+
+
 def bar_chart(
     bars: list[tuple[str, int]],
     title: str,
@@ -38,14 +47,26 @@ def bar_chart(
     y_label: str,
     max_labels: int = 12,
     highlight: set[int] | None = None,
+    log_scale: bool = False,
+    max_counted: int = 40,
 ) -> str:
     """An SVG bar chart of ``(label, value)``; at most ``max_labels`` x labels are drawn.
 
     Bars whose index is in ``highlight`` are drawn in the warning colour (early fires).
+    With ``log_scale`` the height is ``log10(1 + value)``, so 5 early fires among 20,000
+    still show as a bar a fifth as tall, not a pixel. Each bar carries its count above it
+    when there are at most ``max_counted`` bars (every bar has it as a tooltip).
     """
     plot_w = _WIDTH - _LEFT - _RIGHT
     plot_h = _HEIGHT - _TOP - _BOTTOM
-    top = _nice_max(max((v for _, v in bars), default=0))
+    peak = max((v for _, v in bars), default=0)
+    top = _log_top(peak) if log_scale else _nice_max(peak)
+
+    def scaled(value: float) -> float:
+        if log_scale:
+            return math.log10(1 + value) / math.log10(1 + top)
+        return value / top
+
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{_HEIGHT}" '
         f'viewBox="0 0 {_WIDTH} {_HEIGHT}" role="img" aria-label="{escape(title)}">',
@@ -54,16 +75,21 @@ def bar_chart(
         'class="axis"/>',
         f'<line x1="{_LEFT}" y1="{_TOP}" x2="{_LEFT}" y2="{_TOP + plot_h}" class="axis"/>',
     ]
-    for i in range(5):
-        value = top * i / 4
-        y = _TOP + plot_h - plot_h * i / 4
+    ticks = (
+        [0, *(10**k for k in range(round(math.log10(top)) + 1))]
+        if log_scale
+        else [top * i / 4 for i in range(5)]
+    )
+    for value in ticks:
+        y = _TOP + plot_h - plot_h * scaled(value)
         parts.append(
             f'<text x="{_LEFT - 6}" y="{y + 4:.1f}" text-anchor="end" class="tick">'
             f"{_tick(value)}</text>"
         )
     parts.append(
         f'<text x="14" y="{_TOP + plot_h / 2}" text-anchor="middle" class="tick" '
-        f'transform="rotate(-90 14 {_TOP + plot_h / 2})">{escape(y_label)}</text>'
+        f'transform="rotate(-90 14 {_TOP + plot_h / 2})">'
+        f"{escape(y_label + (' (log scale)' if log_scale else ''))}</text>"
     )
     if not bars:
         parts.append(
@@ -72,7 +98,7 @@ def bar_chart(
     slot = plot_w / max(len(bars), 1)
     every = max(1, -(-len(bars) // max_labels))
     for i, (label, value) in enumerate(bars):
-        height = plot_h * value / top
+        height = plot_h * scaled(value)
         x = _LEFT + i * slot
         css = "bar warn" if highlight and i in highlight else "bar"
         parts.append(
@@ -80,6 +106,11 @@ def bar_chart(
             f'width="{max(slot * 0.8, 0.5):.2f}" height="{height:.2f}" class="{css}">'
             f"<title>{escape(label)}: {value}</title></rect>"
         )
+        if len(bars) <= max_counted:
+            parts.append(
+                f'<text x="{x + slot / 2:.1f}" y="{_TOP + plot_h - height - 3:.1f}" '
+                f'text-anchor="middle" class="count">{value:,}</text>'
+            )
         if i % every == 0:
             lx, ly = x + slot / 2, _TOP + plot_h + 12
             parts.append(

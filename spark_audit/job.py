@@ -183,7 +183,8 @@ def _run(
     phase("judge")
 
     violations = stage(stats.violations(timers), "violations")
-    statuses, violation_counts = stats.counts(timers, violations)
+    counted = stats.counts(timers, violations)
+    statuses, violation_counts = counted.statuses, counted.kinds
     fire_stats = stats.fire_stats(stats.fires(timers))
     summary = AuditSummary(
         as_of_ms=options.as_of_ms,
@@ -207,6 +208,7 @@ def _run(
         output_dir=options.output_dir,
         occurrences=stats.occurrence_counts(timers),
         set_aside=aside_sample,
+        by_topic=counted.by_topic,
         max_set_aside=options.max_set_aside,
     )
     phase("aggregate")

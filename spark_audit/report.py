@@ -187,6 +187,94 @@ svg .title { font-size: 13px; font-weight: 600; }
 """
 
 
+def _violations_html(summary: AuditSummary) -> str:
+    """One table per kind found: its first N, with times in UTC."""
+    if not summary.violations:
+        return "<p>None.</p>"
+    parts = []
+    for kind in _KINDS:
+        rows = [v for v in summary.violations if v["kind"] == kind]
+        if not rows:
+            continue
+        total = summary.violation_counts.get(kind, len(rows))
+        shown = f"the first {len(rows):,} of {total:,}" if total > len(rows) else f"{total:,}"
+        parts.append(f"<h3>{escape(kind)}: {shown}</h3>")
+        parts.append(
+            _table(
+                ["partition", "id", "callback topic", "due (UTC)", "at (UTC)", "detail"],
+                [
+                    [
+                        v["partition"],
+                        v["id"],
+                        v.get("final_topic") or "",
+                        _due(v["due"]),
+                        _utc(v["at_ms"]),
+                        v["detail"],
+                    ]
+                    for v in rows
+                ],
+            )
+        )
+    parts.append("<p>All of them are in <code>violations/</code> (Parquet).</p>")
+    return "".join(parts)
+
+
+def _set_aside_html(summary: AuditSummary) -> str:
+    """Counts, then the first records of each (disposition, topic, reason)."""
+    reads = summary.reads
+    head = (
+        f"<p>{reads.rejected_requests:,} request records refused by the worker's rules "
+        "(dead-lettered: never timers) and "
+        f"{summary.set_aside_count:,} records or timers set aside (the audit cannot use "
+        f"them; more than {summary.max_set_aside:,} fails the audit). All are in "
+        "<code>set_aside/</code> (Parquet).</p>"
+    )
+    if not summary.set_aside:
+        return head
+    rows = [
+        [
+            r["disposition"],
+            r["topic"],
+            r["partition"],
+            r["offset"],
+            _utc(r["ts_ms"]),
+            r["reason"],
+            r["detail"] or "",
+        ]
+        for r in summary.set_aside
+    ]
+    return head + _table(
+        ["disposition", "topic", "partition", "offset", "timestamp (UTC)", "reason", "detail"],
+        rows,
+    )
+
+
+def _per_topic_html(summary: AuditSummary) -> str:
+    """Timers by status and violations by kind, one row per callback topic."""
+    if not summary.by_topic:
+        return "<p>No timers.</p>"
+    statuses = sorted({k for c in summary.by_topic.values() for k in c if k not in _KINDS})
+    kinds = [k for k in _KINDS if any(k in c for c in summary.by_topic.values())]
+    lateness = {r.group: r for r in summary.lateness_by_topic}
+    rows = []
+    for topic in sorted(summary.by_topic):
+        c = summary.by_topic[topic]
+        late = lateness.get(topic)
+        rows.append(
+            [
+                topic,
+                *(c.get(k, 0) for k in statuses),
+                *(c.get(k, 0) for k in kinds),
+                f"{late.p99_ms:.0f}" if late else "-",
+                f"{late.max_ms:.0f}" if late else "-",
+            ]
+        )
+    return _table(
+        ["callback topic", *statuses, *(f"{k} (violation)" for k in kinds), "p99 ms", "max ms"],
+        rows,
+    )
+
+
 def html_report(summary: AuditSummary) -> str:
     """A single HTML file with inline charts: lateness histogram, fires per minute."""
     css = "pass" if summary.exit_code == 0 else "fail"
@@ -200,6 +288,14 @@ def html_report(summary: AuditSummary) -> str:
         "Lateness of first fires",
         y_label="fires",
         highlight={0},
+        log_scale=True,
+    )
+    kinds_chart = bar_chart(
+        [(k, summary.violation_counts.get(k, 0)) for k in _KINDS],
+        "Violations by kind",
+        y_label="violations",
+        highlight=set(range(len(_KINDS))),
+        log_scale=True,
     )
     step, rate_bars = fire_rate_bars(summary.fires_per_minute)
     per_minute = bar_chart(
@@ -207,27 +303,9 @@ def html_report(summary: AuditSummary) -> str:
         "Fires per minute (UTC)" if step == 1 else f"Fires per {step} minutes (UTC)",
         y_label="fires",
     )
-    violations = _table(
-        ["kind", "partition", "id", "token", "due", "at", "detail"],
-        [
-            [
-                v["kind"],
-                v["partition"],
-                v["id"],
-                v["token"],
-                v["due"],
-                _utc(v["at_ms"]),
-                v["detail"],
-            ]
-            for v in summary.violations
-        ],
-    )
-    listed = (
-        f"<p>First {len(summary.violations)} of {summary.total_violations}; all are in "
-        "<code>violations/</code> (Parquet).</p>"
-        if summary.total_violations > len(summary.violations)
-        else ""
-    )
+    violations = _violations_html(summary)
+    set_aside = _set_aside_html(summary)
+    per_topic = _per_topic_html(summary)
     overall = [summary.lateness_overall] if summary.lateness_overall else []
     reads = summary.reads
     return f"""<!doctype html>
@@ -240,19 +318,22 @@ Read {reads.request_records} request records from <code>{escape(summary.requests
 ({reads.rejected_requests} refused) and {reads.fired_records} records from
 <code>{escape(summary.fired_topic)}</code> ({reads.unreadable_fired_records} unreadable),
 with the {escape(summary.source)} source, in {summary.elapsed_s:.1f} s.</p>
-<h2>Violations</h2>{counts}
+<h2>Violations</h2>{counts}{kinds_chart}
 <h2>Timers</h2>{statuses}
 <p>Occurrences (a one-shot timer is one): fired, skipped by <code>skip-after</code> and
 folded by a series' <code>coalesce</code> policy. Skipped and coalesced ones are the
 late-fire policy at work, not violations.</p>{occurrences}
 <h2>Lateness</h2>
 <p>First fire of each version, from its due second (or from its request, when that came
-later). The red bar counts early fires.</p>
+later). The red bar counts early fires; the scale is logarithmic, so a handful among
+millions still shows, and every bar carries its count.</p>
 {histogram}
 {_lateness_table(overall)}
 <h3>Per callback topic</h3>{_lateness_table(summary.lateness_by_topic)}
 <h3>Per hour (UTC) of the fire</h3>{_lateness_table(summary.lateness_by_hour)}
+<h2>Per callback topic</h2>{per_topic}
 <h2>Fires per minute</h2>{per_minute}
-<h2>Violations found</h2>{listed}{violations}
+<h2>Violations found</h2>{violations}
+<h2>Records refused or set aside</h2>{set_aside}
 </body></html>
 """

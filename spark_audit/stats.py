@@ -23,6 +23,7 @@ from spark_audit.summary import LatenessRow
 
 __all__ = [
     "HISTOGRAM_EDGES_MS",
+    "Counts",
     "FireStats",
     "counts",
     "fire_stats",
@@ -56,10 +57,11 @@ class FireStats:
 
 
 def violations(timers: DataFrame) -> DataFrame:
-    """One row per violation: partition, id, kind, token, due, at_ms, detail."""
-    return timers.select("partition", "id", F.explode("violations").alias("x")).select(
-        "partition", "id", "x.*"
-    )
+    """One row per violation: partition, id, kind, token, due, at_ms, detail, and the
+    timer's final callback topic (``final_topic``)."""
+    return timers.select(
+        "partition", "id", "final_topic", F.explode("violations").alias("x")
+    ).select("partition", "id", "x.*", "final_topic")
 
 
 def fires(timers: DataFrame) -> DataFrame:
@@ -69,17 +71,32 @@ def fires(timers: DataFrame) -> DataFrame:
     )
 
 
-def counts(timers: DataFrame, violations: DataFrame) -> tuple[dict[str, int], dict[str, int]]:
-    """Timers per status and violations per kind, in one job."""
-    labels = timers.select(F.concat(F.lit("s:"), "status").alias("k")).unionByName(
-        violations.select(F.concat(F.lit("v:"), "kind").alias("k"))
+@dataclass(frozen=True)
+class Counts:
+    """Timers per status and violations per kind, overall and per callback topic."""
+
+    statuses: dict[str, int]
+    kinds: dict[str, int]
+    #: ``{callback topic: {status or violation kind: count}}`` (``?``: no topic known).
+    by_topic: dict[str, dict[str, int]]
+
+
+def counts(timers: DataFrame, violations: DataFrame) -> Counts:
+    """Timers per status and violations per kind, overall and per topic, in one job."""
+    topic = F.coalesce(F.col("final_topic"), F.lit("?")).alias("topic")
+    labels = timers.select(topic, F.concat(F.lit("s:"), "status").alias("k")).unionByName(
+        violations.select(topic, F.concat(F.lit("v:"), "kind").alias("k"))
     )
     statuses: dict[str, int] = {}
     kinds: dict[str, int] = {}
-    for row in labels.groupBy("k").count().collect():
+    by_topic: dict[str, dict[str, int]] = {}
+    for row in labels.groupBy("topic", "k").count().collect():
         target = statuses if row["k"].startswith("s:") else kinds
-        target[row["k"][2:]] = int(row["count"])
-    return statuses, kinds
+        name, n = row["k"][2:], int(row["count"])
+        target[name] = target.get(name, 0) + n
+        per_topic = by_topic.setdefault(row["topic"], {})
+        per_topic[name] = per_topic.get(name, 0) + n
+    return Counts(statuses, kinds, by_topic)
 
 
 def occurrence_counts(timers: DataFrame) -> dict[str, int]:

@@ -78,6 +78,8 @@ class AuditSummary:
     set_aside: list[dict[str, Any]] = field(default_factory=list)
     #: Records set aside (and timers not judged) beyond which the audit fails.
     max_set_aside: int = 100
+    #: ``{callback topic: {status or violation kind: count}}``.
+    by_topic: dict[str, dict[str, int]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -128,8 +128,9 @@ def test_the_console_summary_ends_with_the_verdict_and_lists_violations() -> Non
 
 def test_the_html_report_has_both_charts_and_escapes_what_it_shows() -> None:
     page = html_report(summary({"missing": 1}))
-    assert page.count("<svg") == 2
+    assert page.count("<svg") == 3
     assert "Lateness of first fires" in page and "Fires per minute" in page
+    assert "Violations by kind" in page
     assert "&lt;b&gt;why&lt;/b&gt;" in page and "<b>why</b>" not in page
     assert 'class="fail"' in page
     assert 'class="pass"' in html_report(summary({}))
@@ -203,3 +204,43 @@ def test_judge_arrays_turns_grouped_events_into_verdicts() -> None:
     assert verdicts[2]["violations"] == []
     assert verdicts[0]["fires"][0]["lateness_ms"] == 5
     assert [x["kind"] for x in verdicts[1]["violations"]] == ["missing"]
+
+
+def test_a_log_scale_shows_a_handful_among_thousands_with_counts_on_bars() -> None:
+    svg = bar_chart([("early", 5), ("on time", 19_800)], "t", y_label="fires", log_scale=True)
+    heights = [float(h) for h in re.findall(r'<rect [^>]*height="([0-9.]+)"', svg)]
+    assert heights[0] > heights[1] / 10  # linear: 1/3960 of the other, under a pixel
+    assert ">5</text>" in svg and ">19,800</text>" in svg and "(log scale)" in svg
+
+
+def test_every_kind_is_listed_however_many_another_kind_has() -> None:
+    s = summary({"missing": 5000, "early": 1})
+    s.violations = [{**s.violations[0], "id": f"m-{i}"} for i in range(100)] + [
+        v for v in s.violations if v["kind"] == "early"
+    ]
+    text = console_summary(s)
+    assert "id=timer-early" in text and "... and 4,995 more" in text
+    assert "due=2026-01-01 00:00:00Z" in text  # times in UTC, not epoch numbers
+    page = html_report(s)
+    assert "early: 1</h3>" in page and "missing: the first 100 of 5,000</h3>" in page
+
+
+def test_records_set_aside_are_listed_with_coordinates_and_a_table_per_topic_shows() -> None:
+    s = summary({})
+    s.set_aside = [
+        {
+            "disposition": "set_aside",
+            "topic": "timer-fired",
+            "partition": 2,
+            "offset": 41,
+            "ts_ms": 1767225600000,
+            "reason": "out_of_range",
+            "detail": "due is out of range",
+        }
+    ]
+    s.by_topic = {"cb": {"fired": 10, "cancelled": 1}}
+    text = console_summary(s)
+    assert "timer-fired[2]@41 out_of_range: due is out of range" in text
+    page = html_report(s)
+    assert "<td>41</td>" in page and "<td>out_of_range</td>" in page
+    assert "<td>cb</td>" in page
