@@ -28,6 +28,7 @@ __all__ = [
     "VERDICT_DDL",
     "VERDICT_TYPE",
     "judge_arrays",
+    "judge_one",
 ]
 
 #: ``src`` of an event: a request record, a ``fired`` record, a ``cancel`` outcome record,
@@ -135,7 +136,7 @@ def judge_arrays(
         if timer_partitions is not None and timer_partitions[n] in incomplete:
             timer_rules = incomplete_rules
         try:
-            verdicts.append(_judge_one(columns, start - base, end - base, timer_rules))
+            verdicts.append(judge_one(columns, start - base, end - base, timer_rules))
         except MemoryError:
             raise
         except Exception as exc:
@@ -144,7 +145,7 @@ def judge_arrays(
     return pa.array(verdicts, VERDICT_TYPE)
 
 
-def _judge_one(columns: dict[str, list[Any]], lo: int, hi: int, rules: Rules) -> dict[str, Any]:
+def judge_one(columns: dict[str, list[Any]], lo: int, hi: int, rules: Rules) -> dict[str, Any]:
     """The verdict of the timer whose events are ``lo`` to ``hi`` of ``columns``."""
     src, seq, ts_ms = columns["src"], columns["seq"], columns["ts_ms"]
     kind, token, due = columns["kind"], columns["token"], columns["due"]

@@ -54,7 +54,7 @@ def main(argv: list[str]) -> int:
     options = parse_options(list(argv))
     settings = audit_settings(Settings.from_env(), options)
     check_topics(settings, (settings.topics.requests, settings.topics.fired))
-    with audit_session(options.master, options.spark_conf) as spark:
+    with audit_session(options.master, options.spark_conf, options.spark_log_level) as spark:
         summary = run_audit(spark, settings, options)
     print(verdict_line(summary) if options.quiet else console_summary(summary), flush=True)
     return summary.exit_code

@@ -76,6 +76,9 @@ class AuditOptions:
     max_set_aside: int = DEFAULT_MAX_SET_ASIDE
     #: Print nothing but the one-line verdict.
     quiet: bool = False
+    #: Spark's log level while the audit runs (``FATAL``: the audit's own line says why
+    #: a run failed; ``ERROR`` or ``WARN`` to see Spark's stack traces).
+    spark_log_level: str = "FATAL"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -155,6 +158,12 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--quiet", action="store_true", help="print only the verdict line")
+    parser.add_argument(
+        "--spark-log-level",
+        default="FATAL",
+        choices=["ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF"],
+        help="Spark's log while it runs (FATAL: a failure is one line; ERROR shows traces)",
+    )
     return parser
 
 
@@ -193,4 +202,5 @@ def parse_options(argv: list[str], now: float | None = None) -> AuditOptions:
         max_listed=args.max_listed,
         max_set_aside=args.max_set_aside,
         quiet=args.quiet,
+        spark_log_level=args.spark_log_level,
     )

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
+import threading
 import time
 from collections import Counter
 from dataclasses import replace
@@ -26,6 +28,7 @@ from app.core.fired import FiredRecord
 from app.core.timer import Timer
 from app.kafka.topics import ensure_topics
 from app.settings import Settings, TopicNames
+from spark_audit.reconcile import Rules
 
 __all__ = ["generate_history", "main"]
 
@@ -169,6 +172,69 @@ def generate_history(settings: Settings, timers: int, now: float, seed: int = 7)
     return planted
 
 
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                ppid = int(stat.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        tree.setdefault(ppid, []).append(int(entry))
+    return tree
+
+
+def _rss_mib(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+class PeakMemory:
+    """Peak total RSS of a set of processes, sampled twice a second (Linux ``/proc``).
+
+    ``descendants``: this process's children and theirs (Spark's JVM and its Python
+    workers), less ``exclude`` (the dev broker, whose memory holds the topics); otherwise
+    this process alone (the single-process reconciliation).
+    """
+
+    def __init__(self, *, descendants: bool, exclude: frozenset[int] = frozenset()) -> None:
+        self.descendants, self.exclude = descendants, exclude
+        self.peak_mib = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _pids(self) -> list[int]:
+        if not self.descendants:
+            return [os.getpid()]
+        tree, found, todo = _children(), [], [os.getpid()]
+        while todo:
+            for child in tree.get(todo.pop(), []):
+                if child not in self.exclude:
+                    found.append(child)
+                    todo.append(child)
+        return found
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            self.peak_mib = max(self.peak_mib, sum(_rss_mib(p) for p in self._pids()))
+
+    def __enter__(self) -> PeakMemory:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m spark_audit.scale", description=__doc__)
     parser.add_argument("--timers", type=int, default=1_000_000)
@@ -176,6 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap", help="an existing broker (default: start a dev broker)")
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--output", default=".kafka-timers/audit-scale")
+    parser.add_argument(
+        "--compare",
+        action="store_true",
+        help="also reconcile the same records in this one process, and compare",
+    )
     args = parser.parse_args(argv)
 
     from app.dev.broker import DevBroker
@@ -200,25 +271,37 @@ def main(argv: list[str] | None = None) -> int:
         produced_s = time.monotonic() - t0
         print(f"produced {args.timers} timers in {produced_s:.1f} s; planted {dict(planted)}")
         t1 = time.monotonic()
-        code = audit_main(
-            [
-                "--bootstrap",
-                bootstrap,
-                "--requests-topic",
-                settings.topics.requests,
-                "--fired-topic",
-                settings.topics.fired,
-                "--master",
-                args.master,
-                "--as-of",
-                str(now),
-                "--output",
-                args.output,
-                "--max-listed",
-                "100",
-            ]
-        )
+        broker_pid = broker.process.pid if broker is not None and broker.process else None
+        exclude = frozenset() if broker_pid is None else frozenset({broker_pid})
+        with PeakMemory(descendants=True, exclude=exclude) as audit_memory:
+            code = audit_main(
+                [
+                    "--bootstrap",
+                    bootstrap,
+                    "--requests-topic",
+                    settings.topics.requests,
+                    "--fired-topic",
+                    settings.topics.fired,
+                    "--master",
+                    args.master,
+                    "--as-of",
+                    str(now),
+                    "--output",
+                    args.output,
+                    "--max-listed",
+                    "100",
+                ]
+            )
         audit_s = time.monotonic() - t1
+        baseline = None
+        if args.compare:
+            from spark_audit.baseline import reconcile_in_process
+            from spark_audit.options import DEFAULT_WINDOW, parse_options
+
+            options = parse_options(["--as-of", str(now), "--since", DEFAULT_WINDOW])
+            rules = Rules(options.as_of_ms, options.grace_ms, options.since_ms)
+            with PeakMemory(descendants=False) as baseline_memory:
+                baseline = reconcile_in_process(settings, rules)
     finally:
         if broker is not None:
             broker.stop()
@@ -226,8 +309,21 @@ def main(argv: list[str] | None = None) -> int:
     ok = code == 1 and found == dict(planted)
     print(
         f"audit of {args.timers} timers: {audit_s:.1f} s wall clock (process start to exit "
-        f"code, Spark start-up included); found {found}; {'as planted' if ok else 'MISMATCH'}"
+        f"code, Spark start-up included), peak memory {audit_memory.peak_mib:,.0f} MiB "
+        f"(Spark's JVM and Python workers); found {found}; "
+        f"{'as planted' if ok else 'MISMATCH'}"
     )
+    if baseline is not None:
+        same = baseline.violation_counts == found
+        ok = ok and same
+        total = baseline.read_s + baseline.judge_s
+        print(
+            f"single-process reconciliation: {total:.1f} s ({baseline.read_s:.1f} s reading "
+            f"and parsing, {baseline.judge_s:.1f} s judging), peak memory "
+            f"{baseline_memory.peak_mib:,.0f} MiB; {baseline.timers} timers, found "
+            f"{baseline.violation_counts}; {'the same' if same else 'DIFFERENT'}; "
+            f"audit / single process = {audit_s / total:.2f}"
+        )
     return 0 if ok else 1
 
 

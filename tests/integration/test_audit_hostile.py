@@ -16,6 +16,8 @@ from typing import Any
 import pytest
 
 from app.settings import Settings
+from spark_audit.baseline import reconcile_in_process
+from spark_audit.reconcile import Rules
 from tests.integration.test_audit import History, run_audit, spark  # noqa: F401 (fixture)
 from tests.integration.test_hostile_input import produce_with_raw_header_name
 
@@ -123,6 +125,10 @@ def test_each_hostile_record_in_either_topic_is_listed_and_only_violations_fail(
     h.fired("v-early", "e", t0 + 700, (t0 + 700) * 1000 - 300)
     code, summary = run_audit(settings, tmp_path / "b", "--since", "all")
     assert (code, summary["violation_counts"]) == (1, {"early": 1})
+    # The scale tool's single-process yardstick reads the same records the same way.
+    rules = Rules(as_of_ms=summary["as_of_ms"], grace_ms=summary["grace_ms"])
+    baseline = reconcile_in_process(settings, rules)
+    assert (baseline.timers, baseline.violation_counts) == (summary["timers"], {"early": 1})
 
     # More records set aside than allowed is a finding of its own.
     code, summary = run_audit(settings, tmp_path / "c", "--since", "all", "--max-set-aside", "3")
