@@ -52,6 +52,7 @@ from app.worker.partition_store import (
 from app.worker.request_progress import RequestProgress
 from app.worker.request_reader import RequestReader
 from app.worker.service import TimerService
+from app.worker.tick_backlog import TickBacklog
 from app.worker.tick_intake import TickIntake
 from app.worker.topic_directory import TopicDirectory
 
@@ -183,6 +184,11 @@ def build_worker(
         # batch's base + 1, and would crash recovery with ConsistencyError. The
         # catch-up reads to the true end instead (see app.worker.partition_store).
         recovery_consistency_check=False,
+        # The tick agent is the only stream: what Faust polls and buffers ahead of it is
+        # read before a backlog can be skipped (app.worker.tick_backlog), so keep both
+        # small. Faust's defaults (4,096 and 1,000) are seconds of its per-record path.
+        stream_buffer_maxsize=TICK_BATCH,
+        broker_max_poll_records=TICK_BATCH,
         autodiscover=False,
         loghandlers=[],
     )
@@ -248,6 +254,7 @@ def build_worker(
         max_cancels_in_advance=settings.max_cancels_in_advance,
         max_topic_labels=settings.max_topic_labels,
         tick_tolerance_seconds=settings.tick_tolerance_seconds,
+        tick_max_ahead_seconds=settings.tick_max_ahead_seconds,
         late_policy=settings.default_late_policy(),
         topics=TopicDirectory(output.topic_names),
         request_partitions=settings.partition_count,
@@ -339,9 +346,11 @@ def build_worker(
         # A second's ticks for all partitions arrive together: fire them with one flush.
         # Asleep between seconds (Faust's take_events would wake every 2 ms).
         settled = False
+        backlog = TickBacklog(app.consumer, metrics.ticks_skipped)
         async for events in take_events_when_ready(
             stream, TICK_BATCH, TICK_BATCH_WITHIN, complete=intake.whole
         ):
+            await backlog.skip_stale(events)  # a partition far behind reads its newest
             # Every record is read in bounded time, whatever it holds (tick_intake).
             ticks = intake.read(events)
             watch.ticked((partition, second) for partition, second, _, _ in ticks)

@@ -167,6 +167,12 @@ class WorkerMetrics:
         )
         for ignored in TickIgnored:
             self.ticks_ignored.labels(reason=ignored.value)
+        self.ticks_skipped = Counter(
+            "kafka_timers_ticks_skipped",
+            "Old tick records never read: a tick partition far behind its end skips to its "
+            "newest tick (app.worker.tick_backlog), which covers every second before it.",
+            registry=r,
+        )
         self.tick_sources = Gauge(
             "kafka_timers_tick_sources",
             "Tick sources (oscillators) this worker tells apart now: at most "

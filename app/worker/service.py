@@ -26,7 +26,7 @@ from app.core.late import DEFAULT_POLICY, LatePolicy
 from app.core.policy import RequestPolicy
 from app.core.request_format import RawRecord, derived_id, parse_request
 from app.core.routing import check_forwardable, owner_of, without_hop
-from app.core.tick_gate import TickGate
+from app.core.tick_gate import MAX_AHEAD_SECONDS, TickGate
 from app.core.timer import Cancel, Timer
 from app.core.wheel import (
     DEFAULT_MAX_CANCELS_IN_ADVANCE,
@@ -99,6 +99,7 @@ class TimerService:
         late_policy: LatePolicy = DEFAULT_POLICY,
         remember_seconds: int = DEFAULT_MEMORY_SECONDS,
         tick_tolerance_seconds: float = 0.0,
+        tick_max_ahead_seconds: float = MAX_AHEAD_SECONDS,
         max_cancels_in_advance: int = DEFAULT_MAX_CANCELS_IN_ADVANCE,
         max_topic_labels: int = DEFAULT_MAX_TOPIC_LABELS,
         topics: TopicDirectory | None = None,
@@ -131,7 +132,7 @@ class TimerService:
         self._skew = ClockSkewMonitor(metrics.clock_skew, clock_skew_warn_seconds, clock)
         self._lead = OscillatorLead(metrics.oscillator_ahead, clock_skew_warn_seconds)
         #: Ticks from further ahead than this worker's clock wait here (see tick_gate).
-        self._gate = TickGate(tick_tolerance_seconds)
+        self._gate = TickGate(tick_tolerance_seconds, tick_max_ahead_seconds)
         #: Ticks from the agent and releases of held ones never interleave.
         self._tick_lock = asyncio.Lock()
         #: Set when a tick is held, so the release loop starts waking every second.
