@@ -64,3 +64,8 @@ class LoopBudget:
         finally:
             self._refill()
             self._tokens -= self._clock() - start
+
+    def charge(self, seconds: float) -> None:
+        """Charge loop time spent outside a :meth:`spend` block (writing a response)."""
+        self._refill()
+        self._tokens -= seconds

@@ -45,7 +45,7 @@ BACKLOG = 128
 #: Most connections accepted (or refused) per turn of the event loop: a burst of
 #: connections is taken a few at a time between the timers' own steps, the rest waits
 #: in the kernel's backlog.
-ACCEPT_BATCH = 16
+ACCEPT_BATCH = 8
 #: What a connection over the cap is told before it is closed.
 REFUSAL = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n"
