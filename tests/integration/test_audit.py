@@ -252,7 +252,7 @@ def test_each_planted_violation_is_found_with_its_timer_and_nothing_else(
     table = spark.read.parquet(str(tmp_path / "violations")).select("kind", "id").collect()
     assert {(row["kind"], row["id"]) for row in table} == PLANTED
     report = (tmp_path / "report.html").read_text()
-    assert report.count("<svg") == 2 and "v-superseded" in report
+    assert report.count("<svg") == 3 and "v-superseded" in report  # lateness, kinds, rate
 
 
 def test_a_clean_history_passes_and_duplicates_can_be_allowed(
