@@ -35,6 +35,7 @@ SCENARIOS: dict[str, str] = {
     "baseline-faust": "bench.baseline_faust",
     "ingest": "bench.ingest",  # and fire, on the bucket ingest stored
     "guards": "bench.guards",  # the per-record guards' cost, beside ingest's CPU per request
+    "hop": "bench.hop",  # requests placed off their owner: what forwarding costs
     "belonging": "bench.belonging",  # fire-time checks and routing, beside fire and ingest CPU
     "scaleout": "bench.scaleout",
     "series": "bench.series",  # the same for recurring timers, set beside ingest's figures
