@@ -12,12 +12,19 @@ from collections.abc import Mapping
 from enum import Enum
 from typing import Any
 
+from app.core.policy import RequestPolicy
 from app.kafka.config import confluent_common
 from app.settings import Settings
 from spark_audit.errors import AuditSetupError
 from spark_audit.kafka_source import SOURCE_NAME, KafkaDataSource
 
-__all__ = ["SourceKind", "jvm_kafka_options", "python_source_options", "read_topic"]
+__all__ = [
+    "SourceKind",
+    "jvm_kafka_options",
+    "python_source_options",
+    "read_parsed_topic",
+    "read_topic",
+]
 
 _RAW_COLUMNS = ("topic", "partition", "offset", "timestamp", "key", "value", "headers")
 
@@ -111,3 +118,37 @@ def read_topic(
                 "<spark version>), or use --source python"
             ) from exc
         raise
+
+
+def read_parsed_topic(
+    spark: Any,
+    settings: Settings,
+    topic: str,
+    parse: str,
+    *,
+    policy: RequestPolicy | None = None,
+    max_offsets_per_partition: int | None = None,
+    extra_options: Mapping[str, str] | None = None,
+) -> Any:
+    """``topic`` read by the Python source and parsed where it is read (``parse``:
+    ``requests`` with the worker's ``policy``, or ``fired``), in one Python hop: the
+    columns of :func:`spark_audit.pipeline.parse_requests` / ``parse_fired``."""
+    from pyspark.sql import functions as F
+
+    from spark_audit.parsed_source import (
+        PARSED_SOURCE_NAME,
+        ParsedKafkaDataSource,
+        policy_option,
+    )
+
+    spark.dataSource.register(ParsedKafkaDataSource)
+    reader = spark.read.format(PARSED_SOURCE_NAME).options(**python_source_options(settings))
+    if max_offsets_per_partition:
+        reader = reader.option("maxOffsetsPerPartition", str(max_offsets_per_partition))
+    reader = reader.options(**dict(extra_options or {})).option("parse", parse)
+    if policy is not None:
+        reader = reader.option("policy", policy_option(policy))
+    frame = reader.option("subscribe", topic).load()
+    if parse == "fired":
+        frame = frame.withColumn("readable", F.col("set_aside").isNull())
+    return frame
