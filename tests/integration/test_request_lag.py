@@ -22,6 +22,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartiti
 from confluent_kafka.admin import AdminClient
 
 from app.core import protowire
+from app.core.routing import owner_of
 from app.kafka.config import confluent_common, confluent_producer
 from app.settings import Settings
 from tests.support.probes import get_json, metric_by_partition, start_probed
@@ -60,7 +61,9 @@ class Requests:
                     callback_topic=self._topic, callback=b"x", id=f"lag-{i}", token="t", due=due
                 )
             )
-            p = i % self._settings.partitions
+            # On the partition that owns the id: a request elsewhere would be forwarded
+            # there (app.core.routing), and the copy would move the ends measured here.
+            p = owner_of(f"lag-{i}", self._settings.partitions)
             self._producer.produce(
                 self._settings.topics.requests, value, partition=p, on_delivery=self._delivered
             )
