@@ -103,7 +103,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
     from app.kafka.topic_config import record_budget, tombstone_retention_seconds
     from app.kafka.topics import ensure_topics, resolve_partitions
-    from app.status.health import register_health_views
+    from app.status.health import probes_on_loop, register_health_views
     from app.status.views import register_status_views
     from app.telemetry import serve_metrics
     from app.worker.descriptors import install_descriptor_guard, prepare_descriptors
@@ -123,12 +123,18 @@ def cmd_worker(args: argparse.Namespace) -> int:
     register_status_views(worker_app.app, worker_app.service, worker_app.metrics, settings)
     register_health_views(worker_app.app, worker_app.health, worker_app.service)
     install_web_limits(worker_app.app, settings)
-    serve_metrics(settings.metrics_port, worker_app.metrics.registry, addr=settings.metrics_bind)
     worker = TimersWorker(
         worker_app.app,
         loglevel=args.loglevel,
         quiet=True,
         stop_grace=settings.stop_grace_seconds,
+    )
+    serve_metrics(
+        settings.metrics_port,
+        worker_app.metrics.registry,
+        # Probes outside the web port's connection cap, answered by the event loop.
+        checks=probes_on_loop(worker.loop, worker_app.health, worker_app.service),
+        addr=settings.metrics_bind,
     )
     install_descriptor_guard(worker.loop)
     worker.execute_from_commandline()

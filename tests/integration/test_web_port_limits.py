@@ -30,6 +30,7 @@ import uuid
 from pathlib import Path
 
 from app.client import TimerClient
+from app.dev.broker import free_port
 from app.dev.stack import start_worker, wait_until_firing
 from app.kafka.records import TopicReader
 from app.worker.descriptors import descriptors_needed
@@ -135,10 +136,11 @@ def test_two_thousand_concurrent_heavy_requests_add_at_most_100_ms_of_lateness(
     settings = stack.settings
     topic = stack.callback_topic(f"web-load-{uuid.uuid4().hex[:6]}")
     stack.oscillator()
-    worker = stack.worker("web-load")
+    worker = stack.worker("web-load", metrics_port=free_port())
     assert worker.settings is not None
     port = worker.settings.web_port
     url = f"http://127.0.0.1:{port}"
+    metrics_url = f"http://127.0.0.1:{worker.settings.metrics_port}"
     with TimerClient(settings) as client, TopicReader(settings, topic) as reader:
         wait_until_firing(settings, client, topic)
         far = time.time() + 3600
@@ -166,6 +168,9 @@ def test_two_thousand_concurrent_heavy_requests_add_at_most_100_ms_of_lateness(
         paths = ["/timers/next?n=1000", f"/timers/{pending[0].id}", "/status/data"]
         prober = Prober(url)
         prober.start()
+        # Where the deployment's probes ask: the metrics port, outside the web port's cap.
+        deployed_prober = Prober(metrics_url)
+        deployed_prober.start()
         cpu_before = os.times()
         load = subprocess.run(
             [
@@ -184,6 +189,7 @@ def test_two_thousand_concurrent_heavy_requests_add_at_most_100_ms_of_lateness(
             check=True,
         )
         prober.done.set()
+        deployed_prober.done.set()
         cpu_after = os.times()
         report = json.loads(load.stdout)
         late = lateness(reader, dues, 60)
@@ -198,11 +204,14 @@ def test_two_thousand_concurrent_heavy_requests_add_at_most_100_ms_of_lateness(
         f"lateness baseline: {summary(base)}\nlateness under load: {summary(loaded)}\n"
         f"added (max - baseline max): {added * 1000:.0f} ms\n"
         f"max lateness by due second (ms): {by_second(late, dues)}\n"
-        f"/readyz during load: {prober.answers}"
+        f"/readyz during load: {prober.answers}\n"
+        f"/readyz on the metrics port during load: {deployed_prober.answers}"
     )
     assert worker.alive
     assert report["counts"].get("200", 0) > 0, report  # the load reached the views
     assert added <= ADDED_LATENESS_LIMIT, f"load added {added * 1000:.0f} ms of lateness"
+    answers = deployed_prober.answers
+    assert answers and all(status == 200 for status, _ in answers), answers
 
 
 def hold_connections(port: int, count: int) -> list[socket.socket]:

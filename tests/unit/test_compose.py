@@ -102,6 +102,19 @@ def _effective_settings(svc: dict[str, Any]) -> tuple[Any, Settings]:
     return args, settings
 
 
+def _worker_metrics_probe_paths() -> set[str]:
+    """The probe paths the worker serves on its metrics port."""
+    import asyncio
+
+    from app.status.health import probes_on_loop
+
+    loop = asyncio.new_event_loop()
+    try:
+        return set(probes_on_loop(loop, None, None))  # type: ignore[arg-type]
+    finally:
+        loop.close()
+
+
 def _worker_health_paths() -> set[str]:
     """The paths the worker's health views register on its web server."""
     from app.status.health import register_health_views
@@ -202,8 +215,10 @@ def test_workers_have_their_own_data_volume_and_ports_match_the_code(
             data_dirs[name] = mounts[settings.data_dir]
             assert mounts[settings.data_dir] in compose["volumes"]
             check = " ".join(svc["healthcheck"]["test"])
-            assert f"127.0.0.1:{settings.web_port}/readyz'" in check
+            # On the metrics port, outside the web port's connection cap.
+            assert f"127.0.0.1:{settings.metrics_port}/readyz'" in check
             assert "/readyz" in _worker_health_paths()
+            assert "/readyz" in _worker_metrics_probe_paths()
         else:
             check = " ".join(svc["healthcheck"]["test"])
             assert f"127.0.0.1:{settings.metrics_port}{LIVEZ_PATH}'" in check

@@ -23,7 +23,12 @@ import yaml
 
 from app.settings import Settings
 from oscillator.health import LIVEZ_PATH
-from tests.unit.test_compose import _known_environment, _parse_cli, _worker_health_paths
+from tests.unit.test_compose import (
+    _known_environment,
+    _parse_cli,
+    _worker_health_paths,
+    _worker_metrics_probe_paths,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
@@ -162,8 +167,11 @@ def test_workers_are_a_statefulset_with_stable_ids_volumes_probes_and_code_ports
     paths = _worker_health_paths()
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz" in paths
     assert container["livenessProbe"]["httpGet"]["path"] == "/livez" in paths
+    probe_paths = _worker_metrics_probe_paths()
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
-        assert container[probe]["httpGet"]["port"] in ports, probe
+        # On the metrics port: outside the web port's connection cap.
+        assert container[probe]["httpGet"]["port"] == "metrics", probe
+        assert container[probe]["httpGet"]["path"] in probe_paths, probe
     # A takeover blocks the event loop while it reads changelogs: liveness must outlast it.
     live = container["livenessProbe"]
     assert live["periodSeconds"] * live["failureThreshold"] >= 60
