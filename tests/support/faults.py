@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from confluent_kafka import Producer
 
 from app.core import protowire
-from app.core.routing import owner_of
 from app.core.fired import FiredKind, FiredRecord
+from app.core.routing import owner_of
 from app.dev.stack import ServiceProcess
 from app.kafka.config import confluent_producer
 from app.kafka.records import Record, TopicReader

@@ -44,9 +44,7 @@ def test_requests_off_their_owner_are_forwarded_unchanged_and_not_applied() -> N
     # The copies, read on the owner with their hop marker, are applied there: the
     # schedule, then the cancel, which answers "cancelled".
     copies = [
-        RawRecord(
-            r.topic, 3, n, r.timestamp_ms, r.key, r.value, (*r.headers, (HOP_HEADER, b"0:0"))
-        )
+        RawRecord(r.topic, 3, n, r.timestamp_ms, r.key, r.value, (*r.headers, (HOP_HEADER, b"0:0")))
         for n, (r, _) in enumerate(h.output.durable.forwarded)
     ]
     h.requests(*copies)
@@ -69,13 +67,17 @@ def test_an_id_still_pending_off_its_owner_is_applied_where_its_timer_is() -> No
     h = Harness()  # no routing: as an earlier release stored it
     h.requests(h.schedule(timer_id, NOW + 5, partition=0))
     routed = Harness(request_partitions=PARTITIONS)
-    routed.output, routed.stores, routed.service = h.output, h.stores, type(h.service)(
-        policy=h.service._policy,
-        output=h.output,
-        metrics=routed.metrics,
-        stores=h.stores,
-        clock=h.clock,
-        request_partitions=PARTITIONS,
+    routed.output, routed.stores, routed.service = (
+        h.output,
+        h.stores,
+        type(h.service)(
+            policy=h.service._policy,
+            output=h.output,
+            metrics=routed.metrics,
+            stores=h.stores,
+            clock=h.clock,
+            request_partitions=PARTITIONS,
+        ),
     )
     routed._offsets = h._offsets
     routed.requests(routed.cancel(timer_id, partition=0))
