@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from app.core.errors import KafkaTimersError
 
 __all__ = [
@@ -23,8 +25,15 @@ EXIT_VIOLATIONS = 1
 #: its JVM failed, out of memory. Nothing was judged; never "violations found".
 EXIT_COULD_NOT_RUN = 2
 
-#: Texts by which the JVM (through Py4J) says it ran out of memory.
-_OOM_MARKERS = ("OutOfMemoryError", "Java heap space", "GC overhead limit exceeded")
+#: Texts by which the JVM (through Py4J) says it, or a Python worker, ran out of memory
+#: (``java.lang.OutOfMemoryError``, Python's ``MemoryError`` in a worker's traceback).
+_OOM_MARKERS = (
+    "MemoryError",
+    "Java heap space",
+    "GC overhead limit exceeded",
+    "Cannot allocate memory",
+    "failed to map segment",  # a library could not be loaded: no address space left
+)
 
 
 class AuditError(KafkaTimersError):
@@ -62,9 +71,18 @@ def _chain(exc: BaseException) -> list[BaseException]:
     return seen
 
 
+#: A line that names an exception: ``org.apache.spark.SparkException: Job aborted ...``,
+#: ``Caused by: java.lang.ArithmeticException: long overflow``, ``ImportError: ...``.
+_EXCEPTION_LINE = re.compile(r"^(?:Caused by: )?[\w.$]+(?:Exception|Error)(?::\s|$)")
+
+
 def _first_line(text: str) -> str:
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    causes = [line for line in lines if "Error" in line or "Exception" in line]
+    """The line of a Spark, Py4J or Python-worker message that says what went wrong: the
+    deepest line naming an exception (a cause, or a worker's Python exception), never a
+    stack frame; else the first line."""
+    lines = [line.strip().removeprefix(": ").strip() for line in text.splitlines()]
+    lines = [line for line in lines if line and not line.startswith(("at ", "File ", "..."))]
+    causes = [line for line in lines if _EXCEPTION_LINE.match(line)]
     return (causes[-1] if causes else lines[0] if lines else "")[:300]
 
 
@@ -87,8 +105,9 @@ def failure_line(exc: BaseException) -> str:
     """
     if isinstance(exc, AuditOutOfMemory) or is_out_of_memory(exc):
         return (
-            "out of memory: give Spark's driver more (--conf spark.driver.memory=4g, or "
-            "spark-submit --driver-memory 4g) and run the audit again"
+            "out of memory (Spark's JVM or a Python worker): give it more (--conf "
+            "spark.driver.memory=4g, or spark-submit --driver-memory 4g; on a cluster "
+            "spark.executor.memory, spark.executor.pyspark.memory) and run the audit again"
         )
     if isinstance(exc, KafkaTimersError):
         return " ".join(str(exc).splitlines())

@@ -62,6 +62,7 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, NamedTuple, TypeVar
 
@@ -80,6 +81,7 @@ __all__ = [
     "Violation",
     "ViolationKind",
     "judge",
+    "utc_text",
 ]
 
 #: A version of a timer: its token and due second.
@@ -271,6 +273,15 @@ class Verdict:
 
 
 _T = TypeVar("_T")
+
+
+def utc_text(ms: int) -> str:
+    """``1767225600123`` as ``2026-01-01 00:00:00.123Z``: details are read by people."""
+    try:
+        moment = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} ms"
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
 def _distinct(items: Iterable[_T], key: Callable[[_T], Any]) -> list[_T]:
@@ -486,7 +497,7 @@ def judge(
             )
     for ((token, _), due), occurrence_fires in by_occurrence.items():
         if len(occurrence_fires) > 1:
-            times = ", ".join(str(f.fired_at_ms) for f in occurrence_fires)
+            times = ", ".join(utc_text(f.fired_at_ms) for f in occurrence_fires)
             seq = occurrence_fires[0].seq
             which = "" if seq is None else f"occurrence {seq} "
             violations.append(
@@ -495,7 +506,7 @@ def judge(
                     token,
                     due,
                     occurrence_fires[1].fired_at_ms,
-                    f"{which}fired {len(occurrence_fires)} times (at {times} ms)",
+                    f"{which}fired {len(occurrence_fires)} times (at {times})",
                 )
             )
 
@@ -622,7 +633,8 @@ def _judge_series(
                     got.token,
                     got.due,
                     got.fired_at_ms,
-                    f"occurrence {seq} is due at {due}, not {got.due}",
+                    f"occurrence {seq} is due at {utc_text(due * 1000)}, not "
+                    f"{utc_text(got.due * 1000)}",
                 )
             )
         due_ms = due * 1000

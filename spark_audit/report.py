@@ -7,7 +7,7 @@ from html import escape
 from typing import Any
 
 from spark_audit.charts import bar_chart
-from spark_audit.reconcile import ViolationKind
+from spark_audit.reconcile import ViolationKind, utc_text
 from spark_audit.summary import AuditSummary, LatenessRow
 
 __all__ = ["console_summary", "fire_rate_bars", "html_report", "verdict_line"]
@@ -16,10 +16,7 @@ _KINDS = [k.value for k in ViolationKind]
 
 
 def _utc(ms: int | None) -> str:
-    if ms is None:
-        return "-"
-    moment = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
-    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}Z"
+    return "-" if ms is None else utc_text(ms)
 
 
 def _due(second: int | None) -> str:

@@ -71,6 +71,27 @@ def test_out_of_memory_is_named_as_such(exc: BaseException) -> None:
     assert "\n" not in line
 
 
+def test_a_python_worker_out_of_memory_is_named_as_such() -> None:
+    exc = Py4JJavaError(
+        "An error occurred while calling o61.parquet.\n: org.apache.spark.SparkException: "
+        "Job aborted\norg.apache.spark.api.python.PythonException: Traceback (most recent "
+        'call last):\n  File "worker.py", line 1\nImportError: libarrow.so.2600: failed '
+        "to map segment from shared object\n\tat org.apache.spark.api.python.Runner.read"
+    )
+    assert failure_line(exc).startswith("out of memory (Spark's JVM or a Python worker)")
+
+
+def test_the_line_is_the_exception_not_a_stack_frame() -> None:
+    exc = Py4JJavaError(
+        "An error occurred while calling o70.parquet.\n: org.apache.spark.SparkException: "
+        "Job aborted due to stage failure: Total size of serialized results of 1 tasks "
+        "(3.6 KiB) is bigger than spark.driver.maxResultSize (1024.0 B)\n\tat "
+        "org.apache.spark.sql.execution.QueryExecution$.withInternalError(QueryExecution.scala:927)"
+    )
+    line = failure_line(exc)
+    assert "maxResultSize" in line and "withInternalError" not in line
+
+
 def test_a_spark_error_is_its_cause_in_one_line() -> None:
     exc = Py4JJavaError(
         "An error occurred while calling o1.load.\n: org.apache.spark.SparkException: Job "
