@@ -47,6 +47,10 @@ class FiredKind(str, Enum):
     CANCEL = "cancel"
     #: A fire the late-fire policy did not deliver; ``reason`` says why.
     SKIPPED = "skipped"
+    #: A request accepted but not stored, answered like a cancel: ``outcome`` is
+    #: ``duplicate`` (that version already fired) or ``cancelled_earlier`` (a cancel with
+    #: its token came first). The audit reads it and judges nothing by it.
+    DROPPED = "dropped"
 
 
 class SkipReason(str, Enum):
@@ -160,6 +164,31 @@ class FiredRecord:
             seq=timer.seq or None,
             coalesced=coalesced or None,
             reason=reason.value,
+        )
+
+    @classmethod
+    def dropped(
+        cls,
+        timer: Timer,
+        outcome: str,
+        *,
+        partition: int,
+        worker: str,
+        at_ms: int,
+        request_offset: int | None = None,
+    ) -> FiredRecord:
+        """The answer to a request for ``timer`` that was not stored, for ``outcome``
+        (``request_offset`` is the request's offset on ``partition``)."""
+        return cls(
+            FiredKind.DROPPED,
+            timer.id,
+            token_digest(timer.token),
+            partition,
+            worker,
+            due=timer.due,
+            outcome=outcome,
+            at_ms=at_ms,
+            request_offset=request_offset,
         )
 
     @classmethod

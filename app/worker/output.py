@@ -70,6 +70,10 @@ class Output(Protocol):
         request_offset: int | None = None,
     ) -> None: ...
 
+    def dropped(
+        self, timer: Timer, outcome: str, partition: int, request_offset: int | None = None
+    ) -> None: ...
+
     def dead_letter(self, record: RawRecord, reason: RejectReason, detail: str) -> None: ...
 
     def dead_letter_timer(self, timer: Timer, reason: RejectReason, detail: str) -> None: ...
@@ -269,6 +273,21 @@ class OutputProducer:
             worker=self._worker_id,
             at_ms=int(self._clock() * 1000),
             coalesced=coalesced,
+        )
+        self._produce(self._fired_topic, record.to_json(), timer.id.encode(), partition=partition)
+
+    def dropped(
+        self, timer: Timer, outcome: str, partition: int, request_offset: int | None = None
+    ) -> None:
+        """Answer a request that was not stored (``duplicate``, ``cancelled_earlier``), on
+        the fired topic's partition numbered like the request's, as a cancel is answered."""
+        record = FiredRecord.dropped(
+            timer,
+            outcome,
+            partition=partition,
+            worker=self._worker_id,
+            at_ms=int(self._clock() * 1000),
+            request_offset=request_offset,
         )
         self._produce(self._fired_topic, record.to_json(), timer.id.encode(), partition=partition)
 

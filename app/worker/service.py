@@ -351,8 +351,10 @@ class TimerService:
         return True
 
     def _dropped(self, record: RawRecord, timer: Timer, outcome: Scheduled) -> None:
-        """Count (``kafka_timers_dropped_total{reason}``) and log a request not stored."""
+        """Count (``kafka_timers_dropped_total{reason}``), log and answer on the fired
+        topic (like a cancel) a request not stored."""
         self._metrics.dropped.labels(reason=outcome.value).inc()
+        self._output.dropped(timer, outcome.value, record.partition, record.offset)
         log.info(
             "request %s for timer %r dropped: %s",
             _where(record),

@@ -38,6 +38,8 @@ class Produced:
     dead_letters: list[tuple[bytes | None, RejectReason, str]] = field(default_factory=list)
     dead_timers: list[tuple[str, RejectReason]] = field(default_factory=list)
     changelog: list[tuple[int, bytes, bytes | None]] = field(default_factory=list)
+    #: Requests answered as not stored: (id, outcome, partition, request offset).
+    dropped: list[tuple[str, str, int, int | None]] = field(default_factory=list)
     #: Requests forwarded to their owner partition: (record, owner partition).
     forwarded: list[tuple[RawRecord, int]] = field(default_factory=list)
 
@@ -96,6 +98,11 @@ class FakeOutput:
     def dead_letter_timer(self, timer: Timer, reason: RejectReason, detail: str) -> None:
         self.pending.dead_timers.append((timer.id, reason))
 
+    def dropped(
+        self, timer: Timer, outcome: str, partition: int, request_offset: int | None = None
+    ) -> None:
+        self.pending.dropped.append((timer.id, outcome, partition, request_offset))
+
     def forward(self, record: RawRecord, partition: int) -> None:
         self.pending.forwarded.append((record, partition))
 
@@ -118,6 +125,7 @@ class FakeOutput:
             "dead_timers",
             "changelog",
             "forwarded",
+            "dropped",
         ):
             getattr(self.durable, name).extend(getattr(self.pending, name))
         self.durable.coalesced.update(self.pending.coalesced)

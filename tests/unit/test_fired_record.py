@@ -83,3 +83,16 @@ def test_the_fired_template_writes_exactly_what_the_record_writes() -> None:
             fired_json(cases[0][0], partition=1, worker_json=json_string("w"), fired_at_ms=1)
             == FiredRecord.fired(cases[0][0], partition=2, worker="w", fired_at_ms=1).to_json()
         )
+
+
+def test_a_dropped_request_is_answered_with_a_digest_and_read_back() -> None:
+    from app.core.timer import Timer
+
+    timer = Timer(id="t9", due=1_767_225_600, topic="cb", key=None, value=b"v", token="secret")
+    record = FiredRecord.dropped(
+        timer, "duplicate", partition=2, worker="w1", at_ms=5, request_offset=7
+    )
+    back = FiredRecord.from_json(record.to_json())
+    assert back.event is FiredKind.DROPPED and back.outcome == "duplicate"
+    assert back.request_offset == 7 and back.due == timer.due
+    assert b"secret" not in record.to_json()

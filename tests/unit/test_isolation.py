@@ -321,6 +321,10 @@ def test_requests_dropped_as_duplicates_or_cancelled_earlier_are_counted() -> No
     dropped = h.metrics.dropped
     assert dropped.labels(reason="cancelled_earlier")._value.get() == 1
     assert dropped.labels(reason="duplicate")._value.get() == 1
+    # Answered on the fired topic like a cancel, naming the request (issue 22).
+    answers = [(i, outcome) for i, outcome, _, _ in h.output.durable.dropped]
+    assert answers == [("early", "cancelled_earlier"), ("twice", "duplicate")]
+    assert all(offset is not None for _, _, _, offset in h.output.durable.dropped)
 
 
 def test_callback_topic_labels_are_bounded() -> None:
