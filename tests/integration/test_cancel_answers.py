@@ -265,3 +265,35 @@ def test_get_shows_pending_fired_and_cancelled(stack: Stack) -> None:
     assert code == 0 and shown["state"] == "cancelled"
     code, shown, _ = get(settings, pending.id, dead)
     assert code == 1 and shown["state"] == "unknown"
+
+
+def test_a_request_dropped_after_its_cancel_is_answered_on_the_fired_topic(stack: Stack) -> None:
+    """Issue 22: nothing is dropped without a word. The same version sent again after
+    its cancel is not stored; the worker counts it and answers it like a cancel."""
+    settings = stack.settings
+    topic = stack.callback_topic(f"dropped-{settings.app_id}")
+    stack.oscillator()
+    stack.worker("dropped-worker")
+    client = firing_client(stack, topic)
+    timer = client.schedule(topic, b"x", delay=600, token="tok-dropped")
+    client.flush()
+    assert client.cancel(timer.id, "tok-dropped", wait=30) is CancelOutcome.CANCELLED
+    again = client.schedule(topic, b"x", at=timer.due, timer_id=timer.id, token="tok-dropped")
+    client.flush()
+    client.close()
+    assert again.id == timer.id
+    with TopicReader(settings, settings.topics.fired) as reader:
+        records = reader.wait_for(
+            lambda rs: any(
+                FiredRecord.from_json(r.value or b"").event.value == "dropped" for r in rs
+            ),
+            30,
+        )
+    (answer,) = [
+        f
+        for f in (FiredRecord.from_json(r.value or b"") for r in records)
+        if f.event.value == "dropped"
+    ]
+    assert answer.id == timer.id and answer.outcome == "cancelled_earlier"
+    assert answer.partition == partition_for(timer.id.encode(), settings.partitions)
+    assert answer.request_offset is not None and answer.token != "tok-dropped"
