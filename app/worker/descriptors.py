@@ -138,7 +138,9 @@ def prepare_descriptors(partitions: int, max_connections: int) -> int:
             "(systemd LimitNOFILE=, ulimit -Hn, docker run --ulimit nofile=) or lower "
             "KAFKA_TIMERS_WEB_MAX_CONNECTIONS"
         )
-    log.info(
+    # Debug, not info: it is printed before the checks of topics and settings, whose
+    # refusals must stay one line.
+    log.debug(
         "open-file limit %s (hard %s); this worker may need %d: %s",
         _shown(soft),
         _shown(hard),

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.request
 import zlib
 from typing import Any
 
@@ -67,7 +68,19 @@ def test_requests_from_any_producer_meet_by_id(stack: Stack) -> None:
     assert plain.flush(10) == 0
     client.flush()
 
-    # Each cancel, sent by TimerClient to the owner, meets its timer.
+    # Each cancel, sent by TimerClient to the owner, meets its timer once the timer is
+    # stored there (a cancel that reaches the owner before a forwarded schedule is
+    # answered cancelled_in_advance, and that timer never fires either).
+    def pending() -> float:
+        with urllib.request.urlopen(f"{worker.metrics}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        return sum(
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("kafka_timers_pending ")
+        )
+
+    wait_until(lambda: pending() >= len(cancelled), 60, "every timer stored at its owner")
     outcomes = {timer_id: client.cancel(timer_id, "tok", wait=30) for timer_id in cancelled}
     assert set(outcomes.values()) == {CancelOutcome.CANCELLED}, outcomes
 
