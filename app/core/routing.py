@@ -21,6 +21,8 @@ partition count): it is applied where its timer is.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from app.core.budget import fits
 from app.core.errors import RejectedRequest, RejectReason
 from app.core.partitioner import partition_for
@@ -48,16 +50,7 @@ def without_hop(record: RawRecord) -> RawRecord:
     """``record`` without the ``timer-hop`` header a forwarding worker appended, if any."""
     headers = record.headers
     if headers and headers[-1][0] == HOP_HEADER:
-        return RawRecord(
-            record.topic,
-            record.partition,
-            record.offset,
-            record.timestamp_ms,
-            record.key,
-            record.value,
-            headers[:-1],
-            record.defect,
-        )
+        return replace(record, headers=headers[:-1])
     return record
 
 
