@@ -21,6 +21,7 @@ from app.kafka.config import confluent_common
 from app.kafka.topic_config import topic_specs
 from app.kafka.topics import describe_topic_configs, ensure_topics, partition_count
 from tests.support.faults import FireWatch, deliberate_fault_window, schedule_spread
+from tests.support.probes import metric_total, start_probed
 from tests.support.stack import Stack
 from tests.support.waiting import wait_until
 
@@ -49,7 +50,7 @@ def test_a_worker_whose_tick_offset_is_gone_catches_up_from_the_next_tick(
     )
     callbacks = stack.callback_topic("tick-retention-callbacks")
     oscillator = stack.oscillator()
-    worker = stack.worker("worker-1")
+    worker = start_probed(stack, "worker", "worker-1")
     watch = FireWatch(settings, callbacks)
     now = int(time.time())
     warm = schedule_spread(settings, callbacks, 16, now, now, prefix="warm")
@@ -62,7 +63,14 @@ def test_a_worker_whose_tick_offset_is_gone_catches_up_from_the_next_tick(
         30,
         "the worker to commit tick offsets",
     )
-    assert worker.stop() == 0
+    # Stored before the worker goes: a request it had not stored yet is read again after
+    # the restart and fires on the first tick after it is stored, not on the first tick.
+    wait_until(
+        lambda: metric_total(worker.metrics, "kafka_timers_pending") >= len(absent) + len(later),
+        60,
+        "every request stored before the stop",
+    )
+    assert worker.process.stop() == 0
     assert oscillator.stop() == 0  # a running producer would re-create the topic
 
     admin = AdminClient(confluent_common(settings))
@@ -93,12 +101,7 @@ def test_a_worker_whose_tick_offset_is_gone_catches_up_from_the_next_tick(
     spread_ms = max(f.fired_at_ms for f in restart_fires) - min(
         f.fired_at_ms for f in restart_fires
     )
-    # Every timer once, none early (asserted above). Caught up in one tick per partition
-    # when the test runs alone; in the full suite this session the catch-up spread over
-    # several ticks and ~19 s (under investigation, see the stop note): reported, not
-    # asserted, until it is understood.
-    ticks_needed = {p: len(t) for p, t in ticks_by_partition.items()}
-    print(f"\nticks needed per partition after the restart: {ticks_needed}")
+    assert all(len(t) == 1 for t in ticks_by_partition.values()), dict(ticks_by_partition)
     print(
         f"\n{len(restart_fires)} timers due in the absence: one tick per partition, "
         f"{spread_ms} ms between the first and the last partition"

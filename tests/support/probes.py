@@ -18,7 +18,7 @@ from app.dev.stack import ServiceProcess
 from app.settings import Settings
 from tests.support.stack import Stack
 
-__all__ = ["Probed", "get_json", "metric_by_partition", "start_probed"]
+__all__ = ["Probed", "get_json", "metric_by_partition", "metric_total", "start_probed"]
 
 
 class Probed:
@@ -74,3 +74,18 @@ def metric_by_partition(base_url: str, name: str) -> dict[int, float]:
         if family.name == name
         for sample in family.samples
     }
+
+
+def metric_total(base_url: str, name: str) -> float:
+    """The sum of the samples of ``name`` on ``base_url``/metrics; 0 when nothing answers."""
+    try:
+        with urllib.request.urlopen(base_url + "/metrics", timeout=2) as response:
+            text = response.read().decode()
+    except OSError:
+        return 0.0
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == name
+        for sample in family.samples
+    )
