@@ -37,8 +37,10 @@ from app.worker.faust_internals import (
     recovery_start_offsets,
     take_events_when_ready,
     tune_fetcher,
+    watch_group_session,
     web_routes,
 )
+from app.worker.group_lease import GroupLease
 from app.worker.health import Phase, WorkerHealth
 from app.worker.heap import settle_heap
 from app.worker.metrics import WorkerMetrics
@@ -242,6 +244,8 @@ def build_worker(
         return partition_db(table, partition)
 
     max_age = stale_after(tombstone_retention)
+    lease = GroupLease(settings.session_timeout)
+    watch_group_session(settings.app_id, lease)
     service = TimerService(
         policy=policy,
         output=output,
@@ -257,6 +261,7 @@ def build_worker(
         tick_max_ahead_seconds=settings.tick_max_ahead_seconds,
         late_policy=settings.default_late_policy(),
         topics=TopicDirectory(output.topic_names),
+        lease=lease,
         request_partitions=settings.partition_count,
     )
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
+import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
@@ -30,7 +31,12 @@ import rocksdict
 from aiokafka.consumer.fetcher import READ_COMMITTED, Fetcher
 from aiokafka.consumer.group_coordinator import BaseCoordinator, GroupCoordinator
 from aiokafka.protocol.admin import DescribeGroupsRequest
-from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
+from aiokafka.protocol.group import (
+    HeartbeatRequest,
+    JoinGroupRequest,
+    LeaveGroupRequest,
+    SyncGroupRequest,
+)
 from faust.stores.rocksdb import RocksDBOptions
 from faust.stores.rocksdb import Store as RocksDBStore
 from faust.streams import Stream
@@ -48,6 +54,7 @@ __all__ = [
     "remove_patches",
     "take_events_when_ready",
     "tune_fetcher",
+    "watch_group_session",
     "web_routes",
 ]
 
@@ -96,9 +103,35 @@ async def _maybe_leave_group(self: Any) -> None:
 _AIOKAFKA_SEND_REQ = GroupCoordinator._send_req
 
 
+#: The leases renewed by :func:`_send_req`, by group id (see :func:`watch_group_session`).
+_LEASES: dict[str, Any] = {}
+
+#: Answers that prove the broker still counts the sender a member: none, and (to a
+#: heartbeat) REBALANCE_IN_PROGRESS, which aiokafka answers by rejoining while it keeps
+#: heartbeating.
+_MEMBER_ERROR_CODES = {
+    HeartbeatRequest: frozenset({0, aiokafka.errors.RebalanceInProgressError.errno}),
+    SyncGroupRequest: frozenset({0}),
+}
+
+
+def watch_group_session(group_id: str, lease: Any) -> None:
+    """Renew ``lease`` (a :class:`~app.worker.group_lease.GroupLease`) with the send time
+    of every heartbeat and SyncGroup of ``group_id`` that the broker answers as from a
+    member; ``None`` stops it."""
+    if lease is None:
+        _LEASES.pop(group_id, None)
+    else:
+        _LEASES[group_id] = lease
+
+
 async def _send_req(self: Any, request: Any) -> Any:
-    """aiokafka's ``GroupCoordinator._send_req``, clearing a departed leader the dev broker
-    still names.
+    """aiokafka's ``GroupCoordinator._send_req``, renewing the group lease and clearing a
+    departed leader the dev broker still names.
+
+    Every request of the group goes through here, so it is where a heartbeat or a
+    SyncGroup the broker answered renews the worker's :class:`GroupLease
+    <app.worker.group_lease.GroupLease>` (from the time it was sent).
 
     Tansu 0.6.0 keeps a leader that leaves with LeaveGroup while its group is
     rebalancing (another member left just before: every worker stopped at once). Every
@@ -114,7 +147,13 @@ async def _send_req(self: Any, request: Any) -> Any:
     nobody heartbeats. On Apache Kafka the leader named at the end of a join is a member,
     and a JoinGroup under an unknown member id is refused: this does nothing there.
     """
+    lease = _LEASES.get(self.group_id)
+    sent_at = lease.now() if lease is not None else time.monotonic()
     response = await _AIOKAFKA_SEND_REQ(self, request)
+    if lease is not None:
+        accepted = _MEMBER_ERROR_CODES.get(type(request))
+        if accepted is not None and response.error_code in accepted:
+            lease.renew(sent_at)
     if (
         isinstance(request, JoinGroupRequest)
         and response.error_code == 0

@@ -173,6 +173,13 @@ class WorkerMetrics:
             "newest tick (app.worker.tick_backlog), which covers every second before it.",
             registry=r,
         )
+        self.ticks_unowned = Counter(
+            "kafka_timers_ticks_unowned",
+            "Ticks not fired because no heartbeat had been answered for a whole session "
+            "timeout (a frozen or cut-off worker may have lost its partitions: "
+            "app.worker.group_lease); a later tick or the new owner fires their seconds.",
+            registry=r,
+        )
         self.tick_sources = Gauge(
             "kafka_timers_tick_sources",
             "Tick sources (oscillators) this worker tells apart now: at most "

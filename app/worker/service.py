@@ -35,6 +35,7 @@ from app.core.wheel import (
     PartitionWheel,
     Scheduled,
 )
+from app.worker.group_lease import GroupLease
 from app.worker.isolation import is_systemic, rejection_for
 from app.worker.metrics import WorkerMetrics, observe_many
 from app.worker.output import DeliveryFailure, Output, TransactionAborted
@@ -104,8 +105,12 @@ class TimerService:
         max_topic_labels: int = DEFAULT_MAX_TOPIC_LABELS,
         topics: TopicDirectory | None = None,
         request_partitions: int | None = None,
+        lease: GroupLease | None = None,
     ) -> None:
         self._policy = policy
+        #: Until when the group cannot have given this worker's partitions away (None: not
+        #: checked, as in unit tests): no tick fires after it ran out.
+        self._lease = lease
         #: The request topic's partition count: a request read on a partition other than
         #: its id's owner is forwarded there (app.core.routing). None: applied where read.
         self._request_partitions = request_partitions
@@ -473,7 +478,16 @@ class TimerService:
         return self._lead.leads()
 
     async def _fire_accepted(self, accepted: Sequence[tuple[int, int]]) -> int:
-        """Fire ``(partition, second)`` pairs this worker's clock has accepted."""
+        """Fire ``(partition, second)`` pairs this worker's clock has accepted, unless the
+        group may have given its partitions away (:mod:`app.worker.group_lease`)."""
+        if self._lease is not None and not self._lease.held():
+            self._metrics.ticks_unowned.inc(len(accepted))
+            log.warning(
+                "no heartbeat answered for %.0f s past the session timeout: not firing "
+                "until the broker confirms this worker still owns its partitions",
+                self._lease.lapsed_for(),
+            )
+            return 0
         if self._output.transactional:
             fired = 0
             for partition, second in accepted:
