@@ -108,6 +108,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from app.telemetry import serve_metrics
     from app.worker.descriptors import install_descriptor_guard, prepare_descriptors
     from app.worker.faust_app import build_worker
+    from app.worker.layout_refusal import install_layout_refusal
     from app.worker.stopping import TimersWorker
     from app.worker.web_limits import install_web_limits
 
@@ -137,6 +138,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         addr=settings.metrics_bind,
     )
     install_descriptor_guard(worker.loop)
+    install_layout_refusal(worker.loop)
     worker.execute_from_commandline()
     return 0
 
@@ -246,8 +248,20 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return audit_run([*bootstrap, *args.audit_args])  # total: 0, 1 or 2, one line
 
 
+def release_version() -> str:
+    """This release's version, from the installed package's metadata (pyproject.toml's
+    ``version``; RELEASES lists each release's commit)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kafka-timers")
+    except PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="kafka-timers", description="Durable one-second timers on Kafka.")
+    parser.add_argument("--version", action="version", version=f"kafka-timers {release_version()}")
     parser.add_argument("--bootstrap", help="broker address (default: $KAFKA_BOOTSTRAP_SERVERS)")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 

@@ -8,19 +8,28 @@ sequence number and the count delivered before it, the recurrence and the timer'
 late-fire policy. A timer that has none of those is still written as version 1, so
 stores of one-shot timers stay readable by releases before version 2; both versions
 are read.
+
+The rule for stores that outlive releases (README, Releases, upgrades and rollbacks):
+the first byte of every stored timer is its layout version, in every layout to come. A
+release that meets a version newer than it knows refuses to go on
+(:class:`StoredLayoutTooNew`: one line, exit 78), never guesses and never drops the
+timer: a layout change is readable by the release before it, or that release refuses.
 """
 
 from __future__ import annotations
 
 import struct
 
+from app.core.errors import SystemicFailure
 from app.core.late import CatchUp, LatePolicy
 from app.core.recurrence import Recurrence
 from app.core.timer import Timer
 
-__all__ = ["pack_timer", "unpack_timer"]
+__all__ = ["NEWEST_LAYOUT", "StoredLayoutTooNew", "check_layout", "pack_timer", "unpack_timer"]
 
 _V1, _V2 = 1, 2
+#: The newest stored layout this release reads (and writes).
+NEWEST_LAYOUT = _V2
 _HEAD = struct.Struct(">Bq")
 _LEN = struct.Struct(">i")
 #: seq, fired_before, recurrence kind (0 none, 1 cron, 2 interval), late-policy flags
@@ -31,6 +40,36 @@ _NUMBERS = struct.Struct(">qqqqq")
 _RECURRENCE_NONE, _RECURRENCE_CRON, _RECURRENCE_INTERVAL = 0, 1, 2
 _CATCH_UP_CODES = {None: 0, CatchUp.COALESCE: 1, CatchUp.ALL: 2}
 _CATCH_UPS = {code: value for value, code in _CATCH_UP_CODES.items()}
+
+
+class StoredLayoutTooNew(SystemicFailure):
+    """A stored timer (from the local store or the changelog) is in a layout newer than
+    this release reads: a later release wrote it, and this one is a rollback too far.
+
+    Systemic, never the record's fault: the worker stops before firing or forgetting
+    anything of that partition, with one line, exit status 78 (EX_CONFIG: the release
+    deployed is wrong for the data). Restarting the same release refuses again; running
+    the release that wrote it, or a newer one, fires the timer.
+    """
+
+    exit_status = 78
+
+    def __init__(self, version: int) -> None:
+        super().__init__(
+            f"a stored timer is in layout version {version}, newer than this release "
+            f"reads (1 to {NEWEST_LAYOUT}): a later release of kafka-timers wrote it. "
+            "Run that release or a newer one; nothing was fired or forgotten "
+            "(README: Releases, upgrades and rollbacks)"
+        )
+        self.version = version
+
+
+def check_layout(data: bytes) -> None:
+    """Raise :class:`StoredLayoutTooNew` if ``data`` is a stored timer in a layout newer
+    than this release reads (a look at its first byte: cheap enough for every timer of a
+    partition as it is loaded)."""
+    if data and data[0] > NEWEST_LAYOUT:
+        raise StoredLayoutTooNew(data[0])
 
 
 def _opt(value: int | None) -> int:
@@ -96,6 +135,8 @@ def unpack_timer(data: bytes) -> Timer:
     """Inverse of :func:`pack_timer`."""
     version, due = _HEAD.unpack_from(data, 0)
     if version not in (_V1, _V2):
+        if version > NEWEST_LAYOUT:
+            raise StoredLayoutTooNew(version)
         raise ValueError(f"stored timer has unknown layout version {version}")
     pos = _HEAD.size
 

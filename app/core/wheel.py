@@ -59,7 +59,7 @@ from app.core.keys import (
     parse_timer_key,
     timer_key,
 )
-from app.core.stored import pack_timer, unpack_timer
+from app.core.stored import check_layout, pack_timer, unpack_timer
 from app.core.timer import Cancel, Timer
 
 __all__ = [
@@ -525,8 +525,17 @@ class PartitionWheel:
         return state, index.due, index.token
 
     def count_pending(self) -> int:
-        """Number of stored timers; O(pending), so only for start-up and status."""
-        return sum(1 for _ in self._kv.scan(PENDING, PENDING_END))
+        """Number of stored timers; O(pending), so only for start-up and status.
+
+        Each timer's layout version is checked on the way (one byte): a partition holding
+        a timer a later release wrote is refused as it is loaded, before anything of it
+        fires (:class:`~app.core.stored.StoredLayoutTooNew`).
+        """
+        count = 0
+        for _, value in self._kv.scan(PENDING, PENDING_END):
+            check_layout(value)
+            count += 1
+        return count
 
     def recount(self) -> KeyCounts:
         """Count the store's keys by kind from scratch: O(pending + remembered).
