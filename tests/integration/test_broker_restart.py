@@ -1,0 +1,143 @@
+"""Broker restarts (issue 23): the broker itself dies or stops while timers fire.
+
+Runs on its own persistent dev broker (Tansu on its ``s3://`` engine behind an
+in-memory S3 endpoint, :mod:`tests.support.persistent_broker`): topics, records,
+committed offsets and the group survive the broker's restart, as they would on a real
+cluster. Two oscillators and two workers fire timers due across the restart; the
+broker is killed (``kill -9``) or stopped (SIGTERM) a fifth of the way in, stays away a
+few seconds, and comes back on the same port. The checks are those of the other fault
+tests: nothing lost, nothing early, nothing made up, duplicates only inside the
+at-least-once window; the time from the broker's return to the first fire on every
+partition is printed (``pytest -s``) and is in the README's fault table.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.kafka.topics import ensure_topics
+from tests.conftest import fresh_settings
+from tests.integration.test_faults import (
+    AT_LEAST_ONCE_WINDOW_MS,
+    STARTUP_TIMEOUT,
+    now_ms,
+    settle,
+    wait_until_fraction_fired,
+)
+from tests.support.faults import (
+    FaultScene,
+    Fire,
+    deliberate_fault_window,
+    owners,
+    unexplained_duplicates,
+)
+from tests.support.persistent_broker import PersistentBroker
+from tests.support.stack import running_stack
+
+pytestmark = pytest.mark.fault
+
+#: Timers due from 3 s to LAST_DUE_IN s after scheduling: about 20 a second, so every
+#: one of the 8 partitions has some due while the broker is away.
+TIMERS = 500
+LAST_DUE_IN = 25
+#: How long the broker stays away after it died (kill -9) or exited (SIGTERM): shorter
+#: than the 6 s session timeout (the group outlives the outage), or longer (every member
+#: is expired, the group rebalances and the workers catch their changelogs up again).
+SHORT_AWAY, LONG_AWAY = 4.0, 12.0
+CATCH_UP = re.compile(r"changelog catch-up \S+: applied")
+
+
+@pytest.fixture
+def persistent_broker(tmp_path: Path) -> Iterator[PersistentBroker]:
+    with PersistentBroker(tmp_path / "broker") as broker:
+        yield broker
+
+
+def first_fire_per_partition(fires: list[Fire], after_ms: int) -> dict[int, int]:
+    """Per partition, the first fire at or after ``after_ms`` (its worker's clock, ms)."""
+    first: dict[int, int] = {}
+    for fire in fires:
+        if fire.fired_at_ms >= after_ms:
+            first[fire.partition] = min(
+                first.get(fire.partition, fire.fired_at_ms), fire.fired_at_ms
+            )
+    return first
+
+
+def catch_ups(scene: FaultScene) -> int:
+    """Changelog catch-ups the scene's workers have logged so far (one per partition)."""
+    return sum(len(CATCH_UP.findall(w.log_text())) for w in scene.workers.values())
+
+
+@pytest.mark.parametrize(
+    ("how", "away"),
+    [("kill -9", SHORT_AWAY), ("SIGTERM", SHORT_AWAY), ("kill -9", LONG_AWAY)],
+    ids=["kill-9", "sigterm", "kill-9-past-session-timeout"],
+)
+def test_a_broker_restart_mid_fire_loses_nothing_and_fires_nothing_early(
+    how: str, away: float, persistent_broker: PersistentBroker, tmp_path: Path
+) -> None:
+    """0 lost, 0 early, nothing unknown, duplicates only as at-least-once allows, both
+    workers alive after; prints the time from the broker's return to the first fire on
+    each partition."""
+    broker = persistent_broker
+    settings = fresh_settings(broker.bootstrap)
+    ensure_topics(settings)
+    with running_stack(settings, tmp_path) as stack:
+        scene = FaultScene.start(
+            stack,
+            "broker-restart",
+            workers=["w-a", "w-b"],
+            timers=TIMERS,
+            last_due_in=LAST_DUE_IN,
+            startup_timeout=STARTUP_TIMEOUT,
+            oscillators=("osc-a", "osc-b"),
+        )
+        with scene.watch as watch:
+            plan = scene.plan
+            pending = wait_until_fraction_fired(watch, plan, 0.2)
+            owners_before = owners(watch.fires())
+            catch_ups_before = catch_ups(scene)
+            down_ms = now_ms()
+            if how == "kill -9":
+                broker.kill()
+                exit_code = -9
+            else:
+                exit_code = broker.terminate()
+            gone_ms = now_ms()
+            deliberate_fault_window(away)
+            broker.start_broker()
+            back_ms = now_ms()
+            partitions = settings.partition_count
+            watch.wait(
+                lambda w: len(first_fire_per_partition(w.fires(), back_ms)) == partitions,
+                STARTUP_TIMEOUT,
+                f"every one of the {partitions} partitions to fire after the broker's return",
+            )
+            first = first_fire_per_partition(watch.fires(), back_ms)
+            verdict = settle(watch, plan)
+            bad_duplicates = unexplained_duplicates(
+                watch.fires(), verdict.extra, AT_LEAST_ONCE_WINDOW_MS
+            )
+            workers_alive = {name: w.alive for name, w in scene.workers.items()}
+            stats = broker.endpoint_stats()
+            report = (
+                f"[broker {how} mid-fire] {verdict.summary()}; pending at the fault: "
+                f"{pending}; broker gone {gone_ms - down_ms} ms after the signal "
+                f"(exit {exit_code}), away {(back_ms - gone_ms) / 1000:.1f} s; "
+                f"return -> first fire on a partition {min(first.values()) - back_ms} ms, "
+                f"on every partition {max(first.values()) - back_ms} ms; "
+                f"owners before {dict(sorted(owners_before.items()))}, after "
+                f"{dict(sorted(owners(watch.fires()).items()))}; changelog catch-ups after "
+                f"the fault {catch_ups(scene) - catch_ups_before}; workers alive "
+                f"{workers_alive}; S3 endpoint {stats}"
+            )
+            print(report)
+            verdict.assert_none_lost_early_or_unknown(report)
+            assert not bad_duplicates, f"{report}; {bad_duplicates[:5]}"
+            assert all(workers_alive.values()), report
+            assert pending >= len(plan) // 2, f"the fault landed too late to mean much: {report}"
