@@ -248,6 +248,101 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return audit_run([*bootstrap, *args.audit_args])  # total: 0, 1 or 2, one line
 
 
+def _deployment(settings: Settings, app_id: str | None, request_topic: str | None) -> Settings:
+    """``settings`` with another deployment's app id and request topic, where given."""
+    from dataclasses import replace
+
+    topics = settings.topics
+    if request_topic is not None:
+        topics = replace(topics, requests=request_topic)
+    return replace(settings, app_id=app_id or settings.app_id, topics=topics)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from app.ops.export import export_timers, summary
+
+    settings = _deployment(_settings(args), args.app_id, None)
+    if args.output in (None, "-"):
+        snapshot = export_timers(settings, sys.stdout, timeout=args.timeout)
+    else:
+        try:
+            with open(args.output, "w", encoding="utf-8") as out:
+                snapshot = export_timers(settings, out, timeout=args.timeout)
+        except OSError as exc:
+            raise KafkaTimersError(f"cannot write {args.output!r}: {exc.strerror}") from None
+    print(json.dumps(summary(snapshot)), file=sys.stderr)
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from app.ops.import_ import import_timers
+
+    settings = _deployment(_settings(args), None, args.request_topic)
+    if args.input in (None, "-"):
+        report = import_timers(settings, sys.stdin, timeout=args.timeout)
+    else:
+        try:
+            with open(args.input, encoding="utf-8") as lines:
+                report = import_timers(settings, lines, timeout=args.timeout)
+        except OSError as exc:
+            raise KafkaTimersError(f"cannot read {args.input!r}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise KafkaTimersError(f"{args.input!r} is not UTF-8 text") from None
+    print(
+        json.dumps(
+            {
+                "imported": report.timers,
+                "series": report.series,
+                "topic": report.topic,
+                "partitions": report.partitions,
+            }
+        )
+    )
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
+    from app.ops.migrate import migrate
+
+    source = _deployment(_settings(args), args.from_app_id, args.from_request_topic)
+    target = _deployment(
+        replace(source, bootstrap_servers=args.to_bootstrap or source.bootstrap_servers),
+        None,
+        args.to_request_topic,
+    )
+
+    def progress(event: dict[str, object]) -> None:
+        print(json.dumps(event), flush=True)
+
+    report = migrate(
+        source,
+        target,
+        stop=_stop_on_signals(),
+        idle_exit=args.idle_exit,
+        force=args.force,
+        timeout=args.timeout,
+        progress=progress,
+    )
+    print(
+        json.dumps(
+            {
+                "stage": "done",
+                "copied": report.copied,
+                "series": report.series,
+                "bridged": report.bridged,
+                "resumed": report.resumed,
+                "source_partitions": report.source_partitions,
+                "target_partitions": report.target_partitions,
+                "positions": {str(p): o for p, o in sorted(report.positions.items())},
+            }
+        ),
+        flush=True,
+    )
+    return 0
+
+
 def release_version() -> str:
     """This release's version, from the installed package's metadata (pyproject.toml's
     ``version``; RELEASES lists each release's commit)."""
@@ -366,6 +461,52 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=30.0, help="seconds for reading the fired topic"
     )
     p.set_defaults(func=cmd_get)
+
+    p = sub.add_parser(
+        "export", help="write every pending timer (one-shot and series) as JSON lines"
+    )
+    p.add_argument("--app-id", help="the deployment's app id (default: $KAFKA_TIMERS_APP_ID)")
+    p.add_argument("--output", "-o", help="file to write (default: stdout)")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds to read the changelog")
+    p.set_defaults(func=cmd_export)
+
+    p = sub.add_parser("import", help="send the timers of an export to a deployment (idempotent)")
+    p.add_argument("--input", "-i", help="export file to read (default: stdin)")
+    p.add_argument(
+        "--request-topic",
+        help="the deployment's request topic (default: $KAFKA_TIMERS_REQUEST_TOPIC)",
+    )
+    p.add_argument("--timeout", type=float, default=30.0)
+    p.set_defaults(func=cmd_import)
+
+    p = sub.add_parser(
+        "migrate",
+        help="move every pending timer to another deployment (more partitions, another "
+        "cluster), then bridge the old request topic to the new one until stopped",
+    )
+    p.add_argument(
+        "--from-app-id", help="the old deployment's app id (default: $KAFKA_TIMERS_APP_ID)"
+    )
+    p.add_argument(
+        "--from-request-topic",
+        help="the old deployment's request topic (default: $KAFKA_TIMERS_REQUEST_TOPIC)",
+    )
+    p.add_argument("--to-request-topic", required=True, help="the new deployment's request topic")
+    p.add_argument("--to-bootstrap", help="the new deployment's brokers (default: the old ones)")
+    p.add_argument(
+        "--idle-exit",
+        type=_positive_seconds,
+        metavar="SECONDS",
+        help="stop once the old request topic has been quiet this long (default: run until "
+        "SIGTERM or Ctrl-C)",
+    )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="go on although the old workers' consumer group has members",
+    )
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.set_defaults(func=cmd_migrate)
 
     # Everything after "audit" (flags included) belongs to the audit's own parser.
     p = sub.add_parser(

@@ -167,6 +167,8 @@ class Scheduled(str, Enum):
     #: A cancel for this id and token arrived first; the request is dropped.
     CANCELLED_EARLIER = "cancelled_earlier"
     #: The very same version (id, token, due) already fired: a redelivered duplicate.
+    #: Also a series whose very version (id, token, first occurrence) is pending past
+    #: its first occurrence: starting it over would fire those occurrences again.
     DUPLICATE = "duplicate"
 
 
@@ -284,6 +286,14 @@ class PartitionWheel:
             ):
                 return _DUPLICATE
             if index.state == _PENDING:
+                if (
+                    timer.recurrence is not None
+                    and index.token == timer.token
+                    and self._series_under_way(timer, index.due)
+                ):
+                    # The very same series again (a redelivery, an import run twice)
+                    # after it fired: starting it over would fire its occurrences again.
+                    return _DUPLICATE
                 self._kv.delete(timer_key(index.due, timer.id))
                 counts.timers -= 1
                 counts.pending -= 1
@@ -296,6 +306,15 @@ class PartitionWheel:
         self._store_occurrence(timer, timer.due)
         self._count_stored(was=index)
         return _STORED_REPLACED if replaced else _STORED_NEW
+
+    def _series_under_way(self, timer: Timer, slot: int) -> bool:
+        """Whether the pending series stored at ``slot`` is ``timer``'s very version
+        (same token, same first occurrence) and has fired at least once already."""
+        raw = self._kv.get(timer_key(slot, timer.id))
+        if raw is None:
+            return False
+        stored = unpack_timer(raw)
+        return stored.seq > 1 and stored.version_due == timer.version_due
 
     def cancel(self, cancel: Cancel) -> CancelOutcome:
         """Remove the pending timer ``cancel.id`` if the token matches."""

@@ -1,0 +1,198 @@
+"""The export format: one pending timer per line, as JSON, with the request formats' fields.
+
+A line holds everything the worker stores for a pending timer, exactly:
+
+``{"id", "token", "topic", "key" | "key_b64", "value" | "value_b64", "headers", "due",
+"late"}`` and, for a series, ``"cron"`` and ``"tz"`` or ``"every"`` (whole seconds),
+``"start"`` (occurrence 1's due second: with the token, the version's identity),
+``"end"``, ``"count"``, ``"seq"`` (the number of the pending occurrence, due at
+``"due"``) and ``"fired_before"``. Text that is valid UTF-8 is written as text, other
+bytes as base64 under ``<name>_b64``; ``"key": null`` is a callback without a key.
+``headers`` is a list of ``{"name", "value" | "value_b64"}`` (names may repeat, values
+are bytes). ``"partition"``, where the timer was found, is informational and ignored
+when read back. Fields left out of a line (``late``, ``end``, ``count``) are absent.
+
+:func:`encode_timer` and :func:`decode_timer` are exact inverses over every
+:class:`~app.core.timer.Timer` the worker can store.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any
+
+from app.core.errors import KafkaTimersError
+from app.core.late import LatePolicy
+from app.core.recurrence import Recurrence
+from app.core.timer import Timer
+
+__all__ = ["LineError", "decode_line", "decode_timer", "encode_line", "encode_timer"]
+
+
+class LineError(KafkaTimersError):
+    """A line of an export file that is not a pending timer."""
+
+
+def _put_bytes(doc: dict[str, Any], name: str, data: bytes | None) -> None:
+    if data is None:
+        doc[name] = None
+        return
+    try:
+        doc[name] = data.decode()
+    except UnicodeDecodeError:
+        doc[f"{name}_b64"] = base64.b64encode(data).decode()
+
+
+def encode_timer(timer: Timer, partition: int | None = None) -> dict[str, Any]:
+    """``timer`` as the JSON object of one export line."""
+    doc: dict[str, Any] = {"id": timer.id, "token": timer.token, "topic": timer.topic}
+    _put_bytes(doc, "key", timer.key)
+    _put_bytes(doc, "value", timer.value)
+    headers = []
+    for name, value in timer.headers:
+        header: dict[str, Any] = {"name": name}
+        _put_bytes(header, "value", value)
+        headers.append(header)
+    doc["headers"] = headers
+    doc["due"] = timer.due
+    if timer.late is not None:
+        doc["late"] = timer.late.text()
+    rec = timer.recurrence
+    if rec is not None:
+        if rec.cron is not None:
+            doc["cron"] = rec.cron
+            doc["tz"] = rec.tz
+        else:
+            doc["every"] = rec.every
+        doc["start"] = rec.start
+        for name, number in (("end", rec.end), ("count", rec.count)):
+            if number is not None:
+                doc[name] = number
+        doc["seq"] = timer.seq
+        doc["fired_before"] = timer.fired_before
+    if partition is not None:
+        doc["partition"] = partition
+    return doc
+
+
+def encode_line(timer: Timer, partition: int | None = None) -> str:
+    """One export line (no newline): compact JSON, keys in a fixed order."""
+    return json.dumps(encode_timer(timer, partition), separators=(",", ":"), ensure_ascii=False)
+
+
+def _text(doc: dict[str, Any], name: str, default: str | None = None) -> str:
+    value = doc.get(name, default)
+    if not isinstance(value, str):
+        raise LineError(f"{name!r} must be a string")
+    return value
+
+
+def _int(doc: dict[str, Any], name: str, *, required: bool = False) -> int | None:
+    value = doc.get(name)
+    if value is None and not required:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise LineError(f"{name!r} must be a whole number")
+    return value
+
+
+def _get_bytes(doc: dict[str, Any], name: str, *, nullable: bool) -> bytes | None:
+    if f"{name}_b64" in doc:
+        try:
+            return base64.b64decode(_text(doc, f"{name}_b64"), validate=True)
+        except binascii.Error as exc:
+            raise LineError(f"'{name}_b64' is not base64: {exc}") from exc
+    if name not in doc:
+        raise LineError(f"{name!r} (or {name}_b64) is missing")
+    value = doc[name]
+    if value is None:
+        if not nullable:
+            raise LineError(f"{name!r} must not be null")
+        return None
+    if not isinstance(value, str):
+        raise LineError(f"{name!r} must be a string (or {name}_b64 for bytes)")
+    try:
+        return value.encode()
+    except UnicodeEncodeError as exc:
+        raise LineError(f"{name!r} is not valid UTF-8 (a lone surrogate)") from exc
+
+
+def decode_timer(doc: Any) -> Timer:
+    """The :class:`Timer` an export line's JSON object stands for; :class:`LineError`
+    if it is not one."""
+    if not isinstance(doc, dict):
+        raise LineError("a line must be a JSON object")
+    headers_doc = doc.get("headers", [])
+    if not isinstance(headers_doc, list):
+        raise LineError("'headers' must be a list of {name, value} objects")
+    headers = []
+    for header in headers_doc:
+        if not isinstance(header, dict):
+            raise LineError("'headers' must be a list of {name, value} objects")
+        value = _get_bytes(header, "value", nullable=False)
+        assert value is not None
+        headers.append((_text(header, "name"), value))
+    late_text = doc.get("late")
+    late = None
+    if late_text is not None:
+        if not isinstance(late_text, str):
+            raise LineError("'late' must be a string such as \"skip-after 5m\"")
+        try:
+            policy = LatePolicy.parse(late_text)
+        except KafkaTimersError as exc:
+            raise LineError(f"'late': {exc}") from exc
+        late = None if policy.is_empty else policy
+    recurrence = None
+    seq = fired_before = 0
+    if "cron" in doc or "every" in doc:
+        if "cron" in doc and "every" in doc:
+            raise LineError("a series has 'cron' or 'every', not both")
+        start = _int(doc, "start", required=True)
+        end, count = _int(doc, "end"), _int(doc, "count")
+        if "cron" in doc:
+            recurrence = Recurrence(
+                cron=_text(doc, "cron"),
+                tz=_text(doc, "tz", "UTC"),
+                start=start,
+                end=end,
+                count=count,
+            )
+        else:
+            every = _int(doc, "every", required=True)
+            assert every is not None
+            if every < 1:
+                raise LineError("'every' must be at least 1 (second)")
+            recurrence = Recurrence(every=every, start=start, end=end, count=count)
+        seq = _int(doc, "seq", required=True) or 0
+        fired_before = _int(doc, "fired_before") or 0
+        if seq < 1:
+            raise LineError("'seq' of a series starts at 1")
+    due = _int(doc, "due", required=True)
+    assert due is not None
+    timer_id = _text(doc, "id")
+    if not timer_id:
+        raise LineError("'id' must not be empty")
+    return Timer(
+        id=timer_id,
+        due=due,
+        topic=_text(doc, "topic"),
+        key=_get_bytes(doc, "key", nullable=True),
+        value=_get_bytes(doc, "value", nullable=True),
+        token=_text(doc, "token", ""),
+        headers=tuple(headers),
+        recurrence=recurrence,
+        seq=seq,
+        fired_before=fired_before,
+        late=late,
+    )
+
+
+def decode_line(line: str) -> Timer:
+    """The :class:`Timer` of one export line."""
+    try:
+        doc = json.loads(line)
+    except (json.JSONDecodeError, RecursionError, ValueError) as exc:
+        raise LineError(f"not JSON: {exc}") from exc
+    return decode_timer(doc)

@@ -1,0 +1,164 @@
+"""The request that recreates a pending timer on a deployment: what import and migrate send.
+
+Each pending timer becomes one request in the format that carries it exactly:
+
+- a timer an **etf1** producer scheduled (no token, and the three provenance headers
+  the worker adds: ``scheduler-timestamp``, ``scheduler-key``, ``scheduler-topic``)
+  goes back as an etf1 record, stamped with its original ``scheduler-timestamp``: the
+  worker stores the same timer, provenance included, and a tombstone still cancels it;
+- a timer whose callback key is not UTF-8 (only a JSON request with ``key_b64`` makes
+  one) goes as **JSON**, which carries binary keys;
+- every other timer goes as **protobuf**, which carries binary values and repeated
+  headers.
+
+A one-shot timer keeps its id, token, due second, callback, headers and late policy:
+the target stores the very same version. A **series** is sent as a series that starts
+at its pending occurrence (``start`` = that occurrence's due second, ``count`` less the
+occurrences already delivered, the same ``end``, cron and zone or interval, token and
+late policy), stamped no later than that occurrence, so the worker anchors it there:
+the same callbacks at the same seconds, and a cancel with the same token stops it. No
+request format can say "occurrence *n*", so the target numbers the remaining
+occurrences from 1 again (``timer-seq``), and the version's identity becomes (token,
+that occurrence's due second).
+
+Every request is keyed by the timer id and sent to the id's owner partition for the
+target's partition count (:func:`app.core.routing.owner_of`).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass, replace
+
+from app.core import protowire
+from app.core.request_format import ETF1_EPOCH, ETF1_TARGET_KEY, ETF1_TARGET_TOPIC
+from app.core.timer import Header, Timer
+from app.ops.jsonl import LineError
+
+__all__ = ["ETF1_PROVENANCE", "RequestRecord", "as_request", "continued"]
+
+#: The headers the worker puts first on an etf1 timer, in this order.
+ETF1_PROVENANCE = ("scheduler-timestamp", "scheduler-key", "scheduler-topic")
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One record for the request topic."""
+
+    key: bytes
+    value: bytes
+    headers: tuple[Header, ...]
+    #: The record's timestamp (CreateTime), epoch ms.
+    timestamp_ms: int
+
+
+def _is_etf1(timer: Timer) -> bool:
+    names = tuple(name for name, _ in timer.headers[:3])
+    return (
+        timer.token == ""
+        and names == ETF1_PROVENANCE
+        and timer.recurrence is None
+        and timer.late is None
+        and timer.headers[1][1] == timer.id.encode()
+    )
+
+
+def continued(timer: Timer) -> Timer:
+    """The timer the target stores for ``timer``: itself for a one-shot timer; for a
+    series, the series from its pending occurrence on, numbered from 1."""
+    rec = timer.recurrence
+    if rec is None:
+        return timer
+    remaining = None if rec.count is None else rec.count - (timer.seq - 1)
+    return replace(
+        timer,
+        recurrence=replace(rec, start=timer.due, count=remaining),
+        seq=1,
+        fired_before=0,
+    )
+
+
+def as_request(timer: Timer, now_ms: int) -> RequestRecord:
+    """The request that makes a deployment store ``timer`` (see the module's doc)."""
+    key = timer.id.encode()
+    if _is_etf1(timer):
+        stamp = timer.headers[0][1]
+        try:
+            timestamp_ms = int(stamp) * 1000
+        except ValueError:
+            timestamp_ms = now_ms
+        headers: list[Header] = [
+            (ETF1_EPOCH, b"%d" % timer.due),
+            (ETF1_TARGET_TOPIC, timer.topic.encode()),
+        ]
+        if timer.key is not None:
+            headers.append((ETF1_TARGET_KEY, timer.key))
+        headers.extend(timer.headers[3:])
+        return RequestRecord(key, timer.value or b"", tuple(headers), max(timestamp_ms, 0))
+    target = continued(timer)
+    rec = target.recurrence
+    # A series is stamped no later than its pending occurrence: the worker anchors a
+    # series at the later of its start and its timestamp, and must anchor it there.
+    timestamp_ms = now_ms if rec is None else min(now_ms, target.due * 1000)
+    try:
+        callback_key = None if target.key is None else target.key.decode()
+    except UnicodeDecodeError:
+        return RequestRecord(key, _as_json(target), (), timestamp_ms)
+    future = protowire.Future(
+        callback_topic=target.topic,
+        callback_key=callback_key,
+        callback=target.value if target.value is not None else b"",
+        id=target.id,
+        token=target.token,
+        headers=list(target.headers),
+        late=target.late.text() if target.late is not None else None,
+    )
+    if rec is None:
+        future.due = target.due
+    else:
+        future.cron, future.every = rec.cron, rec.every
+        future.tz = rec.tz if rec.cron is not None else None
+        future.start, future.end, future.count = rec.start, rec.end, rec.count
+    return RequestRecord(key, protowire.encode(future), (), timestamp_ms)
+
+
+def _as_json(timer: Timer) -> bytes:
+    """A JSON request for a timer with a binary callback key."""
+    doc: dict[str, object] = {"id": timer.id, "token": timer.token, "topic": timer.topic}
+    assert timer.key is not None
+    doc["key_b64"] = base64.b64encode(timer.key).decode()
+    doc["value_b64"] = base64.b64encode(timer.value or b"").decode()
+    names = [name for name, _ in timer.headers]
+    if len(set(names)) != len(names):
+        raise LineError(
+            f"timer {timer.id!r} has a binary callback key and repeated headers: "
+            "no request format carries both"
+        )
+    headers: dict[str, str] = {}
+    for name, value in timer.headers:
+        try:
+            headers[name] = value.decode()
+        except UnicodeDecodeError:
+            raise LineError(
+                f"timer {timer.id!r} has a binary callback key and a binary header value: "
+                "no request format carries both"
+            ) from None
+    if headers:
+        doc["headers"] = headers
+    if timer.late is not None:
+        doc["late"] = timer.late.text()
+    rec = timer.recurrence
+    if rec is None:
+        doc["at"] = timer.due
+    else:
+        if rec.cron is not None:
+            doc["cron"], doc["tz"] = rec.cron, rec.tz
+        else:
+            doc["every"] = f"{rec.every}s"
+        doc["start"] = rec.start
+        if rec.end is not None:
+            doc["end"] = rec.end
+        if rec.count is not None:
+            doc["count"] = rec.count
+    return json.dumps(doc, separators=(",", ":")).encode()
