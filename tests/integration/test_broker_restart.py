@@ -14,10 +14,18 @@ partition is printed (``pytest -s``) and is in the README's fault table.
 from __future__ import annotations
 
 import re
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewTopic,
+)
 
 from app.kafka.topics import ensure_topics
 from tests.conftest import fresh_settings
@@ -35,8 +43,9 @@ from tests.support.faults import (
     owners,
     unexplained_duplicates,
 )
-from tests.support.persistent_broker import PersistentBroker
+from tests.support.persistent_broker import BUCKET, PersistentBroker
 from tests.support.stack import running_stack
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.fault
 
@@ -55,6 +64,98 @@ CATCH_UP = re.compile(r"changelog catch-up \S+: applied")
 def persistent_broker(tmp_path: Path) -> Iterator[PersistentBroker]:
     with PersistentBroker(tmp_path / "broker") as broker:
         yield broker
+
+
+def test_the_endpoint_refuses_conditional_writes_that_do_not_hold(
+    persistent_broker: PersistentBroker,
+) -> None:
+    """Tansu's engine guards its metadata with ``If-None-Match: *`` (create) and
+    ``If-Match: <etag>`` (update); an endpoint that accepts both regardless (the npm
+    ``s3rver``) loses everything at the broker's next kill -9."""
+    url = f"http://127.0.0.1:{persistent_broker.s3_port}/{BUCKET}/conditional-check"
+
+    def put(body: bytes, **headers: str) -> tuple[int, str]:
+        request = urllib.request.Request(url, data=body, method="PUT", headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=5) as response:
+                return response.status, response.headers["ETag"]
+        except urllib.error.HTTPError as refused:
+            return refused.code, ""
+
+    status, first = put(b"one", **{"If-None-Match": "*"})
+    assert status == 200
+    assert put(b"two", **{"If-None-Match": "*"})[0] == 412
+    assert put(b"two", **{"If-Match": '"not-its-etag"'})[0] == 412
+    status, second = put(b"two", **{"If-Match": first})
+    assert status == 200
+    assert second != first
+    assert put(b"three", **{"If-Match": first})[0] == 412
+    with urllib.request.urlopen(url, timeout=5) as response:
+        assert response.read() == b"two"
+
+
+@pytest.mark.parametrize("how", ["kill -9", "SIGTERM"])
+def test_the_persistent_broker_keeps_topics_records_and_offsets(
+    how: str, persistent_broker: PersistentBroker
+) -> None:
+    """What the fault tests below rely on, checked alone: after the broker's death or
+    stop, its topics (with their configuration), every acknowledged record and the
+    committed offsets of a group are all there, read from the S3 endpoint."""
+    broker = persistent_broker
+    common: dict[str, str | int | float | bool] = {"bootstrap.servers": broker.bootstrap}
+    admin = AdminClient(common)
+    created = NewTopic("kept", 2, 1, config={"cleanup.policy": "compact"})
+    admin.create_topics([created])["kept"].result(10)
+    producer = Producer({**common, "linger.ms": 0})
+    sent = {f"k{i}": f"v{i}" for i in range(200)}
+    for key, value in sent.items():
+        producer.produce("kept", value.encode(), key.encode(), partition=int(key[1:]) % 2)
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    committed = [TopicPartition("kept", 0, 37), TopicPartition("kept", 1, 41)]
+    group = {**common, "group.id": "kept-group", "enable.partition.eof": True}
+    first = Consumer(group)
+    first.commit(offsets=committed, asynchronous=False)
+    first.close()
+    used = broker.endpoint_stats()
+    for guarded in ("put_if_none_match", "put_if_match"):  # Tansu relies on both
+        assert used.get(guarded, {}).get("calls", 0) > 0, used
+
+    if how == "kill -9":
+        broker.kill()
+    else:
+        assert broker.terminate() == 0
+    broker.start_broker()
+
+    config = admin.describe_configs([ConfigResource("topic", "kept")])
+    entries = next(iter(config.values())).result(10)
+    assert entries["cleanup.policy"].value == "compact"
+    assert len(admin.list_topics("kept", timeout=10).topics["kept"].partitions) == 2
+    consumer = Consumer({**group, "auto.offset.reset": "earliest"})
+    try:
+        found = consumer.committed([TopicPartition("kept", 0), TopicPartition("kept", 1)], 10)
+        assert [(tp.partition, tp.offset) for tp in found] == [(0, 37), (1, 41)]
+        consumer.assign([TopicPartition("kept", 0, 0), TopicPartition("kept", 1, 0)])
+        read: dict[str, str] = {}
+        at_end: set[int] = set()
+
+        def read_on() -> bool:
+            message = consumer.poll(0.2)
+            if message is None:
+                return False
+            error, partition = message.error(), message.partition()
+            if error is not None:
+                assert error.code() == KafkaError._PARTITION_EOF, error
+                assert partition is not None
+                at_end.add(partition)
+            else:
+                read[(message.key() or b"").decode()] = (message.value() or b"").decode()
+            return at_end == {0, 1}
+
+        wait_until(read_on, 30, "both partitions read to their end", interval=0)
+    finally:
+        consumer.close()
+    assert read == sent
 
 
 def first_fire_per_partition(fires: list[Fire], after_ms: int) -> dict[int, int]:
