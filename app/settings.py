@@ -188,6 +188,10 @@ class Settings:
     #: Seconds a worker's orderly stop (SIGTERM, SIGINT) may take before it exits
     #: regardless: with the broker away, Faust's stop waits on it (app.worker.stopping).
     stop_grace_seconds: float = 10.0
+    #: Seconds a worker's changelog catch-up may go without reading a record or reaching
+    #: a partition's end before it counts as stalled: the worker stays up and not ready,
+    #: and retries with backoff (app.worker.partition_store.catch_up_until_done).
+    catchup_stall_seconds: float = 60.0
     #: The late-fire policy of every timer that does not name its own (or names only
     #: half): ``fire`` or ``skip-after <duration>``, and ``coalesce`` or ``all``.
     late_policy: str = DEFAULT_POLICY.text()
@@ -308,6 +312,7 @@ class Settings:
             PREFIX + "TICK_SOURCE_SILENCE_SECONDS": str(self.tick_source_silence_seconds),
             PREFIX + "LIVENESS_TIMEOUT": str(self.liveness_timeout),
             PREFIX + "STOP_GRACE_SECONDS": str(self.stop_grace_seconds),
+            PREFIX + "CATCHUP_STALL_SECONDS": str(self.catchup_stall_seconds),
             PREFIX + "LATE_POLICY": self.late_policy,
             **({PREFIX + "OPERATOR_TOKEN": self.operator_token} if self.operator_token else {}),
             PREFIX + "SECURITY_PROTOCOL": self.security.protocol,
@@ -493,6 +498,13 @@ class Settings:
                 1,
                 3600,
                 "seconds an orderly stop may take",
+            ),
+            catchup_stall_seconds=read.real(
+                "CATCHUP_STALL_SECONDS",
+                defaults.catchup_stall_seconds,
+                0.5,
+                86400,
+                "seconds a changelog catch-up may make no progress before it is retried",
             ),
             late_policy=read.text("LATE_POLICY") or defaults.late_policy,
             operator_token=read.secret("OPERATOR_TOKEN"),

@@ -6,8 +6,10 @@ for the one figure liveness needs, the oldest pending due second of each partiti
 (one seek per partition: cheap enough for a probe every few seconds).
 
 Both are answered by the worker's event loop, so a loop that is blocked (a stuck
-callback, or the changelog catch-up, which blocks it on purpose while a partition is
-taken over) answers neither: a probe's timeout counts as a failure, as it should.
+callback) answers neither: a probe's timeout counts as a failure, as it should. The
+changelog catch-up of a takeover runs in a thread and does not hold the loop: while it
+runs, and while it is stalled and retried (a broker that does not let it reach the
+end), ``/readyz`` answers 503 with the reason and ``/livez`` 200.
 The same two are served on the metrics port too (:func:`probes_on_loop`), outside the
 web port's connection cap: that is where the deployment's probes point.
 """

@@ -33,6 +33,7 @@ from app.worker.descriptors import ROCKSDB_MAX_OPEN_FILES
 from app.worker.faust_config import faust_credentials
 from app.worker.faust_internals import (
     apply_patches,
+    before_table_recovery,
     partition_db,
     recovery_start_offsets,
     take_events_when_ready,
@@ -41,13 +42,13 @@ from app.worker.faust_internals import (
     web_routes,
 )
 from app.worker.group_lease import GroupLease
-from app.worker.health import Phase, WorkerHealth
+from app.worker.health import Phase, RecoveryStalls, WorkerHealth
 from app.worker.heap import settle_heap
 from app.worker.metrics import WorkerMetrics
 from app.worker.output import DeliveryFailure, OutputProducer
 from app.worker.partition_store import (
+    CatchUpAbandoned,
     RocksDBStores,
-    catch_up_changelogs,
     persisted_offset,
     stale_after,
 )
@@ -238,21 +239,39 @@ def build_worker(
         max_record_bytes=max_record_bytes,
     )
 
-    catchup_conf = confluent_consumer(settings, group_id="unused", **LIBRDKAFKA_LOG)
+    catchup_conf = confluent_consumer(
+        settings,
+        group_id="unused",
+        **LIBRDKAFKA_LOG,
+        # Its own name in the broker's logs and request metrics (and for the test proxy
+        # that stalls it: tests/integration/test_recovery_stall.py).
+        **{"client.id": f"kafka-timers-{settings.worker_id}-catchup"},
+    )
 
     def db_for_partition(partition: int) -> Any:
         return partition_db(table, partition)
 
     max_age = stale_after(tombstone_retention)
+    # A catch-up that cannot finish is retried, never fatal: the worker stays up and not
+    # ready, and says why (app.worker.partition_store.catch_up_until_done).
+    metrics.not_ready_seconds.set_function(health.not_ready_for)
+    stores = RocksDBStores(
+        db_for_partition,
+        output,
+        settings.changelog_topic,
+        catchup_conf,
+        max_age=max_age,
+        stall_timeout=settings.catchup_stall_seconds,
+        report=RecoveryStalls(health, metrics),
+        should_stop=lambda: bool(app.should_stop),
+    )
     lease = GroupLease(settings.session_timeout)
     watch_group_session(settings.app_id, lease)
     service = TimerService(
         policy=policy,
         output=output,
         metrics=metrics,
-        stores=RocksDBStores(
-            db_for_partition, output, settings.changelog_topic, catchup_conf, max_age=max_age
-        ),
+        stores=stores,
         clock_skew_warn_seconds=settings.clock_skew_warn_seconds,
         remember_seconds=settings.remember_seconds,
         max_cancels_in_advance=settings.max_cancels_in_advance,
@@ -384,27 +403,39 @@ def build_worker(
         await reader.revoke({tp.partition for tp in revoked})
         await service.revoke_partitions({tp.partition for tp in revoked})
 
-    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
-    async def on_assigned(app: faust.App, assigned: set[Any], **_: Any) -> None:
+    async def catch_up_assigned(assigned: set[Any]) -> None:
         # Bring the stores of every assigned partition to the changelog's end with
         # librdkafka, *before* Faust's recovery reads their persisted offsets: it then
         # finds nothing left to replay. Faust replays a changelog through its per-event
         # machinery (~10k records/s here: 23 s for a partner's 100k pending timers);
-        # this reads it at librdkafka speed. It blocks the event loop on purpose: the
-        # recovery task starts as soon as this handler yields.
+        # this reads it at librdkafka speed, in a thread: the event loop keeps answering
+        # /livez, /readyz and the metrics, and Faust's recovery waits for it
+        # (before_table_recovery). A catch-up that cannot reach the end is retried with
+        # backoff until it does, the worker not ready meanwhile; it ends early only when
+        # the worker stops, and then nothing is recovered.
         health.recovering(tp.partition for tp in assigned if tp.topic == settings.topics.ticks)
         changelog = settings.changelog_topic
+        # Opened here, on the loop: Faust opens a partition's store lazily, unlocked.
+        dbs = {
+            tp.partition: db_for_partition(tp.partition) for tp in assigned if tp.topic == changelog
+        }
+        try:
+            await asyncio.get_running_loop().run_in_executor(None, stores.catch_up, dbs)
+        except CatchUpAbandoned:
+            log.info("worker stopping: changelog catch-up of %s abandoned", sorted(dbs))
+
+    before_table_recovery(app, catch_up_assigned)
+
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
+    async def on_assigned(app: faust.App, assigned: set[Any], **_: Any) -> None:
+        # The stores are at the changelog's end already (catch_up_assigned).
+        changelog = settings.changelog_topic
         mine = [tp for tp in assigned if tp.topic == changelog]
-        catch_up_changelogs(
-            {tp.partition: db_for_partition(tp.partition) for tp in mine},
-            catchup_conf,
-            changelog,
-            max_age=max_age,
-        )
-        # Faust's recovery noted each store's offset before this handler ran; it has no
-        # public way to be told, so move its starting points to where the stores are now.
-        # Should a Faust release rename the attribute, Faust replays what the catch-up
-        # already applied: the same values again, so slower, not wrong.
+        # Faust's recovery noted each store's offset after the catch-up
+        # (before_table_recovery); should a Faust release note them earlier, move its
+        # starting points to where the stores are now (it has no public way to be told).
+        # Should it rename the attribute, Faust replays what the catch-up already
+        # applied: the same values again, so slower, not wrong.
         starts = recovery_start_offsets(app)
         if starts is None:
             log.warning("Faust's recovery offsets not found: it will replay the changelog")
@@ -419,6 +450,11 @@ def build_worker(
             app, fetch_wait_ms=tick_fetch_wait, read_committed=settings.exactly_once
         ):
             if settings.exactly_once:
+                # Not a timeout, and not the broker: this Faust keeps its fetcher where
+                # app.worker.faust_internals does not look (tests/unit/
+                # test_faust_internals.py fails first). Reading ticks read_uncommitted
+                # would fire from aborted transactions, so the worker must stop: no retry
+                # can make it right.
                 raise RuntimeError("cannot switch Faust's consumer to read_committed")
             log.warning("could not shorten the consumer fetch wait: ticks may arrive late")
 

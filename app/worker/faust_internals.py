@@ -22,7 +22,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import aiokafka.errors
@@ -40,6 +40,7 @@ from aiokafka.protocol.group import (
 from faust.stores.rocksdb import RocksDBOptions
 from faust.stores.rocksdb import Store as RocksDBStore
 from faust.streams import Stream
+from faust.tables.manager import TableManager
 from faust.tables.recovery import Recovery
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.web.drivers import aiohttp as faust_aiohttp_web
@@ -47,6 +48,7 @@ from faust.web.drivers import aiohttp as faust_aiohttp_web
 __all__ = [
     "FaustInternalsMissing",
     "apply_patches",
+    "before_table_recovery",
     "missing_internals",
     "partition_db",
     "patches_applied",
@@ -486,6 +488,8 @@ def missing_internals() -> list[str]:
         (RocksDBOptions, ("use_rocksdict", "bloom_filter_size", "block_cache_size", "ttl")),
         (Stream, ("_processors", "channel")),
     )
+    if "self.recovery.on_rebalance" not in inspect.getsource(TableManager.on_rebalance):
+        missing.append("faust.tables.manager.TableManager.on_rebalance: self.recovery.on_rebalance")
     for cls, attrs in class_attrs:
         missing += [f"{cls.__module__}.{cls.__name__}.{a}" for a in attrs if not hasattr(cls, a)]
     for cls, attrs in init_attrs:
@@ -504,3 +508,28 @@ def missing_internals() -> list[str]:
         if f".{a}" not in transport and f"{a} =" not in transport
     ]
     return missing
+
+
+def before_table_recovery(app: faust.App, hook: Callable[[set[Any]], Awaitable[None]]) -> None:
+    """Run ``hook(assigned)`` on every assignment before Faust's table recovery is told of it.
+
+    Faust's ``TableManager.on_rebalance`` hands the assignment to its recovery, which
+    reads each store's persisted offset there and signals its recovery task to start;
+    the task runs as soon as the event loop gets a turn. The worker's own changelog
+    catch-up must come first (the recovery would otherwise replay the changelog into
+    the stores at the same time, from older offsets, and could leave a key at an older
+    value), and must not hold the event loop while it runs (``/livez``, ``/readyz`` and
+    the metrics answer on it). Awaited here, before the original, it is both: the
+    recovery task stays asleep until the hook returns, and then starts from the offsets
+    the catch-up reached.
+    """
+    tables: Any = app.tables
+    original = tables.on_rebalance
+
+    async def on_rebalance(
+        assigned: set[Any], revoked: set[Any], newly_assigned: set[Any], generation_id: int = 0
+    ) -> None:
+        await hook(assigned)
+        await original(assigned, revoked, newly_assigned, generation_id)
+
+    tables.on_rebalance = on_rebalance

@@ -13,6 +13,15 @@ Kubernetes (or any orchestrator) asks two different questions:
   worker that is still recovering or applying a backlog is making progress and is not
   judged (restarting it would only start that work over).
 
+A recovery step that cannot finish (a changelog catch-up that never reaches the end of
+its partitions: a broker that is away, or too slow for the fetch's wait) keeps the
+worker in both answers' "not judged, not ready" state for as long as it lasts: it is
+*stalled*, retried with backoff (:func:`app.worker.partition_store.catch_up_until_done`),
+and ``/readyz`` gives the stall's reason. It stays alive through it: a restart would
+find the same broker and start the same step over. :class:`RecoveryStalls` reports a
+stall to this state and to the metrics (``kafka_timers_recovery_stalled``, the alert
+``KafkaTimersRecoveryStalled``).
+
 The state is fed from the Faust hooks in :mod:`app.worker.faust_app` and the tick
 agent; it knows nothing of Faust itself, so the rules are unit-tested with a fake clock.
 """
@@ -20,13 +29,17 @@ agent; it knows nothing of Faust itself, so the rules are unit-tested with a fak
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from enum import Enum
 from typing import Any
 
 from app.telemetry import HealthReport
+from app.worker.metrics import WorkerMetrics
 
-__all__ = ["Phase", "WorkerHealth"]
+__all__ = ["CATCH_UP_STEP", "Phase", "RecoveryStalls", "WorkerHealth"]
+
+#: The ``step`` label of a stalled changelog catch-up.
+CATCH_UP_STEP = "changelog_catch_up"
 
 
 class Phase(str, Enum):
@@ -64,10 +77,15 @@ class WorkerHealth:
         self._generation = 0
         self._last_tick: float | None = None
         self._ready_since: float | None = None
+        #: When the worker was last ready (monotonic), or started: for ``not_ready_for``.
+        self._last_ready = monotonic()
+        #: Recovery steps stalled now, by step: their reason (see :meth:`stalled`).
+        self._stalls: dict[str, str] = {}
 
     # -- fed by the Faust hooks ----------------------------------------------------
 
     def _enter(self, phase: Phase, partitions: Iterable[int] = ()) -> int:
+        self._leaving_ready()
         self._phase = phase
         self._partitions = tuple(sorted(set(partitions)))
         self._phase_since = self._monotonic()
@@ -100,6 +118,33 @@ class WorkerHealth:
         """A batch of ticks was processed (whether or not anything was due)."""
         self._last_tick = self._monotonic()
 
+    def stalled(self, step: str, reason: str) -> None:
+        """Recovery step ``step`` could not finish and is being retried: not ready, with
+        ``reason``, until :meth:`resumed`. May be called from another thread."""
+        self._leaving_ready()
+        self._stalls = {**self._stalls, step: reason}
+
+    def resumed(self, step: str) -> None:
+        """Step ``step`` is no longer stalled (it completed, or gave up as the worker stops)."""
+        self._stalls = {k: v for k, v in self._stalls.items() if k != step}
+
+    @property
+    def is_ready(self) -> bool:
+        return self._phase is Phase.READY and not self._stalls
+
+    def not_ready_for(self) -> float:
+        """Seconds since the worker was last ready (since it started, if never); 0 if ready.
+
+        Read by the metrics thread (``kafka_timers_not_ready_seconds``).
+        """
+        if self.is_ready:
+            return 0.0
+        return max(0.0, self._monotonic() - self._last_ready)
+
+    def _leaving_ready(self) -> None:
+        if self.is_ready:
+            self._last_ready = self._monotonic()
+
     # -- judged by the endpoints ---------------------------------------------------
 
     @property
@@ -109,8 +154,10 @@ class WorkerHealth:
     def readiness(self) -> HealthReport:
         """``/readyz``: ready only in :attr:`Phase.READY`; otherwise the reason."""
         held = list(self._partitions)
+        stalls = self._stalls
+        ready = self._phase is Phase.READY and not stalls
         body: dict[str, Any] = {
-            "ready": self._phase is Phase.READY,
+            "ready": ready,
             "phase": self._phase.value,
             "partitions": held,
             "for_seconds": round(self._monotonic() - self._phase_since, 3),
@@ -121,7 +168,11 @@ class WorkerHealth:
             body["reason"] = f"applying waiting requests of partitions {held}"
         elif self._phase is Phase.JOINING:
             body["reason"] = "joining the consumer group"
-        return HealthReport(self._phase is Phase.READY, body)
+        if stalls:
+            body["stalled"] = dict(stalls)
+            why = "; ".join(f"{step} stalled: {reason}" for step, reason in stalls.items())
+            body["reason"] = f"{body['reason']}: {why}" if "reason" in body else why
+        return HealthReport(ready, body)
 
     def liveness(self, oldest_due: Mapping[int, int]) -> HealthReport:
         """``/livez`` given the oldest pending due second of each held partition.
@@ -147,6 +198,11 @@ class WorkerHealth:
         if self._phase is not Phase.READY:
             body["note"] = f"{self._phase.value}: making progress, liveness not judged"
             return HealthReport(True, body)
+        if self._stalls:
+            # Retrying with backoff is the worker doing what it can: a restart would
+            # find the same broker and start the same step over.
+            body["note"] = f"stalled {sorted(self._stalls)}, retrying: liveness not judged"
+            return HealthReport(True, body)
         overdue = {p: due for p, due in oldest_due.items() if now - due > self.liveness_timeout}
         if overdue:
             body["oldest_overdue_seconds"] = round(now - min(overdue.values()), 3)
@@ -158,3 +214,45 @@ class WorkerHealth:
             )
             return HealthReport(False, body)
         return HealthReport(True, body)
+
+
+class RecoveryStalls:
+    """A stalled catch-up, told to readiness and to the metrics
+    (a :class:`~app.worker.partition_store.CatchUpReport`; called from its thread).
+
+    ``kafka_timers_recovery_stalled{step}`` is 1 from the first failed attempt until the
+    step completes; ``kafka_timers_recovery_retries_total{step}`` counts the attempts
+    that failed. Several catch-ups may stall at once (the assignment's, and a store
+    opened meanwhile): the step stays stalled until the last of them completes.
+    """
+
+    def __init__(self, health: WorkerHealth, metrics: WorkerMetrics, step: str = CATCH_UP_STEP):
+        self._health = health
+        self._metrics = metrics
+        self._step = step
+        self._stalled: dict[tuple[int, ...], str] = {}
+
+    def stalled(
+        self, partitions: Sequence[int], reason: str, attempt: int, retry_in: float
+    ) -> None:
+        self._stalled = {
+            **self._stalled,
+            tuple(partitions): (
+                f"partitions {list(partitions)}, attempt {attempt}: {reason}; "
+                f"retrying in {retry_in:.1f} s"
+            ),
+        }
+        self._metrics.recovery_retries.labels(step=self._step).inc()
+        self._publish()
+
+    def resumed(self, partitions: Sequence[int]) -> None:
+        self._stalled = {k: v for k, v in self._stalled.items() if k != tuple(partitions)}
+        self._publish()
+
+    def _publish(self) -> None:
+        stalled = self._stalled
+        self._metrics.recovery_stalled.labels(step=self._step).set(1 if stalled else 0)
+        if stalled:
+            self._health.stalled(self._step, "; ".join(stalled.values()))
+        else:
+            self._health.resumed(self._step)

@@ -221,3 +221,30 @@ class WorkerMetrics:
             ["partition"],
             registry=r,
         )
+        # Recovery that cannot finish (app.worker.partition_store.catch_up_until_done):
+        # the worker stays up, not ready, and retries with backoff.
+        self.recovery_stalled = Gauge(
+            "kafka_timers_recovery_stalled",
+            "1 while a recovery step of this worker could not finish and is being retried "
+            "with backoff (step changelog_catch_up: the changelog catch-up of newly "
+            "assigned partitions reached no partition's end within "
+            "KAFKA_TIMERS_CATCHUP_STALL_SECONDS, or failed); 0 otherwise.",
+            ["step"],
+            registry=r,
+        )
+        self.recovery_retries = Counter(
+            "kafka_timers_recovery_retries",
+            "Attempts of a recovery step that did not complete and were retried, by step.",
+            ["step"],
+            registry=r,
+        )
+        for step in ("changelog_catch_up",):
+            self.recovery_stalled.labels(step=step).set(0)
+            self.recovery_retries.labels(step=step)
+        self.not_ready_seconds = Gauge(
+            "kafka_timers_not_ready_seconds",
+            "Seconds since this worker was last ready (/readyz), since it started if never; "
+            "0 while ready. A rebalance takes seconds: minutes mean a recovery or a wait on "
+            "the broker that does not finish.",
+            registry=r,
+        )

@@ -20,27 +20,45 @@ again, forgotten ids would be remembered for ever. Each store therefore records,
 locally, when it was last caught up (:data:`app.core.keys.CAUGHT_UP`), and a store
 older than the tombstone retention, less a margin, is emptied and rebuilt from the
 start of the changelog.
+
+And it never gives the worker up: a catch-up that cannot reach the end (a broker that
+never signals it, one too slow to answer the fetch's wait, one that is away) keeps the
+applied part, reports itself stalled (the worker stays alive and not ready: ``/readyz``
+says why, ``kafka_timers_recovery_stalled`` is 1) and tries again with bounded
+exponential backoff, each attempt letting the broker wait longer per fetch
+(:mod:`app.core.backoff`), until the broker lets it finish
+(:func:`catch_up_until_done`). It used to raise after 60 s, and with a slow broker every
+worker exited, in a loop, while their partitions' timers waited.
 """
 
 from __future__ import annotations
 
 import logging
+import random
+import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Protocol
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from rocksdict import Rdict, ReadOptions, WriteBatch
 
+from app.core.backoff import Backoff, fetch_wait_ms
 from app.core.keys import CAUGHT_UP, FAUST_OFFSET
 from app.worker.output import OutputProducer
 
 __all__ = [
+    "CATCH_UP_BACKOFF",
+    "DEFAULT_STALL_SECONDS",
+    "CatchUpAbandoned",
+    "CatchUpIncomplete",
+    "CatchUpReport",
     "ChangeloggedKV",
     "RocksDBStores",
     "catch_up_changelog",
     "catch_up_changelogs",
+    "catch_up_until_done",
     "empty_store",
     "is_stale",
     "persisted_offset",
@@ -52,6 +70,43 @@ log = logging.getLogger(__name__)
 #: Most of the safety margin taken off the tombstone retention (clocks, the time a
 #: catch-up takes): a store is rebuilt once it is older than the retention less this.
 STALE_MARGIN_SECONDS = 3600.0
+
+#: Seconds an attempt of the catch-up may go without reading a record or reaching a
+#: partition's end before it is counted as stalled and retried
+#: (``KAFKA_TIMERS_CATCHUP_STALL_SECONDS``). Progress resets it: a long catch-up that
+#: keeps reading is never cut short.
+DEFAULT_STALL_SECONDS = 60.0
+
+#: Between two attempts of a stalled catch-up: 1 s, doubling, at most 30 s, less up to
+#: a fifth at random (workers stalled by one broker do not retry in step).
+CATCH_UP_BACKOFF = Backoff(initial=1.0, maximum=30.0, factor=2.0, jitter=0.2)
+
+#: How often a backoff wait looks whether the worker is stopping.
+_STOP_CHECK_SECONDS = 0.2
+
+
+class CatchUpIncomplete(RuntimeError):
+    """An attempt of the catch-up ended before every partition's end was reached.
+
+    What it applied is kept (the stores hold a prefix of their changelog, and say up to
+    which offset); the next attempt goes on from there.
+    """
+
+
+class CatchUpAbandoned(Exception):
+    """The worker is stopping: the catch-up stopped retrying without finishing."""
+
+
+class CatchUpReport(Protocol):
+    """Told when a catch-up stalls and when it completes after a stall (the worker's
+    readiness and metrics: :class:`app.worker.health.RecoveryStalls`). Called from the
+    catch-up's thread."""
+
+    def stalled(
+        self, partitions: Sequence[int], reason: str, attempt: int, retry_in: float
+    ) -> None: ...
+
+    def resumed(self, partitions: Sequence[int]) -> None: ...
 
 
 def stale_after(tombstone_retention: float) -> float:
@@ -182,6 +237,10 @@ class RocksDBStores:
     each store up before Faust's recovery, which then read to the broker's end offset;
     on the dev broker that end is short, so this reads the rest (a short tail, usually
     nothing). Should Faust replay old records over the store, it also brings it forward.
+
+    Every catch-up (:meth:`catch_up`, and the one in :meth:`open`) retries until it
+    completes (:func:`catch_up_until_done`), one at a time: two catch-ups of one store
+    at once could leave it at the shorter one's end.
     """
 
     def __init__(
@@ -193,6 +252,10 @@ class RocksDBStores:
         *,
         max_age: float | None = None,
         clock: Callable[[], float] = time.time,
+        stall_timeout: float = DEFAULT_STALL_SECONDS,
+        backoff: Backoff = CATCH_UP_BACKOFF,
+        report: CatchUpReport | None = None,
+        should_stop: Callable[[], bool] | None = None,
     ) -> None:
         self._db_for_partition = db_for_partition
         self._output = output
@@ -200,16 +263,34 @@ class RocksDBStores:
         self._catchup_conf = catchup_consumer_conf
         self._max_age = max_age
         self._clock = clock
+        self._stall_timeout = stall_timeout
+        self._backoff = backoff
+        self._report = report
+        self._should_stop = should_stop
+        self._lock = threading.Lock()
+
+    def catch_up(self, dbs: Mapping[int, Rdict]) -> dict[int, int]:
+        """Bring ``dbs`` (opened by the caller, by partition) to their changelog's end.
+
+        Blocks until done, retrying with backoff (run it in a thread); raises
+        :class:`CatchUpAbandoned` if the worker stops first.
+        """
+        with self._lock:
+            return catch_up_until_done(
+                dbs,
+                self._catchup_conf,
+                self._topic,
+                stall_timeout=self._stall_timeout,
+                max_age=self._max_age,
+                clock=self._clock,
+                backoff=self._backoff,
+                report=self._report,
+                should_stop=self._should_stop,
+            )
 
     def open(self, partition: int) -> ChangeloggedKV:
         db = self._db_for_partition(partition)
-        catch_up_changelogs(
-            {partition: db},
-            self._catchup_conf,
-            self._topic,
-            max_age=self._max_age,
-            clock=self._clock,
-        )
+        self.catch_up({partition: db})
         return ChangeloggedKV(db, self._output, self._topic, partition, self._clock)
 
 
@@ -220,12 +301,17 @@ def persisted_offset(db: Rdict) -> int | None:
 
 
 def catch_up_changelog(
-    db: Rdict, consumer_conf: dict[str, Any], topic: str, partition: int, timeout: float = 60.0
+    db: Rdict,
+    consumer_conf: dict[str, Any],
+    topic: str,
+    partition: int,
+    timeout: float = DEFAULT_STALL_SECONDS,
 ) -> int:
     """Apply every changelog record after the persisted offset, up to the true end.
 
     Returns how many records were applied. Reads to EOF (the fetch high watermark), so
-    it is right even where the broker's ListOffsets end is wrong.
+    it is right even where the broker's ListOffsets end is wrong. One attempt: raises
+    :class:`CatchUpIncomplete` after ``timeout`` seconds without progress.
     """
     return catch_up_changelogs({partition: db}, consumer_conf, topic, timeout)[partition]
 
@@ -234,10 +320,12 @@ def catch_up_changelogs(
     dbs: Mapping[int, Rdict],
     consumer_conf: dict[str, Any],
     topic: str,
-    timeout: float = 60.0,
+    timeout: float = DEFAULT_STALL_SECONDS,
     *,
     max_age: float | None = None,
     clock: Callable[[], float] = time.time,
+    fetch_wait: int = 10,
+    should_stop: Callable[[], bool] | None = None,
 ) -> dict[int, int]:
     """:func:`catch_up_changelog` for several partitions at once, with one consumer.
 
@@ -246,6 +334,13 @@ def catch_up_changelogs(
     before Faust's recovery, this leaves it nothing to do. A store last caught up more
     than ``max_age`` seconds ago (see :func:`stale_after`) is emptied first and rebuilt
     from the start; every store is then marked caught up as of now.
+
+    One attempt. ``timeout`` is how long it may go without progress (a record read, or
+    a partition's end reached): then it raises :class:`CatchUpIncomplete`, as it does on
+    a consumer error; :class:`CatchUpAbandoned` when ``should_stop`` says so. Either
+    way what it applied is written first, with the offset it reached (never the
+    caught-up time): the next attempt goes on from there. ``fetch_wait`` is
+    librdkafka's ``fetch.wait.max.ms``.
     """
     applied = dict.fromkeys(dbs, 0)
     if not dbs:
@@ -272,13 +367,16 @@ def catch_up_changelogs(
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
             # EOF is reported only after a fetch that waits this long: 500 ms by default,
-            # per partition, on the takeover path.
-            "fetch.wait.max.ms": 10,
+            # per partition, on the takeover path. A later attempt waits longer
+            # (app.core.backoff.fetch_wait_ms): a broker slower than the wait answers
+            # nothing at all.
+            "fetch.wait.max.ms": fetch_wait,
         }
     )
     consumer = Consumer(conf)
     batches = {p: WriteBatch(raw_mode=True) for p in dbs}
     last: dict[int, int] = {}
+    done = False
     try:
         starts = {p: persisted_offset(db) for p, db in dbs.items()}
         # Offset 0, not OFFSET_BEGINNING: resolving that costs librdkafka another ~500 ms;
@@ -290,17 +388,26 @@ def catch_up_changelogs(
         deadline = time.monotonic() + timeout
         while at_end != set(dbs):
             if time.monotonic() > deadline:
-                raise RuntimeError(f"changelog catch-up of {topic} timed out after {timeout}s")
+                waiting = sorted(set(dbs) - at_end)
+                raise CatchUpIncomplete(
+                    f"changelog catch-up of {topic} {waiting} read nothing and reached no "
+                    f"partition's end for {timeout:g} s (fetch wait {fetch_wait} ms)"
+                )
+            if should_stop is not None and should_stop():
+                raise CatchUpAbandoned(f"changelog catch-up of {topic}: the worker is stopping")
             # consume(n, t) waits for n records or the whole t: keep t short, loop instead.
             for msg in consumer.consume(10000, 0.05):
                 p = msg.partition() or 0
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        at_end.add(p)
+                        if p not in at_end:
+                            at_end.add(p)
+                            deadline = time.monotonic() + timeout
                         continue
-                    raise RuntimeError(f"changelog catch-up of {topic}[{p}] failed: {err}")
+                    raise CatchUpIncomplete(f"changelog catch-up of {topic}[{p}] failed: {err}")
                 at_end.discard(p)
+                deadline = time.monotonic() + timeout
                 key = msg.key()
                 if key is None:
                     continue
@@ -311,20 +418,120 @@ def catch_up_changelogs(
                     batches[p].put(key, value)
                 last[p] = msg.offset() or 0
                 applied[p] += 1
-        for p, offset in last.items():
-            batches[p].put(FAUST_OFFSET, str(offset).encode())
-        for p, db in dbs.items():
-            batches[p].put(CAUGHT_UP, repr(clock()).encode())
-            db.write(batches[p])
+        done = True
     finally:
-        consumer.close()
+        try:
+            consumer.close()
+        finally:
+            # Complete or not, what was read is a prefix of each changelog: keep it, with
+            # the offset it reached. Only a complete catch-up is marked caught up.
+            for p, offset in last.items():
+                batches[p].put(FAUST_OFFSET, str(offset).encode())
+            for p, db in dbs.items():
+                if done:
+                    batches[p].put(CAUGHT_UP, repr(clock()).encode())
+                if done or p in last:
+                    db.write(batches[p])
     for p, count in applied.items():
         if count:
             log.info(
-                "changelog catch-up %s[%d]: applied %d records (to offset %d)",
+                "changelog catch-up %s[%d]: applied %d records (to offset %d)%s",
                 topic,
                 p,
                 count,
                 last[p],
+                "" if done else ", not yet at the end",
             )
     return applied
+
+
+def catch_up_until_done(
+    dbs: Mapping[int, Rdict],
+    consumer_conf: dict[str, Any],
+    topic: str,
+    *,
+    stall_timeout: float = DEFAULT_STALL_SECONDS,
+    max_age: float | None = None,
+    clock: Callable[[], float] = time.time,
+    backoff: Backoff = CATCH_UP_BACKOFF,
+    report: CatchUpReport | None = None,
+    should_stop: Callable[[], bool] | None = None,
+    attempt_once: Callable[..., dict[int, int]] = catch_up_changelogs,
+    sleep: Callable[[float], None] = time.sleep,
+    rand: Callable[[], float] = random.random,
+) -> dict[int, int]:
+    """:func:`catch_up_changelogs` until it completes: never raises for a broker that is
+    slow, silent or away, only :class:`CatchUpAbandoned` once ``should_stop`` says so.
+
+    Attempt *n* lets each fetch wait :func:`app.core.backoff.fetch_wait_ms` (10 ms, then
+    100, 500, 1000) and, should it stall (no progress for ``stall_timeout``) or fail, is
+    followed after ``backoff.delay(n)`` by attempt *n* + 1, from where it stopped.
+    ``report`` hears of each failed attempt and of the completion after one. Only the
+    first attempt may rebuild a stale store (``max_age``): a rebuild cut short is not
+    marked caught up, and must not be started over by the next attempt.
+
+    What still raises is not the broker: a RocksDB write that fails (a full or broken
+    disk) is the worker's own failure, and stops it.
+    """
+    partitions = sorted(dbs)
+    applied = dict.fromkeys(dbs, 0)
+    attempt = 1
+    reported = False
+    try:
+        while True:
+            try:
+                done = attempt_once(
+                    dbs,
+                    consumer_conf,
+                    topic,
+                    stall_timeout,
+                    max_age=max_age if attempt == 1 else None,
+                    clock=clock,
+                    fetch_wait=fetch_wait_ms(attempt),
+                    should_stop=should_stop,
+                )
+            except (CatchUpIncomplete, KafkaException) as exc:
+                delay = backoff.delay(attempt, rand)
+                reason = " ".join(str(exc).split())
+                log.warning(
+                    "changelog catch-up of %s %s, attempt %d, did not complete: %s; the "
+                    "worker stays up and not ready, and tries again in %.1f s",
+                    topic,
+                    partitions,
+                    attempt,
+                    reason,
+                    delay,
+                )
+                if report is not None:
+                    reported = True
+                    report.stalled(partitions, reason, attempt, delay)
+                _wait(delay, should_stop, sleep)
+                attempt += 1
+                continue
+            for p, count in done.items():
+                applied[p] += count
+            if attempt > 1:
+                log.warning(
+                    "changelog catch-up of %s %s complete after %d attempts",
+                    topic,
+                    partitions,
+                    attempt,
+                )
+            return applied
+    finally:
+        if reported and report is not None:
+            report.resumed(partitions)
+
+
+def _wait(
+    seconds: float, should_stop: Callable[[], bool] | None, sleep: Callable[[float], None]
+) -> None:
+    """Sleep ``seconds`` in slices of :data:`_STOP_CHECK_SECONDS`, looking before each
+    whether the worker is stopping."""
+    left = seconds
+    while left > 0:
+        if should_stop is not None and should_stop():
+            raise CatchUpAbandoned("the worker is stopping")
+        step = min(left, _STOP_CHECK_SECONDS)
+        sleep(step)
+        left -= step

@@ -1,0 +1,200 @@
+"""A dev broker behind a TCP proxy that can hold back one client's requests.
+
+"A test broker that never signals the end" of a partition to one client, honestly: the
+proxy forwards every byte both ways, except that while :meth:`KafkaProxy.stall` is in
+force it holds each request of a client whose ``client.id`` contains the given text,
+unanswered, until :meth:`KafkaProxy.resume`. That client's fetches never come back, so
+it never reaches the end of anything (no records, no end-of-partition), while every
+other client of the same process (the Faust consumer, the producer, the request
+reader) goes on as before. The broker advertises the proxy's address, so clients reach
+it through the proxy after bootstrap too.
+
+A Kafka request on the wire is a 4-byte big-endian size, then the request header:
+api key (int16), api version (int16), correlation id (int32) and the client id as an
+int16-length string, in every request header version (v1 and v2 alike). librdkafka
+sends every request of a connection with the same client id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from app.dev.broker import broker_binary, free_port
+
+__all__ = ["KafkaProxy", "proxied_broker"]
+
+
+def _read_exact(sock: socket.socket, n: int) -> bytes | None:
+    chunks = []
+    while n:
+        try:
+            chunk = sock.recv(n)
+        except OSError:
+            return None
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def client_id_of(request: bytes) -> str:
+    """The client id in a request (without its 4-byte size prefix); "" if it has none."""
+    if len(request) < 10:
+        return ""
+    (length,) = struct.unpack(">h", request[8:10])
+    if length < 0:
+        return ""
+    return request[10 : 10 + length].decode("utf-8", "replace")
+
+
+class KafkaProxy:
+    """Forwards 127.0.0.1:``port`` to ``upstream``; can hold one kind of client's requests."""
+
+    def __init__(self, upstream_port: int, port: int = 0) -> None:
+        self.upstream = ("127.0.0.1", upstream_port)
+        self.port = port or free_port()
+        self._listener = socket.create_server(("127.0.0.1", self.port))
+        self._cond = threading.Condition()
+        self._stall: str | None = None
+        self._closed = False
+        self._sockets: list[socket.socket] = []
+        #: Requests held back so far, and client ids seen, for the test's assertions.
+        self.held = 0
+        self.clients: set[str] = set()
+        threading.Thread(target=self._accept, name="kafka-proxy", daemon=True).start()
+
+    # -- control ------------------------------------------------------------------
+
+    def stall(self, client_id_part: str) -> None:
+        """Hold every request of clients whose id contains ``client_id_part``."""
+        with self._cond:
+            self._stall = client_id_part
+
+    def resume(self) -> None:
+        """Forward the held requests, and every later one."""
+        with self._cond:
+            self._stall = None
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._stall = None
+            self._cond.notify_all()
+        with contextlib.suppress(OSError):
+            self._listener.close()
+        for sock in list(self._sockets):
+            with contextlib.suppress(OSError):
+                sock.close()
+
+    # -- forwarding ---------------------------------------------------------------
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.upstream, timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            self._sockets += [client, upstream]
+            threading.Thread(target=self._requests, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._copy, args=(upstream, client), daemon=True).start()
+
+    def _requests(self, client: socket.socket, upstream: socket.socket) -> None:
+        """Client to broker, request by request, holding those of a stalled client."""
+        try:
+            while True:
+                size = _read_exact(client, 4)
+                if size is None:
+                    return
+                body = _read_exact(client, struct.unpack(">i", size)[0])
+                if body is None:
+                    return
+                client_id = client_id_of(body)
+                with self._cond:
+                    self.clients.add(client_id)
+                    if self._stall is not None and self._stall in client_id:
+                        self.held += 1
+                        while self._stall is not None and self._stall in client_id:
+                            self._cond.wait()
+                    if self._closed:
+                        return
+                upstream.sendall(size + body)
+        except OSError:
+            return
+        finally:
+            _close_both(client, upstream)
+
+    @staticmethod
+    def _copy(source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while chunk := source.recv(65536):
+                sink.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            _close_both(source, sink)
+
+
+def _close_both(a: socket.socket, b: socket.socket) -> None:
+    for sock in (a, b):
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(OSError):
+            sock.close()
+
+
+@contextmanager
+def proxied_broker() -> Iterator[KafkaProxy]:
+    """A dev broker (in memory) reached only through a :class:`KafkaProxy`; yields the
+    proxy (bootstrap ``127.0.0.1:<proxy.port>``)."""
+    broker_port = free_port()
+    proxy = KafkaProxy(broker_port)
+    process = subprocess.Popen(
+        [
+            broker_binary(),
+            "broker",
+            "--listener-url",
+            f"tcp://127.0.0.1:{broker_port}",
+            "--advertised-listener-url",
+            f"tcp://127.0.0.1:{proxy.port}",
+            "--storage-engine",
+            "memory://tansu/",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            assert process.poll() is None, "the dev broker exited at start"
+            try:
+                with socket.create_connection(("127.0.0.1", broker_port), timeout=0.2):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, "the dev broker did not listen in 10 s"
+                time.sleep(0.02)  # startup takes milliseconds: poll the port until it listens
+        yield proxy
+    finally:
+        proxy.close()
+        if process.poll() is None:
+            process.send_signal(2)  # SIGINT stops Tansu at once
+            try:
+                process.wait(5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
