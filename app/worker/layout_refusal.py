@@ -4,11 +4,13 @@
 stored timer's version is checked then, :meth:`app.core.wheel.PartitionWheel.recount`)
 or a stored timer is read: in a tick, a request batch, or the assignment after a
 rebalance (which reads the partition's request offset from its table). Left to Faust,
-the tick agent logs a traceback and its supervisor restarts it, and the worker stays up
-firing nothing on any partition (measured with a version-3 timer in the changelog). So,
-wherever it surfaces: one critical line saying what and what to do, and exit 78 at once,
-before anything of that partition is fired, forgotten or acknowledged. A supervisor that
-restarts the worker gets the same line again until the right release runs.
+the tick agent logs a traceback and its supervisor restarts it, every ~6 s for ever:
+that partition fires nothing from that timer on, and the other partitions' timers of
+the same tick fire again at each restart (measured on 0.2.0 with a version-3 timer in
+the changelog). So, wherever it surfaces: one critical line saying what and what to do,
+and exit 78 at once, before anything of that partition is fired, forgotten or
+acknowledged. A supervisor that restarts the worker gets the same line again until the
+right release runs.
 """
 
 from __future__ import annotations
