@@ -109,18 +109,32 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from app.worker.descriptors import install_descriptor_guard, prepare_descriptors
     from app.worker.faust_app import build_worker
     from app.worker.layout_refusal import install_layout_refusal
+    from app.worker.startup import StartupProbe, until_broker_answers
     from app.worker.stopping import TimersWorker
     from app.worker.web_limits import install_web_limits
 
-    settings = resolve_partitions(_settings(args), timeout=args.timeout)
-    # Before any store opens: raise the open-file limit, refuse if it cannot do.
-    prepare_descriptors(settings.partition_count, settings.web_max_connections)
-    configs = ensure_topics(settings, timeout=args.timeout)
-    worker_app = build_worker(
-        settings,
-        tombstone_retention=tombstone_retention_seconds(configs[settings.changelog_topic]),
-        max_record_bytes=record_budget(settings, configs),
-    )
+    settings = _settings(args)
+    # A broker that does not answer at start is waited for, not given up on: the worker
+    # stays up, not ready, with probes and metrics on its metrics port meanwhile.
+    probe = StartupProbe(settings.metrics_port, settings.metrics_bind)
+    try:
+        settings = until_broker_answers(
+            "partition count of the service topics",
+            lambda: resolve_partitions(settings, timeout=args.timeout),
+            probe,
+        )
+        # Before any store opens: raise the open-file limit, refuse if it cannot do.
+        prepare_descriptors(settings.partition_count, settings.web_max_connections)
+        configs = until_broker_answers(
+            "service topics", lambda: ensure_topics(settings, timeout=args.timeout), probe
+        )
+        worker_app = build_worker(
+            settings,
+            tombstone_retention=tombstone_retention_seconds(configs[settings.changelog_topic]),
+            max_record_bytes=record_budget(settings, configs),
+        )
+    finally:
+        probe.close()  # the worker's own server takes the metrics port over
     register_status_views(worker_app.app, worker_app.service, worker_app.metrics, settings)
     register_health_views(worker_app.app, worker_app.health, worker_app.service)
     install_web_limits(worker_app.app, settings)

@@ -4,10 +4,18 @@ Never rely on auto-creation: brokers auto-create with their own default count (t
 broker uses 4) and their own retention, and topics that must be co-partitioned then
 disagree. What each topic is created with, and how an existing one is judged:
 :mod:`app.kafka.topic_config`.
+
+Two kinds of failure, kept apart: :class:`ConfigurationError` for what an operator must
+fix (a changelog that is not compacted, partition counts that differ, a creation the
+broker refuses), and :class:`BrokerUnavailable` for a broker that did not answer in time
+(a metadata or admin request that timed out, a connection that failed, a topic just
+created that metadata does not show yet). A command gives up on either with one line; a
+worker at start retries the second with backoff (:mod:`app.worker.startup`).
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 from collections.abc import Iterable
@@ -72,6 +80,21 @@ def wait_for_broker(settings: Settings, timeout: float = 15.0) -> None:
                 ) from exc
 
 
+def _broker_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` is the broker not answering (in time), not a refusal to fix."""
+    if isinstance(exc, concurrent.futures.TimeoutError | TimeoutError):
+        return True
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        error: KafkaError = exc.args[0]
+        return bool(error.retriable()) or error.code() in (
+            KafkaError._TIMED_OUT,
+            KafkaError._TRANSPORT,
+            KafkaError._ALL_BROKERS_DOWN,
+            KafkaError.REQUEST_TIMED_OUT,
+        )
+    return False
+
+
 def _existing(admin: AdminClient, timeout: float) -> dict[str, int]:
     """Partition counts of every topic, by name.
 
@@ -79,7 +102,10 @@ def _existing(admin: AdminClient, timeout: float) -> dict[str, int]:
     topic makes brokers that auto-create topics (the dev broker, Apache Kafka by
     default) create it, with their own partition count.
     """
-    topics = admin.list_topics(timeout=timeout).topics
+    try:
+        topics = admin.list_topics(timeout=timeout).topics
+    except KafkaException as exc:
+        raise BrokerUnavailable(f"listing the broker's topics: {exc}") from exc
     return {
         name: len(info.partitions)
         for name, info in topics.items()
@@ -130,9 +156,15 @@ def describe_topic_configs(
     for resource, future in admin.describe_configs(resources, request_timeout=timeout).items():
         try:
             entries = future.result(timeout)
-        except KafkaException as exc:
-            if exc.args[0].code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+        except (KafkaException, concurrent.futures.TimeoutError) as exc:
+            if isinstance(exc, KafkaException) and exc.args[0].code() == (
+                KafkaError.UNKNOWN_TOPIC_OR_PART
+            ):
                 continue
+            if _broker_failed(exc):
+                raise BrokerUnavailable(
+                    f"describing the configuration of topic {resource.name!r}: {exc!r}"
+                ) from exc
             raise ConfigurationError(
                 f"cannot describe the configuration of topic {resource.name!r}: {exc}"
             ) from exc
@@ -185,7 +217,9 @@ def ensure_topics(
         for name, future in futures.items():
             try:
                 future.result(timeout)
-            except KafkaException as exc:
+            except (KafkaException, concurrent.futures.TimeoutError) as exc:
+                if _broker_failed(exc):
+                    raise BrokerUnavailable(f"creating topic {name!r}: {exc!r}") from exc
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise ConfigurationError(f"cannot create topic {name!r}: {exc}") from exc
         configs.update({n: dict(specs[n].config) for n in missing if n in specs})
@@ -196,6 +230,11 @@ def ensure_topics(
         counts = _existing(admin, timeout)
     for name in wanted:
         count = counts.get(name)
+        if count is None:
+            raise BrokerUnavailable(
+                f"topic {name!r} does not show in the broker's metadata {timeout:g}s after "
+                "it was created or found"
+            )
         if count != partitions:
             raise ConfigurationError(
                 f"topic {name!r} has {count} partitions but the service topics need "

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
+from app.core.backoff import Backoff
 from app.core.budget import DEFAULT_MAX_RECORD_BYTES, fits, record_bytes
 from app.core.errors import RejectReason, SystemicFailure
 from app.core.fired import FiredRecord, SkipReason, fired_json, json_string
@@ -26,6 +27,9 @@ from app.core.timer import Timer
 __all__ = ["DeliveryFailure", "Output", "OutputProducer", "TransactionAborted"]
 
 log = logging.getLogger(__name__)
+
+#: Between two attempts of a transactional producer's initialisation at start.
+INIT_TRANSACTIONS_BACKOFF = Backoff(initial=1.0, maximum=30.0, factor=2.0)
 
 #: Record headers, typed as confluent-kafka's produce() takes them (all ours are bytes).
 HeaderList = list[tuple[str, str | bytes | None]]
@@ -134,7 +138,7 @@ class OutputProducer:
         self.transactional = transactional_id is not None
         if self.transactional:
             # Fences an earlier incarnation with the same id and aborts its open transaction.
-            self._producer.init_transactions(60)
+            self._init_transactions()
         self._worker_id = worker_id
         self._fired_topic = fired_topic
         self._dlq_topic = dlq_topic
@@ -151,6 +155,41 @@ class OutputProducer:
         #: Audit records of callbacks produced since the unit's last flush or commit:
         #: ``(timer, partition, fired_at_ms, coalesced)`` (see :meth:`callback`).
         self._audits: list[tuple[Timer, int, int, int]] = []
+
+    def _init_transactions(
+        self,
+        timeout: float = 60.0,
+        backoff: Backoff = INIT_TRANSACTIONS_BACKOFF,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        """librdkafka's ``init_transactions``, retried with backoff while the broker does
+        not answer in time (a retriable error: librdkafka allows the call again).
+
+        It used to be tried once: a broker slower than ``timeout`` at start stopped the
+        worker with a traceback. Runs at start, before the worker serves anything but its
+        start-up probes (:mod:`app.worker.startup`). What is not retriable (fenced by a
+        newer incarnation, not authorised, transactions unsupported) still raises: that
+        needs an operator, not a retry.
+        """
+        attempt = 1
+        while True:
+            try:
+                self._producer.init_transactions(timeout)
+                return
+            except KafkaException as exc:
+                error = exc.args[0] if exc.args else None
+                if not isinstance(error, KafkaError) or not error.retriable():
+                    raise
+                delay = backoff.delay(attempt)
+                log.warning(
+                    "initialising the transactional producer did not complete (%s): the "
+                    "worker tries again in %.1f s (attempt %d)",
+                    error,
+                    delay,
+                    attempt,
+                )
+                sleep(delay)
+                attempt += 1
 
     # -- producing --------------------------------------------------------------
 

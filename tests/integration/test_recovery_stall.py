@@ -31,7 +31,7 @@ from tests.conftest import fresh_settings
 from tests.support.faults import FireWatch, Verdict, schedule_spread
 from tests.support.kafka_proxy import proxied_broker
 from tests.support.probes import get_json, metric_total, start_probed
-from tests.support.stack import running_stack
+from tests.support.stack import fired_ids, running_stack
 from tests.support.waiting import wait_until
 
 STARTUP = 60.0
@@ -149,3 +149,49 @@ def test_a_catch_up_that_cannot_reach_the_end_leaves_the_worker_alive_and_not_re
                 assert second.process.alive
                 log = second.process.log_text()
                 assert "did not complete" in log and "complete after" in log
+
+
+def test_a_worker_started_before_its_broker_waits_for_it_alive_and_not_ready(
+    tmp_path: Path,
+) -> None:
+    """The metadata waits at start (issue 23): a broker that does not answer a worker's
+    start-up checks within ``--timeout`` (15 s) used to stop it with exit status 2."""
+    from app.client import TimerClient
+    from app.dev.broker import DevBroker, free_port
+
+    broker = DevBroker(free_port())
+    settings = fresh_settings(broker.bootstrap, partitions=2)
+    with running_stack(settings, tmp_path) as stack:
+        worker = start_probed(stack, "worker", "w-early", loglevel="info")
+        started = time.monotonic()
+
+        def waiting_for_the_broker() -> bool:
+            assert worker.process.alive, "the worker exited while the broker was away"
+            status, body = get_json(worker.metrics + "/readyz", timeout=3)
+            reason = body.get("reason", "") if isinstance(body, dict) else ""
+            return status == 503 and "the broker did not answer" in reason
+
+        wait_until(waiting_for_the_broker, STARTUP, "/readyz: waiting for the broker", 0.2)
+        assert get_json(worker.metrics + "/livez")[0] == 200
+        assert metric_total(worker.metrics, "kafka_timers_recovery_stalled") == 1
+        waited = time.monotonic() - started
+        with broker:
+            stack.oscillator()
+            wait_until(
+                lambda: get_json(worker.metrics + "/readyz")[0] == 200,
+                STARTUP,
+                lambda: f"w-early ready once the broker is up; {worker.process.log_text()[-3000:]}",
+                interval=0.2,
+            )
+            ready_after = time.monotonic() - started - waited
+            topic = stack.callback_topic(f"cb-early-{settings.app_id}")
+            with TimerClient(settings) as client:
+                timer = client.schedule(topic, b"after", at=time.time() + 1)
+            with stack.reader(topic) as reader:
+                reader.wait_for(lambda rs: timer.id in fired_ids(rs), STARTUP)
+            print(
+                f"\nwaited {waited:.1f} s for the broker, alive and not ready; ready "
+                f"{ready_after:.1f} s after it started; a timer then fired"
+            )
+            assert worker.process.alive
+            stack.close()  # every worker leaves before the broker stops
