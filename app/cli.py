@@ -346,6 +346,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
                 "copied": report.copied,
                 "series": report.series,
                 "bridged": report.bridged,
+                "unreadable": report.unreadable,
                 "resumed": report.resumed,
                 "source_partitions": report.source_partitions,
                 "target_partitions": report.target_partitions,

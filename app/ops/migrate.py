@@ -26,7 +26,8 @@ to ``R`` and their changelog holds the result; every later request is bridged, i
 order, after that state. The new workers store each timer at its own due second (a
 series at its pending occurrence) and fire by their own ticks and clocks, never early.
 A timer is copied once, a request bridged once; should ``migrate`` stop or crash, it
-resumes from the offsets it committed to the group ``<old app id>-migrate`` after each
+resumes from the offsets it committed to the group
+``<old app id>-migrate-to-<new request topic>`` (on the old cluster) after each
 acknowledged batch, and does not copy the state again (that would undo requests bridged
 since). A crash between a batch's acknowledgement and its commit sends that batch again:
 repeated requests are idempotent (the same version again, the same cancel again).
@@ -44,7 +45,13 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    KafkaError,
+    KafkaException,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
 from app.core.errors import KafkaTimersError
@@ -67,9 +74,10 @@ log = logging.getLogger(__name__)
 PROGRESS_INTERVAL = 5.0
 
 
-def bridge_group(source: Settings) -> str:
-    """The consumer group the bridge commits its progress to, on the old cluster."""
-    return f"{source.app_id}-migrate"
+def bridge_group(source: Settings, target: Settings) -> str:
+    """The consumer group the bridge commits its progress to, on the old cluster: one
+    per old deployment and new request topic."""
+    return f"{source.app_id}-migrate-to-{target.topics.requests}"
 
 
 @dataclass
@@ -83,6 +91,9 @@ class MigrateReport:
     resumed: bool = False
     source_partitions: int = 0
     target_partitions: int = 0
+    #: Records not bridged: their header names are not UTF-8, so no client here can read
+    #: them (the old workers dead-letter such a record as ``malformed``); logged.
+    unreadable: int = 0
     #: Where the bridge stopped, per old request partition (the next offset to read).
     positions: dict[int, int] = field(default_factory=dict)
 
@@ -103,8 +114,9 @@ def placement(record: RawRecord, partitions: int) -> int:
         return record.partition % partitions
 
 
-def _members(source: Settings, timeout: float) -> int | None:
-    """Members of the old workers' consumer group, or None if the broker cannot say."""
+def _active(source: Settings, timeout: float) -> str | None:
+    """Why the old workers' consumer group looks alive (members, or a live state such
+    as ``STABLE``: some brokers list no members), or None when it is empty or gone."""
     admin = AdminClient(confluent_common(source))
     try:
         futures = admin.describe_consumer_groups([source.app_id], request_timeout=timeout)
@@ -112,7 +124,16 @@ def _members(source: Settings, timeout: float) -> int | None:
     except (KafkaException, ValueError, RuntimeError) as exc:
         log.warning("cannot describe consumer group %r: %s", source.app_id, exc)
         return None
-    return len(description.members)
+    state = description.state
+    if description.members:
+        return f"{len(description.members)} members"
+    if state in (
+        ConsumerGroupState.STABLE,
+        ConsumerGroupState.PREPARING_REBALANCING,
+        ConsumerGroupState.COMPLETING_REBALANCING,
+    ):
+        return f"state {state.name}"
+    return None
 
 
 def _committed(consumer: Consumer, topic: str, partitions: int, timeout: float) -> dict[int, int]:
@@ -151,17 +172,17 @@ def migrate(
     report = MigrateReport(source_partitions=old_count)
     sender = RequestSender(target, min(timeout, 15.0))
     report.target_partitions = sender.partitions
-    members = _members(source, min(timeout, 15.0))
-    if members and not force:
+    active = _active(source, min(timeout, 15.0))
+    if active and not force:
         raise KafkaTimersError(
-            f"the old deployment's workers are still running ({members} members in group "
-            f"{source.app_id!r}): stop them first (SIGTERM; after a kill -9, wait one "
+            f"the old deployment's workers are still running (group {source.app_id!r}: "
+            f"{active}): stop them first (SIGTERM; after a kill -9, wait one "
             "session timeout), or pass --force if the group is someone else's"
         )
     conf = confluent_common(source)
     conf.update(
         {
-            "group.id": bridge_group(source),
+            "group.id": bridge_group(source, target),
             "client.id": f"kafka-timers-migrate-{uuid.uuid4().hex[:8]}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
@@ -172,30 +193,51 @@ def migrate(
     )
     consumer = Consumer(conf)
     try:
-        positions = _committed(consumer, old_topic, old_count, min(timeout, 15.0))
-        if len(positions) == old_count:
-            report.resumed = True
-            log.info("resuming the bridge of %s from %s", old_topic, positions)
-        else:
-            positions = _copy_state(source, sender, report, old_count, timeout)
-            consumer.commit(
-                offsets=[TopicPartition(old_topic, p, o) for p, o in positions.items()],
-                asynchronous=False,
-            )
-        if progress is not None:
-            progress(
-                {
-                    "stage": "copied",
-                    "timers": report.copied,
-                    "series": report.series,
-                    "resumed": report.resumed,
-                }
-            )
-        _bridge(consumer, sender, old_topic, positions, report, stop, idle_exit, progress)
+        _run(consumer, source, sender, report, old_count, stop, idle_exit, timeout, progress)
+    except KafkaException as exc:
+        raise KafkaTimersError(
+            f"migration stopped: {exc.args[0] if exc.args else exc}; run it again to resume "
+            f"where it left off (group {bridge_group(source, target)!r})"
+        ) from None
     finally:
         consumer.close()
-    report.positions = positions
     return report
+
+
+def _run(
+    consumer: Consumer,
+    source: Settings,
+    sender: RequestSender,
+    report: MigrateReport,
+    old_count: int,
+    stop: threading.Event,
+    idle_exit: float | None,
+    timeout: float,
+    progress: Callable[[dict[str, object]], None] | None,
+) -> None:
+    """Copy the state (unless an earlier run did), then bridge until told to stop."""
+    old_topic = source.topics.requests
+    positions = _committed(consumer, old_topic, old_count, min(timeout, 15.0))
+    if len(positions) == old_count:
+        report.resumed = True
+        log.info("resuming the bridge of %s from %s", old_topic, positions)
+    else:
+        positions = _copy_state(source, sender, report, old_count, timeout)
+        consumer.commit(
+            offsets=[TopicPartition(old_topic, p, o) for p, o in positions.items()],
+            asynchronous=False,
+        )
+    if progress is not None:
+        progress(
+            {
+                "stage": "copied",
+                "timers": report.copied,
+                "series": report.series,
+                "resumed": report.resumed,
+            }
+        )
+    report.positions = positions
+    _bridge(consumer, sender, old_topic, positions, report, stop, idle_exit, progress)
 
 
 def _copy_state(
@@ -257,6 +299,13 @@ def _bridge(
                 raise KafkaTimersError(f"reading {topic}[{p}]: {err}")
             at_end.discard(p)
             record = without_hop(to_record(msg))
+            moved[p] = record.offset + 1
+            if record.defect is not None:
+                report.unreadable += 1
+                log.warning(
+                    "not bridged: %s[%d] offset %d: %s", topic, p, record.offset, record.defect
+                )
+                continue
             sender.send(
                 placement(record, sender.partitions),
                 record.key,
@@ -264,7 +313,7 @@ def _bridge(
                 record.headers,
                 record.timestamp_ms,
             )
-            moved[p] = record.offset + 1
+            report.bridged += 1
         now = time.monotonic()
         if moved:
             sender.flush()
@@ -273,7 +322,6 @@ def _bridge(
                 offsets=[TopicPartition(topic, p, o) for p, o in moved.items()],
                 asynchronous=False,
             )
-            report.bridged += sum(1 for m in batch if m.error() is None)
             last_record = now
         if progress is not None and now - last_progress >= PROGRESS_INTERVAL:
             last_progress = now
