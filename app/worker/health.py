@@ -22,6 +22,31 @@ find the same broker and start the same step over. :class:`RecoveryStalls` repor
 stall to this state and to the metrics (``kafka_timers_recovery_stalled``, the alert
 ``KafkaTimersRecoveryStalled``).
 
+Every wait on the broker that could end a worker, and what happens to it (issue 23):
+
+- the changelog catch-up of a takeover, and of a store opened later: retried with
+  backoff, as above (:mod:`app.worker.partition_store`);
+- the start-up checks (partition count, topics described and created, metadata showing
+  them) and, in exactly-once mode, the transactional producer's initialisation:
+  retried with backoff, the worker alive and not ready on its metrics port
+  (:mod:`app.worker.startup`, ``OutputProducer._init_transactions``); what the broker
+  *refuses* there (a changelog not compacted, partition counts that differ, a fenced
+  producer) stops it with one line: that needs an operator, and a restart loop would
+  not help;
+- the callback-topic lookup, the request group's lag and the request reader's
+  committed offset: already retried at their next turn, never fatal;
+- a flush or a commit that times out, a changelog record the broker refused
+  (:class:`~app.worker.output.DeliveryFailure`): the worker stops, exit 70, on purpose.
+  Its records may be half written, and only a restart that reads again what was not
+  acknowledged is sure to leave nothing claimed done that is not; librdkafka itself
+  keeps retrying each record for ``message.timeout.ms`` (30 s) first;
+- the read_committed switch in exactly-once mode: not a timeout (a Faust that keeps its
+  fetcher elsewhere); it stops the worker, since reading uncommitted ticks is wrong;
+- Faust's own waits after the catch-up (its recovery's offset lookups, bounded by
+  ``broker_request_timeout``; the group join): not retried by the worker. A recovery that
+  never completes leaves the worker not ready, and ``kafka_timers_not_ready_seconds``
+  with the alert ``KafkaTimersWorkerNotReady`` (5 minutes) say so.
+
 The state is fed from the Faust hooks in :mod:`app.worker.faust_app` and the tick
 agent; it knows nothing of Faust itself, so the rules are unit-tested with a fake clock.
 """
