@@ -21,7 +21,13 @@ from app.core.late import DEFAULT_POLICY, LatePolicy
 from app.core.policy import RequestPolicy, compile_topic_pattern, is_legal_topic
 from app.core.wheel import DEFAULT_MAX_CANCELS_IN_ADVANCE
 
-__all__ = ["SecuritySettings", "Settings", "TopicNames", "split_allow_list"]
+__all__ = [
+    "SecuritySettings",
+    "Settings",
+    "TopicNames",
+    "parse_topic_rate_limits",
+    "split_allow_list",
+]
 
 _T = TypeVar("_T")
 
@@ -212,6 +218,10 @@ class Settings:
     #: Unset, those routes are off (403); ``/status``, ``/livez``, ``/readyz`` and
     #: ``/metrics`` never need it.
     operator_token: str | None = field(default=None, repr=False)
+    #: Rate limits per callback topic, callbacks per second across the whole service
+    #: (``KAFKA_TIMERS_TOPIC_RATE_LIMITS="reminders=500/s,billing=50/s"``, also ``/m`` and
+    #: ``/h``): see :mod:`app.worker.topic_gates`.
+    topic_rate_limits: tuple[tuple[str, float], ...] = ()
 
     @property
     def partition_count(self) -> int:
@@ -319,6 +329,10 @@ class Settings:
             PREFIX + "REMEMBER_SECONDS": str(self.remember_seconds),
             PREFIX + "MAX_CANCELS_IN_ADVANCE": str(self.max_cancels_in_advance),
             PREFIX + "MAX_TOPIC_LABELS": str(self.max_topic_labels),
+            PREFIX + "TOPIC_RATE_LIMITS": ",".join(
+                f"{topic}={f'{rate:.12f}'.rstrip('0').rstrip('.')}/s"
+                for topic, rate in self.topic_rate_limits
+            ),
         }
         if self.partitions is not None:
             env[PREFIX + "PARTITIONS"] = str(self.partitions)
@@ -530,11 +544,52 @@ class Settings:
                 100_000,
                 "callback topics with a metric label of their own",
             ),
+            topic_rate_limits=read.rate_limits("TOPIC_RATE_LIMITS"),
         )
         settings.default_late_policy()  # a typo is refused at start, not at the first fire
         _check_security(settings.security)
         settings.request_policy()  # compiles the allow-list: RE2 refusals stop the start
         return settings
+
+
+#: Highest rate limit accepted, callbacks per second (far above what a worker delivers).
+MAX_TOPIC_RATE = 10_000_000.0
+_RATE_ITEM = re.compile(
+    r"^(?P<topic>[^=\s]+)\s*=\s*(?P<rate>[0-9]+(?:\.[0-9]+)?)\s*/\s*(?P<unit>[smh])$"
+)
+_RATE_UNIT_SECONDS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_topic_rate_limits(text: str) -> dict[str, float]:
+    """Read ``topic=500/s,other=50/s`` (also ``/m``, ``/h``) into callbacks per second.
+
+    Raises ``ValueError`` with a one-line reason for anything else: no ``=`` or unit, a
+    name that is no legal topic, a rate of 0 (pause the topic instead) or above
+    :data:`MAX_TOPIC_RATE`, a topic named twice.
+    """
+    limits: dict[str, float] = {}
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        match = _RATE_ITEM.match(item)
+        if match is None:
+            raise ValueError(
+                f"{item[:100]!r} is not <topic>=<rate>/s (or /m, /h), e.g. reminders=500/s"
+            )
+        topic = match["topic"]
+        if not is_legal_topic(topic):
+            raise ValueError(f"{topic[:100]!r} is not a legal topic name")
+        per_second = float(match["rate"]) / _RATE_UNIT_SECONDS[match["unit"]]
+        if not 0 < per_second <= MAX_TOPIC_RATE:
+            raise ValueError(
+                f"{item[:100]!r}: the rate must be above 0 and at most {MAX_TOPIC_RATE:,.0f}/s"
+                " (a topic that must get nothing is paused, not limited to 0)"
+            )
+        if topic in limits:
+            raise ValueError(f"topic {topic!r} is named twice")
+        limits[topic] = per_second
+    return limits
 
 
 def split_allow_list(text: str) -> tuple[str, ...]:
@@ -700,6 +755,15 @@ class _Reader:
             span = f"from {low:g}{upper}" if upper else f"at least {low:g}"
             raise ConfigurationError(f"{PREFIX}{name}={raw!r}: must be {span} ({meaning})")
         return value
+
+    def rate_limits(self, name: str) -> tuple[tuple[str, float], ...]:
+        raw = self.text(name)
+        if raw is None:
+            return ()
+        try:
+            return tuple(parse_topic_rate_limits(raw).items())
+        except ValueError as exc:
+            raise ConfigurationError(f"{PREFIX}{name}: {exc}") from exc
 
     def boolean(self, name: str, default: bool) -> bool:
         raw = self.text(name)

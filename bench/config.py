@@ -40,6 +40,10 @@ class BenchConfig:
     steady_seconds: int = 60
     #: Timers due in one second in the burst scenario.
     burst_timers: int = 1_000_000
+    #: Timers due in one second to a topic limited to this many callbacks a second, in
+    #: the rate-limit scenario (issue 24 asks a million at 50,000/s: see bench.rate_limit).
+    rate_limit_timers: int = 300_000
+    rate_limit_per_second: int = 50_000
     #: Pending-timer levels at which the capacity scenario measures a live worker,
     #: filled through the request path; the last is where idle CPU is measured.
     capacity_levels: tuple[int, ...] = (0, 100_000, 1_000_000)
@@ -75,6 +79,8 @@ QUICK = BenchConfig(
     steady_rate=2_000,
     steady_seconds=10,
     burst_timers=40_000,
+    rate_limit_timers=20_000,
+    rate_limit_per_second=5_000,
     capacity_levels=(0, 20_000, 60_000),
     memory_pending=300_000,
     idle_seconds=5,

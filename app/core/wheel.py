@@ -36,12 +36,13 @@ Faust RocksDB table and its changelog, and the unit tests use an in-memory store
 
 from __future__ import annotations
 
+import heapq
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from itertools import islice
-from typing import Protocol
+from itertools import count, islice
+from typing import NamedTuple, Protocol
 
 from app.core.keys import (
     EXPIRY,
@@ -220,6 +221,18 @@ class CancelOutcome(str, Enum):
     NOT_REMEMBERED = "not_remembered"
 
 
+class _Held(NamedTuple):
+    """A due timer a gate holds back, in its topic's heap (ordered by key second)."""
+
+    #: The second its key is stored under (its due, or later: see :meth:`_slot_for`).
+    slot: int
+    #: Ties in order of holding (a timer does not compare).
+    order: int
+    timer: Timer
+    #: When it was first held (the service's clock): the delay the gate adds.
+    since: float
+
+
 class PartitionWheel:
     """Pending timers of one partition, and which of them a tick makes due."""
 
@@ -255,6 +268,14 @@ class PartitionWheel:
         #: Keys of in-flight catch-up occurrences stored under a later second than their
         #: due: ``(id, due) -> second`` (see :meth:`_slot_for`).
         self._slots: dict[tuple[str, int], int] = {}
+        #: Due timers a gate holds back (a rate limit, a pause: app.worker.topic_gates),
+        #: per callback topic in due order: still pending in the store, delivered by
+        #: :meth:`take_held`. Not persisted: the watermark stays below the oldest of them,
+        #: so a new owner's (or a restart's) first scan finds them again.
+        self._held: dict[str, list[_Held]] = {}
+        self._held_order = count()
+        #: Whether this round took held timers (:meth:`abort_tick` must then rescan).
+        self._taken = False
 
     # -- requests ---------------------------------------------------------------
 
@@ -500,19 +521,111 @@ class PartitionWheel:
                 self._terminal(timer.id, entry, was=_WAS_PENDING)
         self._sweep(second)
         persisted = self._persisted_through
-        if fired or persisted is None or second - persisted >= WATERMARK_PERSIST_INTERVAL:
-            self._kv.put(WATERMARK, b"%d" % second)
-            self._persisted_through = second
+        # Held timers stay pending below the scan: the persisted watermark stays under the
+        # oldest of them, so a reload (a restart, a new owner) scans them again.
+        mark = second if not self._held else min(second, self._oldest_held() - 1)
+        if mark != persisted and (
+            fired or persisted is None or mark - persisted >= WATERMARK_PERSIST_INTERVAL
+        ):
+            self._kv.put(WATERMARK, b"%d" % mark)
+            self._persisted_through = mark
         self.fired_through = second
+        self._taken = False
         self._in_flight = set()
         self._in_flight_series = set()
         self._slots = {}
 
     def abort_tick(self) -> None:
-        """Delivery failed: keep it all pending; the next tick retries from ``fired_through``."""
+        """Delivery failed: keep it all pending; the next tick retries from ``fired_through``.
+
+        With timers held (or taken from the held ones this round), the wheel forgets
+        them and the next tick scans again from the persisted watermark, as a reload
+        would: they are all still in the store, above it.
+        """
+        if self._held or self._taken:
+            self._held = {}
+            self.fired_through = self._persisted_through
+        self._taken = False
         self._in_flight = set()
         self._in_flight_series = set()
         self._slots = {}
+
+    # -- gates: due timers held back (app.worker.topic_gates) ---------------------------
+
+    def hold(self, timers: Sequence[Timer], since: float) -> None:
+        """Keep ``timers`` (due, from the current :meth:`begin_tick`) pending: a gate holds
+        them back. They are delivered later through :meth:`take_held`, in key order; until
+        then a cancel or a reschedule finds them as any pending timer."""
+        in_flight, series, slots = self._in_flight, self._in_flight_series, self._slots
+        held = self._held
+        order = self._held_order
+        for timer in timers:
+            in_flight.discard(timer.id)
+            series.discard(timer.id)
+            slot = slots.get((timer.id, timer.due), timer.due)
+            heap = held.get(timer.topic)
+            if heap is None:
+                heap = held[timer.topic] = []
+            heapq.heappush(heap, _Held(slot, next(order), timer, since))
+
+    def hold_due(self, timer: Timer, since: float) -> None:
+        """Store ``timer``, already due (a request for a second ticked already), held back
+        at once instead of fired: keyed under its due second, and the persisted
+        watermark moved below it in the same unit, so a reload scans it again."""
+        was = self._index(timer.id)
+        self._store_occurrence(timer, timer.due)
+        self._count_stored(was=was)
+        persisted = self._persisted_through
+        if persisted is not None and timer.due <= persisted:
+            self._kv.put(WATERMARK, b"%d" % (timer.due - 1))
+            self._persisted_through = timer.due - 1
+        heap = self._held.setdefault(timer.topic, [])
+        heapq.heappush(heap, _Held(timer.due, next(self._held_order), timer, since))
+
+    def take_held(self, topic: str, n: int | None) -> list[_Held]:
+        """Up to ``n`` (``None``: all) held timers of ``topic``, oldest key first, to
+        deliver in this round (then :meth:`finish_tick` forgets them like fired ones).
+
+        One a cancel or a reschedule replaced meanwhile is dropped here: its index entry
+        no longer points at it.
+        """
+        heap = self._held.get(topic)
+        if not heap:
+            return []
+        taken: list[_Held] = []
+        kv = self._kv
+        while heap and (n is None or len(taken) < n):
+            entry = heapq.heappop(heap)
+            timer = entry.timer
+            if kv.get(index_key(timer.id)) != _pending_entry(entry.slot, timer.token):
+                continue  # cancelled or replaced while held
+            taken.append(entry)
+            self._in_flight.add(timer.id)
+            if timer.recurrence is not None:
+                self._in_flight_series.add(timer.id)
+            if entry.slot != timer.due:
+                self._slots[(timer.id, timer.due)] = entry.slot
+        if not heap:
+            del self._held[topic]
+        if taken:
+            self._taken = True
+        return taken
+
+    def held_topics(self) -> list[str]:
+        """Callback topics this partition holds timers of."""
+        return list(self._held)
+
+    def held_count(self, topic: str) -> int:
+        """Timers of ``topic`` held (cancelled ones not yet dropped included)."""
+        return len(self._held.get(topic, ()))
+
+    @property
+    def holding(self) -> bool:
+        """Whether any timer is held."""
+        return bool(self._held)
+
+    def _oldest_held(self) -> int:
+        return min(heap[0].slot for heap in self._held.values())
 
     def iter_pending(self, from_second: int = 0) -> Iterator[Timer]:
         """Pending timers in due order from ``from_second`` on (read-only, for status)."""

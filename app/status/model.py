@@ -384,6 +384,7 @@ def merge_snapshots(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     exact_before: list[int] = []
     oscillators: dict[str, dict[str, float | None]] = {}
     held_ticks: dict[str, int] = {}
+    rate_limits: dict[str, dict[str, Any]] = {}
     workers = []
     now = 0.0
     for snap in snapshots:
@@ -426,6 +427,19 @@ def merge_snapshots(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             seen["ticks_held"] = (seen["ticks_held"] or 0.0) + clock.get("ticks_held", 0.0)
         for p, second in snap.get("held_ticks", {}).items():
             held_ticks[p] = max(held_ticks.get(p, second), second)
+        for topic, gate in snap.get("rate_limits", {}).items():
+            # Backlogs add up; the delay shown is the worst worker's.
+            seen = rate_limits.setdefault(
+                topic,
+                {"limit_per_second": gate.get("limit_per_second"), "paused": False, "backlog": 0}
+                | {"delay_p50": None, "delay_p99": None, "delayed": 0},
+            )
+            seen["paused"] = bool(seen["paused"] or gate.get("paused"))
+            seen["backlog"] += gate.get("backlog", 0)
+            seen["delayed"] += gate.get("delayed", 0)
+            for q in ("delay_p50", "delay_p99"):
+                if gate.get(q) is not None:
+                    seen[q] = max(seen[q] or 0.0, gate[q])
     cumulative: list[tuple[float, float]] = []
     running = 0.0
     for le in sorted(lateness, key=lambda b: math.inf if b is None else b):
@@ -447,6 +461,7 @@ def merge_snapshots(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         **store_keys_summary(store_keys),
         "oscillators": dict(sorted(oscillators.items())),
         "held_ticks": held_ticks,
+        "rate_limits": dict(sorted(rate_limits.items())),
         "pending_by_due": {
             "overdue": overdue,
             "soon": {

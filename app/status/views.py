@@ -242,6 +242,7 @@ class StatusCollector:
             },
             "oscillators": oscillator_clocks(current),
             "held_ticks": {str(p): s for p, s in sorted(self._service.held_ticks().items())},
+            "rate_limits": self._service.rate_limits(),
             "pending_by_due": pending_by_due(self._scans(), now),
             **store_keys_summary(self._service.store_keys_by_partition()),
             **request_lag(self._metrics),

@@ -58,6 +58,7 @@ from app.worker.service import TimerService
 from app.worker.tick_backlog import TickBacklog
 from app.worker.tick_intake import TickIntake
 from app.worker.topic_directory import TopicDirectory
+from app.worker.topic_gates import TopicGates
 
 __all__ = ["WEB_VIEWS_OFF", "WorkerApp", "build_worker"]
 
@@ -282,6 +283,9 @@ def build_worker(
         topics=TopicDirectory(output.topic_names),
         lease=lease,
         request_partitions=settings.partition_count,
+        # Rate limits per callback topic, shared as limit / N per partition; the
+        # control path changes them (and pauses topics) through service.gates.
+        gates=TopicGates(dict(settings.topic_rate_limits), partitions=settings.partition_count),
     )
 
     async def handle_request_batch(records: list[RawRecord]) -> None:
@@ -336,6 +340,14 @@ def build_worker(
         # Ticks from an oscillator whose clock runs ahead of this worker's wait for it.
         try:
             await service.run_tick_release()
+        except DeliveryFailure as exc:
+            _exit_undurable(exc)
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def release_gated() -> None:
+        # Timers of rate-limited (or paused) topics go out between ticks, as allowed.
+        try:
+            await service.run_gated_release()
         except DeliveryFailure as exc:
             _exit_undurable(exc)
 

@@ -241,6 +241,23 @@ class WorkerMetrics:
         for step in ("changelog_catch_up",):
             self.recovery_stalled.labels(step=step).set(0)
             self.recovery_retries.labels(step=step)
+        # Rate limits and pauses per callback topic (app.worker.topic_gates).
+        self.rate_limit_delay = Histogram(
+            "kafka_timers_rate_limit_delay_seconds",
+            "Delay a rate limit or a pause added to a callback of a gated topic: from when "
+            "its timer was due and held back to when it was delivered (0 when the bucket "
+            "had room), per callback topic.",
+            ["callback_topic"],
+            buckets=LATENESS_BUCKETS,
+            registry=r,
+        )
+        self.rate_limit_backlog = Gauge(
+            "kafka_timers_rate_limit_backlog",
+            "Due timers held back by a rate limit or a pause on this worker's partitions, "
+            "per callback topic: pending, delivered as the limit allows.",
+            ["callback_topic"],
+            registry=r,
+        )
         self.not_ready_seconds = Gauge(
             "kafka_timers_not_ready_seconds",
             "Seconds since this worker was last ready (/readyz), since it started if never; "

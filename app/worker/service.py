@@ -41,6 +41,7 @@ from app.worker.metrics import WorkerMetrics, observe_many
 from app.worker.output import DeliveryFailure, Output, TransactionAborted
 from app.worker.stores import PartitionStore, StoreFactory
 from app.worker.topic_directory import TopicDirectory
+from app.worker.topic_gates import RELEASE_INTERVAL, TopicGates
 
 __all__ = ["KEY_KINDS", "TimerService"]
 
@@ -62,6 +63,25 @@ OTHER_TOPICS = "other"
 _DETAIL_BYTES = 1000
 #: Added to each sleep of the release loop, so it wakes just past the second boundary.
 RELEASE_SLACK = 0.001
+
+
+def _delay_summary(metrics: WorkerMetrics, label: str) -> dict[str, Any]:
+    """p50 and p99 (bucket upper bounds) and count of the gate's delay for ``label``."""
+    cumulative: list[tuple[float, float]] = []
+    for family in metrics.rate_limit_delay.collect():
+        for sample in family.samples:
+            if sample.name.endswith("_bucket") and sample.labels.get("callback_topic") == label:
+                cumulative.append((float(sample.labels["le"]), sample.value))
+    cumulative.sort()
+    total = cumulative[-1][1] if cumulative else 0.0
+
+    def quantile(q: float) -> float | None:
+        for bound, n in cumulative:
+            if total and n >= q * total:
+                return bound
+        return None
+
+    return {"delay_p50": quantile(0.5), "delay_p99": quantile(0.99), "delayed": int(total)}
 
 
 def _where(record: RawRecord) -> str:
@@ -106,8 +126,18 @@ class TimerService:
         topics: TopicDirectory | None = None,
         request_partitions: int | None = None,
         lease: GroupLease | None = None,
+        gates: TopicGates | None = None,
     ) -> None:
         self._policy = policy
+        #: Rate limits and pauses per callback topic (app.worker.topic_gates): timers of a
+        #: gated topic are held in their wheel and delivered as its partition's bucket
+        #: allows, by the tick rounds and by :meth:`run_gated_release` between ticks.
+        self.gates = gates or TopicGates(partitions=request_partitions or 1, clock=clock)
+        #: Set when timers are held (or a gate changes): the release loop wakes.
+        self._release_wanted = asyncio.Event()
+        self.gates.on_change(self._release_wanted.set)
+        #: Callback topics with a backlog gauge exported (set to 0 once drained).
+        self._backlog_topics: set[str] = set()
         #: Until when the group cannot have given this worker's partitions away (None: not
         #: checked, as in unit tests): no tick fires after it ran out.
         self._lease = lease
@@ -157,6 +187,7 @@ class TimerService:
         """
         partitions = list(partitions)
         self._gate.forget(partitions)
+        self.gates.forget(partitions)  # a later owner starts their buckets empty
         for p in partitions:
             self._partitions.pop(p, None)
             self._pending.pop(p, None)
@@ -169,6 +200,8 @@ class TimerService:
                 with contextlib.suppress(KeyError):
                     self._metrics.store_keys.remove(str(p), kind)
         self._metrics.pending.set(sum(self._pending.values()))
+        if self._backlog_topics:
+            self._export_backlog()
 
     async def revoke_partitions(self, partitions: Iterable[int]) -> None:
         """:meth:`forget_partitions` once no tick is being fired: a release of held ticks
@@ -239,6 +272,7 @@ class TimerService:
         check = self._policy.check
         max_record = self._output.max_record_bytes
         routed = self._request_partitions
+        gated = self.gates.gated
         self._output.begin()
         # The batch's local writes reach each partition's store as one write (one
         # RocksDB WriteBatch: well under a microsecond a key, where a put costs about 2),
@@ -279,6 +313,14 @@ class TimerService:
                             pending_delta[record.partition] += 1
                     elif accepted.outcome is Scheduled.FIRE_NOW:
                         scheduled += 1
+                        if gated and request.topic in gated:
+                            # Its topic is limited or paused: held like a tick's timers
+                            # (stored, the watermark below it), never fired past the gate.
+                            part.wheel.hold_due(request, self._clock())
+                            if not accepted.replaced:
+                                pending_delta[record.partition] += 1
+                            self._release_wanted.set()
+                            continue
                         through = part.wheel.ticked_through
                         assert through is not None  # FIRE_NOW: its second has been ticked
                         sent, successor = self._fire(
@@ -502,10 +544,13 @@ class TimerService:
         """Deliver the callbacks of every partition's tick with one flush, then forget the
         timers: a crash in between fires them again."""
         due: list[tuple[int, _Partition, int, list[Timer]]] = []
+        gated = self.gates.gated
         for partition, second in newest.items():
             part = await self._partition(partition)
             timers = part.wheel.begin_tick(second)
             if timers is not None:
+                if gated or part.wheel.holding:  # one check per round without limits
+                    timers = self._through_gates(partition, part.wheel, timers)
                 due.append((partition, part, second, timers))
         await self._look_up_topics(timer for _, _, _, timers in due for timer in timers)
         began = [
@@ -533,7 +578,161 @@ class TimerService:
         count = sum(len(fired.delivered) for _, _, _, _, fired in began)
         if any(timers for _, _, _, timers, _ in began):
             self._record_persisted()
+        if gated or self._backlog_topics:
+            self._export_backlog()
         return count
+
+    # -- gates: rate limits and pauses per callback topic ------------------------------
+
+    def _through_gates(
+        self, partition: int, wheel: PartitionWheel, timers: list[Timer]
+    ) -> list[Timer]:
+        """What of a round's due ``timers`` (and of the timers held before) ``partition``
+        delivers now: those of topics no gate holds, and per gated topic as many as its
+        bucket allows, oldest first. The rest is held in the wheel (pending, in the
+        store) for a later round."""
+        gated = self.gates.gated
+        now = self._clock()
+        if gated:
+            free: list[Timer] = []
+            held: list[Timer] = []
+            for timer in timers:
+                (held if timer.topic in gated else free).append(timer)
+            if held:
+                wheel.hold(held, now)
+                self._release_wanted.set()
+        else:
+            free = timers
+        for topic in wheel.held_topics():
+            budget = self.gates.budget(partition, topic)
+            if budget == 0:
+                continue
+            taken = wheel.take_held(topic, budget)
+            if not taken:
+                continue
+            if budget is not None:
+                self.gates.spend(partition, topic, len(taken))
+            delay = self._metrics.rate_limit_delay.labels(callback_topic=self._topic_label(topic))
+            for entry in taken:
+                delay.observe(max(0.0, now - entry.since))
+                free.append(entry.timer)
+        return free
+
+    async def release_gated(self) -> int:
+        """Deliver, on every partition holding timers, what its buckets allow now (the
+        rounds between ticks); return how many callbacks went out."""
+        async with self._tick_lock:
+            if self._lease is not None and not self._lease.held():
+                return 0  # the next tick (or the new owner) delivers them
+            ready = [
+                (p, part)
+                for p, part in self._partitions.items()
+                if part.wheel.holding and part.wheel.fired_through is not None
+            ]
+            if not ready:
+                return 0
+            if self._output.transactional:
+                count = 0
+                for p, part in ready:
+                    count += await self._release_in_transaction(p, part)
+            else:
+                count = await self._release_at_least_once(ready)
+            self._export_backlog()
+            return count
+
+    async def _release_at_least_once(self, ready: list[tuple[int, _Partition]]) -> int:
+        began = []
+        for p, part in ready:
+            wheel = part.wheel
+            through = wheel.fired_through
+            assert through is not None
+            timers = self._through_gates(p, wheel, [])
+            if timers:
+                await self._look_up_topics(timers)
+                began.append((p, part, through, timers, self._fire_all(p, through, timers)))
+        if not began:
+            return 0
+        try:
+            await self._output.flush()
+        except DeliveryFailure:
+            for _, part, _, _, _ in began:
+                part.wheel.abort_tick()
+            raise
+        for p, part, through, timers, fired in began:
+            part.kv.defer_local_writes()
+            try:
+                part.wheel.finish_tick(through, timers, fired.successors)
+            finally:
+                part.kv.apply_deferred()
+            self._ticked(p, part, through, timers, fired)
+        self._record_persisted()
+        return sum(len(fired.delivered) for _, _, _, _, fired in began)
+
+    async def _release_in_transaction(self, p: int, part: _Partition) -> int:
+        async with self._unit_lock:
+            if self._partitions.get(p) is not part:
+                return 0  # reloaded meanwhile (an aborted transaction): the tick rescans
+            through = part.wheel.fired_through
+            assert through is not None
+            timers = self._through_gates(p, part.wheel, [])
+            if not timers:
+                return 0
+            await self._look_up_topics(timers)
+            fired = await self._fire_in_transaction(p, part, through, timers)
+            if fired is None:
+                return 0
+        self._ticked(p, part, through, timers, fired)
+        self._record_persisted()
+        return len(fired.delivered)
+
+    async def run_gated_release(
+        self, sleep: Callable[[float], Awaitable[object]] = asyncio.sleep
+    ) -> None:
+        """Deliver held timers every :data:`RELEASE_INTERVAL` seconds while any partition
+        holds some, so a limited topic receives an even stream rather than its share at
+        each second boundary; asleep on an event otherwise. Runs forever."""
+        while True:
+            if not any(part.wheel.holding for part in self._partitions.values()):
+                self._release_wanted.clear()
+                await self._release_wanted.wait()
+                continue
+            await sleep(RELEASE_INTERVAL)
+            await self.release_gated()
+
+    def _export_backlog(self) -> None:
+        """The backlog gauge per gated topic: timers held on this worker's partitions."""
+        backlog: dict[str, int] = {}
+        for part in self._partitions.values():
+            wheel = part.wheel
+            if wheel.holding:
+                for topic in wheel.held_topics():
+                    label = self._topic_label(topic)
+                    backlog[label] = backlog.get(label, 0) + wheel.held_count(topic)
+        for label in self._backlog_topics - backlog.keys():
+            self._metrics.rate_limit_backlog.labels(callback_topic=label).set(0)
+        for label, n in backlog.items():
+            self._metrics.rate_limit_backlog.labels(callback_topic=label).set(n)
+        self._backlog_topics = set(backlog) | (self._backlog_topics & set(self.gates.gated))
+
+    def rate_limits(self) -> dict[str, dict[str, Any]]:
+        """Each gated or backlogged callback topic: its limit (callbacks/s across the
+        service), whether paused, timers held here, and the delay the gate added (p50,
+        p99 and the observations, since start) — for the status page."""
+        limits = self.gates.limits()
+        paused = self.gates.paused()
+        held: dict[str, int] = {}
+        for part in self._partitions.values():
+            for topic in part.wheel.held_topics():
+                held[topic] = held.get(topic, 0) + part.wheel.held_count(topic)
+        out: dict[str, dict[str, Any]] = {}
+        for topic in sorted(set(limits) | paused | set(held)):
+            out[topic] = {
+                "limit_per_second": limits.get(topic),
+                "paused": topic in paused,
+                "backlog": held.get(topic, 0),
+                **_delay_summary(self._metrics, self._topic_label(topic)),
+            }
+        return out
 
     def _fire(
         self, timer: Timer, through: int, partition: int, now_ms: int
@@ -636,6 +835,8 @@ class TimerService:
             timers = part.wheel.begin_tick(second)
             if timers is None:
                 return 0
+            if self.gates.gated or part.wheel.holding:
+                timers = self._through_gates(partition, part.wheel, timers)
             await self._look_up_topics(timers)
             fired = await self._fire_in_transaction(partition, part, second, timers)
             if fired is None:

@@ -86,6 +86,7 @@ VARIABLES = (
             "CALLBACK_DENY",
             "MAX_TOPIC_LABELS",
             "OPERATOR_TOKEN",
+            "TOPIC_RATE_LIMITS",
         )
     ),
 )

@@ -158,6 +158,19 @@ function render(d) {
           (own ? ", newest applied " + secs(own.seconds) + " old" : " (committed offsets)")};
     }), {empty: "no lag figures yet"});
 
+  const gates = document.querySelector("#rate-limits-table tbody");
+  gates.innerHTML = "";
+  const gateRows = Object.entries(d.rate_limits || {}).sort();
+  if (!gateRows.length) gates.insertRow().insertCell().textContent = "no limits";
+  for (const [topic, g] of gateRows) {
+    const tr = gates.insertRow();
+    tr.dataset.topic = topic;
+    if (g.paused) tr.className = "warn";
+    const limit = g.paused ? "paused" : g.limit_per_second === null ? "none" : fmt(g.limit_per_second) + "/s";
+    for (const v of [topic, limit, fmt(g.backlog), secs(g.delay_p50), secs(g.delay_p99)])
+      tr.insertCell().textContent = v;
+  }
+
   barChart(document.getElementById("chart-rejects"), Object.entries(d.rejected_by_reason)
     .sort().map(([r, c]) => ({label: r, value: c, cls: "bad"})), {empty: "no rejects"});
   barChart(document.getElementById("chart-topics"), Object.entries(d.fired_by_topic)

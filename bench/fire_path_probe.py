@@ -1,0 +1,100 @@
+"""CPU per timer of the worker's fire path, in-process: run as a script on a source tree.
+
+``python bench/fire_path_probe.py <timers> <passes> [limited-topic]`` with ``PYTHONPATH``
+set to an extracted tree (its ``app`` and ``tests/support``) prints one JSON line: the
+best (least) CPU seconds per timer of :meth:`TimerService.handle_ticks` firing
+``timers`` timers due in one second on 8 partitions, over ``passes`` fresh services on
+in-memory stores (no broker, no RocksDB: the service's own work, which a limit check
+would add to). :mod:`bench.rate_limit` runs it on the tree before rate limits and on
+this one, alternating, to show what the gates cost a fire path with no limit set.
+
+Imports only ``app`` and ``tests.support`` (from the tree under test), never ``bench``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import sys
+import time
+from typing import Any
+
+PARTITIONS = 8
+DUE = 1_767_225_600
+
+
+def _service(limited: str | None) -> tuple[Any, Any]:
+    from app.core.policy import RequestPolicy
+    from app.worker.metrics import WorkerMetrics
+    from app.worker.service import TimerService
+    from tests.support.memstores import FakeOutput, MemoryStores
+
+    clock = [DUE - 10.0]
+    output = FakeOutput()
+    options: dict[str, Any] = {}
+    if limited is not None:
+        from app.worker.topic_gates import TopicGates
+
+        options["gates"] = TopicGates({limited: 1.0}, partitions=PARTITIONS)
+    service = TimerService(
+        policy=RequestPolicy.build(
+            allow_patterns=(".*",),
+            own_topics=("ticks", "requests", "fired", "dlq"),
+            app_id="probe",
+            max_payload_bytes=100_000,
+            horizon_seconds=86400,
+        ),
+        output=output,
+        metrics=WorkerMetrics(),
+        stores=MemoryStores(output),
+        clock=lambda: clock[0],
+        **options,
+    )
+    return service, clock
+
+
+def _pass(timers: int, limited: str | None) -> float:
+    from app.core import protowire
+    from app.core.request_format import RawRecord
+
+    service, clock = _service(limited)
+    records = []
+    for i in range(timers):
+        p = i % PARTITIONS
+        future = protowire.Future(
+            callback_topic="callbacks",
+            callback_key=f"t{i:09d}",
+            callback=b'{"pad":"' + b"x" * 88 + b'"}',
+            id=f"t{i:09d}",
+            token=f"{i:016x}",
+            due=DUE,
+        )
+        records.append(
+            RawRecord("requests", p, i // PARTITIONS, DUE * 1000, None, protowire.encode(future))
+        )
+
+    async def fire() -> float:
+        for start in range(0, len(records), 2000):
+            await service.handle_requests(records[start : start + 2000])
+        clock[0] = DUE + 0.01
+        gc.collect()
+        began = time.process_time()
+        fired = await service.handle_ticks([(p, DUE, None, "probe") for p in range(PARTITIONS)])
+        spent = time.process_time() - began
+        assert fired == timers, (fired, timers)
+        return spent
+
+    return asyncio.run(fire())
+
+
+def main(argv: list[str]) -> int:
+    timers, passes = int(argv[0]), int(argv[1])
+    limited = argv[2] if len(argv) > 2 else None
+    best = min(_pass(timers, limited) for _ in range(passes))
+    print(json.dumps({"timers": timers, "cpu_per_timer_us": best / timers * 1e6}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,224 @@
+"""Per-topic rate limits and pauses in the service's fire path, on memory stores.
+
+Timers of a limited topic are held in their wheel and delivered at the partition's
+share of the limit, in due order, never early, none lost across a failed flush, a
+restart on the same stores or a partition moved away and back; topics without a limit
+are not held back; a held timer keeps its late-fire policy and can be cancelled.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+
+from app.core.keys import WATERMARK, timer_key
+from app.worker.output import DeliveryFailure
+from app.worker.service import TimerService
+from app.worker.topic_gates import RELEASE_INTERVAL, TopicGates
+from tests.unit.test_service import NOW, Harness, run
+
+
+def limited(rate: float = 10.0, *, partitions: int = 1, **options: object) -> Harness:
+    h = Harness(request_partitions=None, **options)  # type: ignore[arg-type]
+    h.service.gates = TopicGates({"lim": rate}, partitions=partitions, clock=h.clock)
+    h.service.gates.on_change(h.service._release_wanted.set)
+    return h
+
+
+def release_for(h: Harness, seconds: float, step: float = RELEASE_INTERVAL) -> None:
+    """The release loop's rounds for ``seconds`` of the fake clock, ticking each second."""
+    end = h.clock.now + seconds
+    while h.clock.now < end - 1e-9:
+        before = int(h.clock.now)
+        h.clock.now += step
+        if int(h.clock.now) > before:
+            h.tick(int(h.clock.now))
+        run(h.service.release_gated())
+
+
+def callbacks(h: Harness, topic: str) -> list[tuple[str, int, int]]:
+    """``(id, due, fired_at_ms)`` of the durable callbacks to ``topic``, in order."""
+    return [(t.id, t.due, at) for t, at in h.output.durable.callbacks if t.topic == topic]
+
+
+def test_a_limited_topic_goes_out_at_its_limit_in_due_order_and_others_at_once() -> None:
+    h = limited(10.0)
+    h.requests(
+        *(h.schedule(f"l{i:02}", NOW + 1 + i % 2, topic="lim") for i in range(30)),
+        *(h.schedule(f"u{i}", NOW + 1, topic="cb") for i in range(5)),
+    )
+    h.tick(NOW + 1)
+    assert len(callbacks(h, "cb")) == 5  # not held back by the limited topic
+    assert callbacks(h, "lim") == []  # its bucket starts empty
+    release_for(h, 4.5)
+    sent = callbacks(h, "lim")
+    assert len(sent) == 30 and len({i for i, _, _ in sent}) == 30  # none lost, each once
+    assert [due for _, due, _ in sent] == sorted(due for _, due, _ in sent)  # due order
+    assert all(at >= due * 1000 for _, due, at in sent)  # never early
+    per_second = Counter(at // 1000 for _, _, at in sent)
+    assert max(per_second.values()) <= 11  # 10/s plus the bucket's tenth of a second
+    assert h.pending() == 0
+    backlog = h.metrics.rate_limit_backlog.labels(callback_topic="lim")._value.get()
+    assert backlog == 0
+    delays = h.metrics.rate_limit_delay.labels(callback_topic="lim")
+    assert delays._sum.get() > 30 * 1.0  # 30 timers waited 0.1 to 3 s each
+
+
+def test_held_timers_stay_pending_and_the_watermark_stays_below_them() -> None:
+    h = limited(0.01)
+    h.requests(h.schedule("a", NOW + 1, topic="lim"), h.schedule("b", NOW + 2, topic="lim"))
+    h.tick(NOW + 1)
+    h.tick(NOW + 2)
+    h.clock.now = NOW + 30
+    h.tick(NOW + 30)
+    store = h.stores.stores[0]
+    assert store.get(timer_key(NOW + 1, "a")) is not None
+    assert int(store.get(WATERMARK) or b"0") <= NOW
+    assert h.pending() == 2
+
+
+def test_a_restart_on_the_same_stores_finds_every_held_timer_again() -> None:
+    h = limited(10.0)
+    h.requests(*(h.schedule(f"t{i:02}", NOW + 1, topic="lim") for i in range(20)))
+    h.tick(NOW + 1)
+    release_for(h, 1.0)
+    before = {t.id for t, _ in h.output.durable.callbacks}
+    assert 0 < len(before) < 20
+    # The process dies; a new one opens the same stores (RocksDB outlives it).
+    restarted = TimerService(
+        policy=h.service._policy,
+        output=h.output,
+        metrics=h.metrics,
+        stores=h.stores,
+        clock=h.clock,
+        gates=TopicGates({"lim": 10.0}, partitions=1, clock=h.clock),
+    )
+    h.service = restarted
+    release_for(h, 3.0)
+    ids = [t.id for t, _ in h.output.durable.callbacks]
+    assert sorted(set(ids)) == [f"t{i:02}" for i in range(20)]  # none lost
+    assert len(ids) == 20  # and none twice: the delivered ones were forgotten
+
+
+def test_a_failed_flush_loses_no_held_timer() -> None:
+    h = limited(10.0)
+    h.requests(*(h.schedule(f"t{i:02}", NOW + 1, topic="lim") for i in range(10)))
+    h.tick(NOW + 1)
+    release_for(h, 0.3)
+    h.output.fail_flush = True
+    h.clock.now += 0.1
+    with pytest.raises(DeliveryFailure):
+        run(h.service.release_gated())
+    release_for(h, 2.0)
+    ids = [t.id for t, _ in h.output.durable.callbacks]
+    assert sorted(ids) == [f"t{i:02}" for i in range(10)]
+    assert h.pending() == 0
+
+
+def test_a_partition_moved_away_and_back_holds_its_timers_and_starts_its_bucket_empty() -> None:
+    h = limited(40.0, partitions=2)
+    h.requests(
+        *(h.schedule(f"a{i:02}", NOW + 1, 0, topic="lim") for i in range(20)),
+        *(h.schedule(f"b{i:02}", NOW + 1, 1, topic="lim") for i in range(20)),
+    )
+    h.tick(NOW + 1, 0, 1)
+    release_for(h, 0.5)
+    run(h.service.revoke_partitions([0, 1]))
+    # Given back (or to another worker on the same changelog): the first round after
+    # finds the held timers again and delivers nothing, its buckets being new.
+    h.clock.now = NOW + 2.01
+    delivered = len(h.output.durable.callbacks)
+    h.tick(NOW + 2, 0, 1)
+    assert len(h.output.durable.callbacks) == delivered
+    release_for(h, 2.0)
+    ids = [t.id for t, _ in h.output.durable.callbacks]
+    assert len(ids) == 40 and len(set(ids)) == 40
+
+
+def test_a_held_timer_keeps_its_late_policy_measured_from_its_due() -> None:
+    h = limited(1.0)
+    h.service.gates.set_rate("cb", 1.0)  # one_shot's topic: one a second
+    # Three ahead of it in due (key) order: it waits about 4 s, past its skip-after.
+    h.requests(
+        *(h.schedule(f"c{i}", NOW + 1) for i in range(3)),
+        h.one_shot("strict", NOW + 1, "skip-after 2s"),
+        h.one_shot("zlenient", NOW + 1, "fire"),
+    )
+    h.tick(NOW + 1)
+    release_for(h, 8.0)
+    assert [t.id for t, _, _ in h.output.durable.skipped] == ["strict"]
+    assert h.fired() == ["c0", "c1", "c2", "zlenient"]
+    assert h.skipped("late") == 1
+    assert h.pending() == 0
+
+
+def test_a_held_timer_can_be_cancelled_and_never_goes_out() -> None:
+    h = limited(1.0)
+    h.requests(h.schedule("a", NOW + 1, topic="lim"), h.schedule("b", NOW + 1, topic="lim"))
+    h.tick(NOW + 1)
+    h.requests(h.cancel("b"))
+    assert [o for _, _, o, _ in h.output.durable.cancels] == ["cancelled"]
+    release_for(h, 3.0)
+    assert h.fired() == ["a"]
+    assert h.pending() == 0
+
+
+def test_a_paused_topic_holds_everything_until_resumed_then_fires_by_late_policy() -> None:
+    h = Harness()
+    h.service.gates.pause("cb")
+    h.requests(h.schedule("a", NOW + 1), h.one_shot("strict", NOW + 1, "skip-after 5s"))
+    h.requests(h.schedule("other", NOW + 1, topic="elsewhere"))
+    h.tick(NOW + 1)
+    release_for(h, 10.0)
+    assert h.fired() == ["other"]
+    assert h.pending() == 2
+    h.service.gates.resume("cb")
+    run(h.service.release_gated())
+    assert h.fired() == ["other", "a"]
+    assert [t.id for t, _, _ in h.output.durable.skipped] == ["strict"]
+
+
+def test_a_request_already_due_for_a_limited_topic_is_held_not_fired_at_once() -> None:
+    h = limited(1.0)
+    h.tick(NOW + 10)
+    h.clock.now = NOW + 10.5
+    h.requests(h.schedule("late", NOW + 3, topic="lim"), h.schedule("free", NOW + 3))
+    assert h.fired() == ["free"]
+    assert h.pending() == 1
+    # Durable: a restart finds it (the watermark moved below it with the request).
+    assert int(h.stores.stores[0].get(WATERMARK) or b"0") < NOW + 3
+    h.service = TimerService(
+        policy=h.service._policy,
+        output=h.output,
+        metrics=h.metrics,
+        stores=h.stores,
+        clock=h.clock,
+        gates=TopicGates({"lim": 1.0}, partitions=1, clock=h.clock),
+    )
+    release_for(h, 3.0)
+    assert h.fired() == ["free", "late"]
+    assert h.pending() == 0
+
+
+def test_exactly_once_limited_timers_go_out_in_transactions_and_an_abort_loses_none() -> None:
+    h = limited(10.0, transactional=True)
+    h.requests(*(h.schedule(f"t{i:02}", NOW + 1, topic="lim") for i in range(15)))
+    h.tick(NOW + 1)
+    release_for(h, 0.5)
+    h.output.abort_next_commit = True
+    h.clock.now += 0.1
+    run(h.service.release_gated())
+    release_for(h, 3.0)
+    ids = [t.id for t, _ in h.output.durable.callbacks]
+    assert sorted(ids) == [f"t{i:02}" for i in range(15)]
+
+
+def test_lifting_a_limit_delivers_what_it_held_at_once() -> None:
+    h = limited(1.0)
+    h.requests(*(h.schedule(f"t{i}", NOW + 1, topic="lim") for i in range(10)))
+    h.tick(NOW + 1)
+    h.service.gates.set_rate("lim", None)
+    h.clock.now += 0.1
+    run(h.service.release_gated())
+    assert len(h.fired()) == 10
