@@ -33,6 +33,11 @@ log = logging.getLogger(__name__)
 #: waits 30 s by default before SIGKILL).
 DEFAULT_STOP_GRACE_SECONDS = 10.0
 
+#: The watchdog fires this much before the grace ends (at most a tenth of it), so that
+#: the process is gone within the grace, its own teardown included (measured without:
+#: 5.1 s from SIGTERM to exit with a 5 s grace).
+EXIT_MARGIN_SECONDS = 0.5
+
 
 class TimersWorker(faust.Worker):  # type: ignore[misc]
     """Faust's worker, with a bounded stop and a bounded log."""
@@ -48,16 +53,17 @@ class TimersWorker(faust.Worker):  # type: ignore[misc]
 
     def _schedule_shutdown(self, signum: signal.Signals) -> None:
         if self._watchdog is None:
-            self._watchdog = threading.Timer(self._stop_grace, self._out_of_grace, [signum])
+            fire_in = self._stop_grace - min(EXIT_MARGIN_SECONDS, self._stop_grace / 10)
+            self._watchdog = threading.Timer(fire_in, self._out_of_grace, [signum])
             self._watchdog.daemon = True
             self._watchdog.start()
         super()._schedule_shutdown(signum)
 
     def _out_of_grace(self, signum: signal.Signals) -> None:
         sys.stderr.write(
-            f"kafka-timers worker: {signal.Signals(signum).name} received "
-            f"{self._stop_grace:g} s ago and the orderly stop has not finished (is the "
-            "broker away?): exiting now; nothing acknowledged is lost\n"
+            f"kafka-timers worker: {signal.Signals(signum).name} received, its "
+            f"{self._stop_grace:g} s grace nearly over, and the orderly stop has not "
+            "finished (is the broker away?): exiting now; nothing acknowledged is lost\n"
         )
         sys.stderr.flush()
         os._exit(0)

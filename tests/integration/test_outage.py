@@ -70,7 +70,8 @@ def test_an_outage_costs_few_log_lines_and_sigterm_still_stops_the_worker(
             worker.process.send_signal(signal.SIGTERM)
             wait_until(lambda: not worker.alive, STOP_GRACE + 10, "the worker to exit")
             took = time.monotonic() - stopped
-            assert took <= STOP_GRACE + 5, f"SIGTERM took {took:.1f} s with the broker away"
+            # within the grace; 0.2 s for this test's polling and the signal's delivery
+            assert took <= STOP_GRACE + 0.2, f"SIGTERM took {took:.1f} s with the broker away"
             print(f"SIGTERM -> exit {took:.1f} s (stop grace {STOP_GRACE:g} s)")
             assert worker.process.returncode == 0
             assert "exiting now; nothing acknowledged is lost" in worker.log_text()
