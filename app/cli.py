@@ -177,6 +177,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         )
     if args.late is not None:
         LatePolicy.parse(args.late)
+    TimerClient.spread_seconds(args.spread, args.every)
     if args.cron is None and args.every is None:
         for flag, value in (("--tz", args.tz), ("--start", args.start), ("--end", args.end)):
             if value is not None:
@@ -200,12 +201,15 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         end=args.end,
         count=args.count,
         late=args.late,
+        spread=args.spread,
         timer_id=args.timer_id,
         token=args.token,
         headers=headers,
     )
     client.flush(args.timeout)
     out: dict[str, Any] = {"id": timer.id, "token": timer.token, "due": timer.due}
+    if timer.spread:
+        out.update(spread=timer.spread, fires_at=timer.fire_at)
     if timer.recurrence is not None:
         out["series"] = timer.recurrence.describe()
     print(json.dumps(out))
@@ -421,6 +425,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--late",
         help="late-fire policy: fire | skip-after <duration>, and for a series coalesce | all "
         "(comma-separated; default: the service's)",
+    )
+    p.add_argument(
+        "--spread",
+        help="fire at a second in [due, due + spread] fixed by the id, e.g. 60s (at most 1d)",
     )
     p.add_argument("--id", dest="timer_id", help="timer id (scheduling an id again replaces it)")
     p.add_argument("--token", help="cancellation token (default: random)")

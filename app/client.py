@@ -28,6 +28,7 @@ from app.core.errors import BrokerUnavailable, CancelNotAnswered, KafkaTimersErr
 from app.core.late import LatePolicy
 from app.core.partitioner import partition_for
 from app.core.recurrence import Recurrence
+from app.core.spread import MAX_SPREAD_SECONDS, spread_second
 from app.core.wheel import CancelOutcome
 from app.kafka.config import confluent_producer
 from app.kafka.fired_reader import FiredPartitionReader
@@ -48,6 +49,16 @@ class ScheduledTimer:
     due: int
     #: The series, for a recurring timer (its ``start`` is ``due``).
     recurrence: Recurrence | None = None
+    #: The spread asked for, seconds (0: none).
+    spread: int = 0
+
+    @property
+    def fire_at(self) -> int:
+        """The second the worker fires it at (its first occurrence, for a series):
+        ``due``, or for a spread timer the second in ``[due, due + spread]`` its id
+        fixes (:mod:`app.core.spread`)."""
+        seq = 0 if self.recurrence is None else 1
+        return spread_second(self.id, seq, self.due, self.spread)
 
 
 class TimerClient:
@@ -117,6 +128,7 @@ class TimerClient:
         end: float | Decimal | str | None = None,
         count: int | None = None,
         late: str | LatePolicy | None = None,
+        spread: float | str | None = None,
         timer_id: str | None = None,
         token: str | None = None,
         headers: Mapping[str, str | bytes] | Iterable[tuple[str, bytes]] | None = None,
@@ -130,7 +142,11 @@ class TimerClient:
         such as ``"30s"``), and optionally ``start`` and ``end`` (epoch seconds or ISO
         8601) and ``count``; the first occurrence is computed here, exactly as the worker
         will, and returned as ``due``. ``late`` is the timer's late-fire policy, e.g.
-        ``"skip-after 5m"`` or ``"all"`` (default: the service's).
+        ``"skip-after 5m"`` or ``"all"`` (default: the service's). ``spread`` (seconds,
+        or a duration such as ``"60s"``, whole seconds up to a day) lets the callback
+        fire at a second in ``[due, due + spread]`` fixed by the timer id (and, for a
+        series, each occurrence's number): never early, the same second every time the
+        same request is sent; ``due`` and ``timer-due`` stay the requested second.
 
         A due time with a fraction of a second is rounded up: a timer never fires early.
         Scheduling again with the same ``timer_id`` replaces the pending version (a whole
@@ -146,6 +162,7 @@ class TimerClient:
         policy = late.text() if isinstance(late, LatePolicy) else late
         if policy:
             LatePolicy.parse(policy)  # refused here, not dead-lettered later
+        spread_seconds = self.spread_seconds(spread, every)
         future = protowire.Future(
             callback_topic=topic,
             callback_key=key.decode() if isinstance(key, bytes) else key,
@@ -154,6 +171,7 @@ class TimerClient:
             token=token,
             headers=header_list,
             late=policy or None,
+            spread=spread_seconds or None,
         )
         if cron is None and every is None:
             if start is not None or end is not None or count is not None or tz is not None:
@@ -167,7 +185,7 @@ class TimerClient:
             )
             future.due = due_second(when)
             self._send(timer_id, protowire.encode(future))
-            return ScheduledTimer(id=timer_id, token=token, due=future.due)
+            return ScheduledTimer(id=timer_id, token=token, due=future.due, spread=spread_seconds)
         if at is not None or delay is not None:
             raise KafkaTimersError("a recurring timer takes start=, not at= or delay=")
         recurrence = self.build_recurrence(cron, tz, every, start, end, count)
@@ -180,7 +198,29 @@ class TimerClient:
         future.start, future.end, future.count = recurrence.start, recurrence.end, count
         self._send(timer_id, protowire.encode(future), timestamp_ms=sent_ms)
         assert anchored.start is not None
-        return ScheduledTimer(id=timer_id, token=token, due=anchored.start, recurrence=anchored)
+        return ScheduledTimer(
+            id=timer_id,
+            token=token,
+            due=anchored.start,
+            recurrence=anchored,
+            spread=spread_seconds,
+        )
+
+    @staticmethod
+    def spread_seconds(spread: float | str | None, every: float | str | None = None) -> int:
+        """``spread`` in whole seconds (0 for none), checked as the worker checks it:
+        raises :class:`KafkaTimersError` with one line if it would be dead-lettered."""
+        if spread is None:
+            return 0
+        seconds = parse_duration(str(spread))
+        if seconds != int(seconds) or not 0 <= seconds <= MAX_SPREAD_SECONDS:
+            raise KafkaTimersError(
+                f"spread {spread!r}: whole seconds from 0 to {MAX_SPREAD_SECONDS} (a day)"
+            )
+        interval = None if every is None else parse_duration(str(every))
+        if seconds and interval is not None and seconds >= interval:
+            raise KafkaTimersError(f"spread {spread!r}: less than the interval ({every})")
+        return int(seconds)
 
     @staticmethod
     def build_recurrence(

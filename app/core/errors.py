@@ -106,6 +106,10 @@ class RejectReason(str, Enum):
     #: A late-fire policy that is not ``fire``, ``skip-after <duration>``, ``coalesce``
     #: or ``all``.
     INVALID_LATE_POLICY = "invalid_late_policy"
+    #: A spread that is not a duration of whole seconds from 0 to a day
+    #: (:data:`app.core.spread.MAX_SPREAD_SECONDS`), or one as long as the interval of
+    #: the series it spreads.
+    INVALID_SPREAD = "invalid_spread"
     #: A field is out of the bounds the service accepts: a number that is NaN, infinite
     #: or too large, text that is not UTF-8 or too long, JSON nested too deep.
     OUT_OF_BOUNDS = "out_of_bounds"

@@ -23,6 +23,12 @@ What is left is stored as the next occurrence although it is already due; the wh
 stores it under the next tick's second (it scans only forward), with its true due second
 kept in the value and the callback headers, so it fires on the next tick — late as it
 truly is, never early.
+
+A spread timer (:mod:`app.core.spread`) is judged from the second it fires at
+(:attr:`Timer.fire_at`), not its due second: a ``skip-after`` counts from there, and
+``coalesce`` sees an outage only when that second is more than :data:`MISFIRE_MS` past.
+A series walks on to its next occurrence in the same tick only once that occurrence's
+own fire second has come; otherwise it is stored under it.
 """
 
 from __future__ import annotations
@@ -112,7 +118,7 @@ def plan(
         budget = min(budget, CRON_WALK_PER_TICK)
     if (
         policy.catch_up is CatchUp.COALESCE
-        and now_ms - timer.due * 1000 > MISFIRE_MS
+        and now_ms - timer.fire_at * 1000 > MISFIRE_MS
         and (following := rec.after(timer.due, timer.seq)) is not None
         and following <= through
     ):
@@ -139,6 +145,10 @@ def plan(
         seq, due = seq + 1, nxt
         if due > through or len(steps) >= budget:
             return Plan(steps, _at(timer, seq, due, fired_before))
+        if timer.spread:
+            upcoming = _at(timer, seq, due, fired_before)
+            if upcoming.fire_at > through:  # due, but its spread second is still to come
+                return Plan(steps, upcoming)
 
 
 def _fold_before(timer: Timer, cutoff: int, through: int, budget: int) -> _Folded | None:
@@ -212,7 +222,7 @@ def _coalesce(timer: Timer, through: int, now_ms: float, policy: LatePolicy, bud
 
 
 def _judge(occurrence: Timer, now_ms: float, policy: LatePolicy, coalesced: int = 0) -> Step:
-    late = policy.skips(now_ms - occurrence.due * 1000)
+    late = policy.skips(now_ms - occurrence.fire_at * 1000)
     return Step(StepKind.SKIP_LATE if late else StepKind.DELIVER, occurrence, coalesced)
 
 
@@ -233,6 +243,7 @@ def _at(timer: Timer, seq: int, due: int, fired_before: int) -> Timer:
         seq,
         fired_before,
         timer.late,
+        timer.spread,
     )
 
 

@@ -2,7 +2,8 @@
 
 The schema of record is ``app/core/proto/kafka_timers/v1/future.proto`` (shipped with the
 package; see the README, "Request formats"): fields 1-3 are the original article's
-``Future``, fields 4-8 ours, 9-15 recurring timers and the late-fire policy. This codec
+``Future``, fields 4-8 ours, 9-15 recurring timers and the late-fire policy, 16 the
+spread. This codec
 follows it exactly, ``None`` standing for an absent field, and
 tests/unit/test_future_proto.py checks it against code generated from that file in
 both directions. The worker decodes requests with the protobuf runtime
@@ -54,6 +55,7 @@ class Future:
     end: int | None = None
     count: int | None = None
     late: str | None = None
+    spread: int | None = None
 
 
 def encode_varint(value: int) -> bytes:
@@ -116,6 +118,8 @@ def encode(future: Future) -> bytes:
             parts.append(_tag(number, _VARINT) + encode_varint(num))
     if future.late is not None:
         parts.append(_len_field(15, future.late.encode()))
+    if future.spread is not None:
+        parts.append(_tag(16, _VARINT) + encode_varint(future.spread))
     return b"".join(parts)
 
 
@@ -223,4 +227,6 @@ def decode(data: bytes) -> Future:
             future.count = _signed(value, wire_type, "count", 64)
         elif number == 15:
             future.late = _text(value, "late")
+        elif number == 16:
+            future.spread = _signed(value, wire_type, "spread", 64)
     return future

@@ -20,7 +20,8 @@ or an interval instead of a due time, with an optional start, end and count. Its
 occurrence is fixed here, from the start and the record's timestamp, but never more
 than :data:`app.core.recurrence.ANCHOR_SLACK_SECONDS` before the worker's clock (see
 :meth:`app.core.recurrence.Recurrence.anchored` and :func:`parse_request`). A request
-may also carry its own late-fire policy (:mod:`app.core.late`).
+may also carry its own late-fire policy (:mod:`app.core.late`), and a spread
+(:mod:`app.core.spread`): seconds past its due second over which it may fire.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from app.core.due import due_second, parse_at, parse_duration, parse_epoch
 from app.core.errors import InvalidTimeSpec, RejectedRequest, RejectReason
 from app.core.late import LatePolicy
 from app.core.recurrence import ANCHOR_SLACK_SECONDS, Recurrence
+from app.core.spread import MAX_SPREAD_SECONDS
 from app.core.timer import Cancel, Header, Timer
 
 __all__ = ["RawRecord", "derived_id", "parse_request"]
@@ -254,7 +256,46 @@ def _from_protobuf(record: RawRecord, now: float | None) -> Timer | Cancel:
         recurrence=recurrence,
         seq=1 if recurrence is not None else 0,
         late=_late(future.late) if has("late") else None,
+        spread=_spread(future.spread, recurrence) if future.spread else 0,
     )
+
+
+def _spread(seconds: int, recurrence: Recurrence | None) -> int:
+    """``seconds`` if it is a spread the service takes: from 0 to
+    :data:`~app.core.spread.MAX_SPREAD_SECONDS`, and for an interval series less than
+    its interval (so that its occurrences still fire in order, each in its own window)."""
+    if not 0 <= seconds <= MAX_SPREAD_SECONDS:
+        raise RejectedRequest(
+            RejectReason.INVALID_SPREAD,
+            f"spread {seconds}s: from 0 to {MAX_SPREAD_SECONDS}s (a day)",
+        )
+    if recurrence is not None and recurrence.every is not None and seconds >= recurrence.every:
+        raise RejectedRequest(
+            RejectReason.INVALID_SPREAD,
+            f"spread {seconds}s: less than the series' interval ({recurrence.every}s)",
+        )
+    return seconds
+
+
+def _json_spread(doc: dict[str, Any], recurrence: Recurrence | None) -> int:
+    """``"spread"``: a duration (``"60s"``, ``"5m"``) or a number of seconds, whole."""
+    value = doc.get("spread")
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise RejectedRequest(
+            RejectReason.INVALID_SPREAD, 'spread must be a duration such as "60s" or seconds'
+        )
+    try:
+        seconds = parse_duration(str(value))
+    except InvalidTimeSpec as exc:
+        raise RejectedRequest(RejectReason.INVALID_SPREAD, str(exc)) from exc
+    if seconds != int(seconds):
+        raise RejectedRequest(
+            RejectReason.INVALID_SPREAD,
+            f"spread {str(value)[:40]!r}: use whole seconds (the service's resolution)",
+        )
+    return _spread(int(seconds), recurrence)
 
 
 def _late(text: str | None) -> LatePolicy | None:
@@ -421,6 +462,7 @@ def _from_json(record: RawRecord, now: float | None) -> Timer | Cancel:
             recurrence=recurrence,
             seq=1 if recurrence is not None else 0,
             late=_late(late),
+            spread=_json_spread(doc, recurrence) if "spread" in doc else 0,
         )
     except (TypeError, ValueError, binascii.Error) as exc:
         raise RejectedRequest(RejectReason.UNKNOWN_FORMAT, f"bad JSON request: {exc}") from exc

@@ -6,8 +6,11 @@ exact for binary keys and headers, and cheap to pack and unpack on the hot path.
 Version 1 is a one-shot timer; version 2 adds, after the headers, the occurrence's
 sequence number and the count delivered before it, the recurrence and the timer's own
 late-fire policy. A timer that has none of those is still written as version 1, so
-stores of one-shot timers stay readable by releases before version 2; both versions
-are read.
+stores of one-shot timers stay readable by releases before version 2. Version 3 is
+version 2 followed by the timer's spread (seconds): written only for a timer with a
+spread, so every other timer keeps the layout the releases before it read (0.2.0 reads
+1 and 2, and refuses a spread timer rather than fire it wrongly: see README, Spread).
+All three versions are read.
 
 The rule for stores that outlive releases (README, Releases, upgrades and rollbacks):
 the first byte of every stored timer is its layout version, in every layout to come. A
@@ -25,11 +28,18 @@ from app.core.late import CatchUp, LatePolicy
 from app.core.recurrence import Recurrence
 from app.core.timer import Timer
 
-__all__ = ["NEWEST_LAYOUT", "StoredLayoutTooNew", "check_layout", "pack_timer", "unpack_timer"]
+__all__ = [
+    "NEWEST_LAYOUT",
+    "StoredLayoutTooNew",
+    "check_layout",
+    "is_spread",
+    "pack_timer",
+    "unpack_timer",
+]
 
-_V1, _V2 = 1, 2
+_V1, _V2, _V3 = 1, 2, 3
 #: The newest stored layout this release reads (and writes).
-NEWEST_LAYOUT = _V2
+NEWEST_LAYOUT = _V3
 _HEAD = struct.Struct(">Bq")
 _LEN = struct.Struct(">i")
 #: seq, fired_before, recurrence kind (0 none, 1 cron, 2 interval), late-policy flags
@@ -37,6 +47,8 @@ _LEN = struct.Struct(">i")
 _SERIES = struct.Struct(">qqBB")
 #: every (interval; 0 for cron), start, end, count, skip_after_ms: -1 for "none".
 _NUMBERS = struct.Struct(">qqqqq")
+#: The spread, seconds (version 3 only).
+_SPREAD = struct.Struct(">q")
 _RECURRENCE_NONE, _RECURRENCE_CRON, _RECURRENCE_INTERVAL = 0, 1, 2
 _CATCH_UP_CODES = {None: 0, CatchUp.COALESCE: 1, CatchUp.ALL: 2}
 _CATCH_UPS = {code: value for value, code in _CATCH_UP_CODES.items()}
@@ -72,6 +84,11 @@ def check_layout(data: bytes) -> None:
         raise StoredLayoutTooNew(data[0])
 
 
+def is_spread(data: bytes) -> bool:
+    """Whether ``data`` is a stored timer with a spread (a look at its first byte)."""
+    return bool(data) and data[0] == _V3
+
+
 def _opt(value: int | None) -> int:
     return -1 if value is None else value
 
@@ -89,9 +106,11 @@ def _put(parts: list[bytes], data: bytes | None) -> None:
 
 
 def pack_timer(timer: Timer) -> bytes:
-    """Serialize ``timer`` for storage (version 1 unless it needs version 2)."""
-    plain = timer.recurrence is None and timer.seq == 0 and timer.late is None
-    parts = [_HEAD.pack(_V1 if plain else _V2, timer.due)]
+    """Serialize ``timer`` for storage (version 1 unless it needs version 2, or 3 for a
+    spread)."""
+    spread = timer.spread
+    plain = timer.recurrence is None and timer.seq == 0 and timer.late is None and not spread
+    parts = [_HEAD.pack(_V1 if plain else _V3 if spread else _V2, timer.due)]
     for text in (timer.id, timer.token, timer.topic):
         _put(parts, text.encode())
     _put(parts, timer.key)
@@ -102,6 +121,8 @@ def pack_timer(timer: Timer) -> bytes:
         _put(parts, value)
     if not plain:
         _pack_series(parts, timer)
+        if spread:
+            parts.append(_SPREAD.pack(spread))
     return b"".join(parts)
 
 
@@ -134,7 +155,7 @@ def _pack_series(parts: list[bytes], timer: Timer) -> None:
 def unpack_timer(data: bytes) -> Timer:
     """Inverse of :func:`pack_timer`."""
     version, due = _HEAD.unpack_from(data, 0)
-    if version not in (_V1, _V2):
+    if version not in (_V1, _V2, _V3):
         if version > NEWEST_LAYOUT:
             raise StoredLayoutTooNew(version)
         raise ValueError(f"stored timer has unknown layout version {version}")
@@ -163,7 +184,8 @@ def unpack_timer(data: bytes) -> Timer:
     recurrence: Recurrence | None = None
     seq = fired_before = 0
     late: LatePolicy | None = None
-    if version == _V2:
+    spread = 0
+    if version >= _V2:
         seq, fired_before, kind, flags = _SERIES.unpack_from(data, pos)
         pos += _SERIES.size
         every, start, end, count, skip_ms = _NUMBERS.unpack_from(data, pos)
@@ -180,6 +202,8 @@ def unpack_timer(data: bytes) -> Timer:
             )
         if flags:
             late = LatePolicy(skip_ms if flags & 1 else None, _CATCH_UPS[flags >> 1 & 3])
+        if version == _V3:
+            (spread,) = _SPREAD.unpack_from(data, pos)
     return Timer(
         id=timer_id,
         due=due,
@@ -192,4 +216,5 @@ def unpack_timer(data: bytes) -> Timer:
         seq=seq,
         fired_before=fired_before,
         late=late,
+        spread=spread,
     )

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from app.core.late import LatePolicy
 from app.core.recurrence import Recurrence
+from app.core.spread import spread_second
 
 __all__ = ["Cancel", "Header", "Timer"]
 
@@ -44,6 +45,17 @@ class Timer:
     fired_before: int = 0
     #: The timer's own late-fire policy; ``None`` (or what it leaves out): the service's.
     late: LatePolicy | None = None
+    #: Seconds past ``due`` over which the callback may be spread (0: none). It fires at
+    #: :attr:`fire_at`, in ``[due, due + spread]``; ``due`` stays the requested second.
+    spread: int = 0
+
+    @property
+    def fire_at(self) -> int:
+        """The second this occurrence fires at: ``due``, or for a spread timer ``due``
+        plus an offset fixed by its id and ``seq`` (:mod:`app.core.spread`)."""
+        if not self.spread:
+            return self.due
+        return spread_second(self.id, self.seq, self.due, self.spread)
 
     @property
     def version_due(self) -> int:

@@ -15,6 +15,10 @@ occurrence in place of the fired one (same unit of work), and only when the seri
 does the entry become ``F``, with occurrence 1's due second (the version's identity).
 An occurrence stored already due (catch-up left for the next tick) is keyed under the
 next tick's second, since scans only go forward, and keeps its true due in its value.
+A spread timer (:mod:`app.core.spread`) is keyed the same way under the second it fires
+at (:attr:`Timer.fire_at`, in ``[due, due + spread]``), keeping its requested due in its
+value: the index points at that key, so cancels, reschedules and lookups find it, and
+the version's identity (fired, cancelled) stays its requested due.
 
 State stays O(pending): a fired or cancelled id is remembered for a bounded window
 (``memory_seconds``, 7 days by default), long enough to recognise a redelivered request
@@ -60,7 +64,7 @@ from app.core.keys import (
     parse_timer_key,
     timer_key,
 )
-from app.core.stored import check_layout, pack_timer, unpack_timer
+from app.core.stored import check_layout, is_spread, pack_timer, unpack_timer
 from app.core.timer import Cancel, Timer
 
 __all__ = [
@@ -319,12 +323,13 @@ class PartitionWheel:
                 counts.timers -= 1
                 counts.pending -= 1
                 replaced = True
-        if self.ticked_through is not None and timer.due <= self.ticked_through:
+        fire_at = timer.fire_at
+        if self.ticked_through is not None and fire_at <= self.ticked_through:
             if replaced:
                 self._kv.delete(ikey)
                 counts.pending -= 1
             return _FIRE_NOW_REPLACED if replaced else _FIRE_NOW_NEW
-        self._store_occurrence(timer, timer.due)
+        self._store_occurrence(timer, fire_at)
         self._count_stored(was=index)
         return _STORED_REPLACED if replaced else _STORED_NEW
 
@@ -369,10 +374,15 @@ class PartitionWheel:
             # A tombstone carries no token: it cancels only a timer stored without one
             # (etf1's own), never one its producer protected with a token.
             return CancelOutcome.WRONG_TOKEN
-        self._kv.delete(timer_key(index.due, cancel.id))
+        key = timer_key(index.due, cancel.id)
+        due = index.due
+        raw = self._kv.get(key)
+        if raw is not None and is_spread(raw):  # keyed under its fire second: remember
+            due = unpack_timer(raw).version_due  # its version's due second instead
+        self._kv.delete(key)
         self.counts.timers -= 1
         self.counts.pending -= 1
-        self._terminal(cancel.id, _IndexEntry(_CANCELLED, index.due, index.token), was=index)
+        self._terminal(cancel.id, _IndexEntry(_CANCELLED, due, index.token), was=index)
         return CancelOutcome.CANCELLED
 
     def mark_fired(self, timer: Timer) -> None:
@@ -384,7 +394,7 @@ class PartitionWheel:
     def store_successor(self, successor: Timer) -> None:
         """Store the next occurrence of a series fired at once (never stored before)."""
         was = self._index(successor.id)
-        self._store_occurrence(successor, self._slot_for(successor.due))
+        self._store_occurrence(successor, self._slot_for(successor.fire_at))
         self._count_stored(was=was)
 
     def _slot_for(self, due: int) -> int:
@@ -477,11 +487,12 @@ class PartitionWheel:
         for key, value in self._kv.scan(bucket_floor(start), bucket_floor(second + 1)):
             timer = unpack_timer(value)
             timers.append(timer)
-            if timer.recurrence is not None:
-                series.add(timer.id)
+            if timer.recurrence is not None or timer.spread:
+                if timer.recurrence is not None:
+                    series.add(timer.id)
                 slot = parse_timer_key(key)[0]
-                if slot != timer.due:  # a catch-up occurrence keyed under a later second
-                    slots[(timer.id, timer.due)] = slot
+                if slot != timer.due:  # a catch-up occurrence, or a spread timer, keyed
+                    slots[(timer.id, timer.due)] = slot  # under a later second
         self._in_flight = {t.id for t in timers}
         self._in_flight_series = series
         self._slots = slots
@@ -508,7 +519,7 @@ class PartitionWheel:
             if successor is not None:
                 # A series goes on: its next occurrence replaces this one, the index entry
                 # stays pending (and is never remembered or expired while the series lives).
-                self._store_occurrence(successor, max(successor.due, second + 1))
+                self._store_occurrence(successor, max(successor.fire_at, second + 1))
                 self._kv.delete(key)  # after its successor is written: never neither
                 continue
             self._kv.delete(key)

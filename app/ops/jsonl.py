@@ -9,8 +9,9 @@ A line holds everything the worker stores for a pending timer, exactly:
 ``"due"``) and ``"fired_before"``. Text that is valid UTF-8 is written as text, other
 bytes as base64 under ``<name>_b64``; ``"key": null`` is a callback without a key.
 ``headers`` is a list of ``{"name", "value" | "value_b64"}`` (names may repeat, values
-are bytes). ``"partition"``, where the timer was found, is informational and ignored
-when read back. Fields left out of a line (``late``, ``end``, ``count``) are absent.
+are bytes). ``"spread"`` (seconds) is there for a spread timer. ``"partition"``, where
+the timer was found, is informational and ignored when read back. Fields left out of a
+line (``late``, ``end``, ``count``, ``spread``) are absent.
 
 :func:`encode_timer` and :func:`decode_timer` are exact inverses over every
 :class:`~app.core.timer.Timer` the worker can store.
@@ -26,6 +27,7 @@ from typing import Any
 from app.core.errors import KafkaTimersError
 from app.core.late import LatePolicy
 from app.core.recurrence import Recurrence
+from app.core.spread import MAX_SPREAD_SECONDS
 from app.core.timer import Timer
 
 __all__ = ["LineError", "decode_line", "decode_timer", "encode_line", "encode_timer"]
@@ -59,6 +61,8 @@ def encode_timer(timer: Timer, partition: int | None = None) -> dict[str, Any]:
     doc["due"] = timer.due
     if timer.late is not None:
         doc["late"] = timer.late.text()
+    if timer.spread:
+        doc["spread"] = timer.spread
     rec = timer.recurrence
     if rec is not None:
         if rec.cron is not None:
@@ -171,6 +175,9 @@ def decode_timer(doc: Any) -> Timer:
             raise LineError("'seq' of a series starts at 1")
     due = _int(doc, "due", required=True)
     assert due is not None
+    spread = _int(doc, "spread") or 0
+    if not 0 <= spread <= MAX_SPREAD_SECONDS:
+        raise LineError(f"'spread' must be from 0 to {MAX_SPREAD_SECONDS} (seconds)")
     timer_id = _text(doc, "id")
     if not timer_id:
         raise LineError("'id' must not be empty")
@@ -186,6 +193,7 @@ def decode_timer(doc: Any) -> Timer:
         seq=seq,
         fired_before=fired_before,
         late=late,
+        spread=spread,
     )
 
 

@@ -11,15 +11,17 @@ Each pending timer becomes one request in the format that carries it exactly:
 - every other timer goes as **protobuf**, which carries binary values and repeated
   headers.
 
-A one-shot timer keeps its id, token, due second, callback, headers and late policy:
-the target stores the very same version. A **series** is sent as a series that starts
-at its pending occurrence (``start`` = that occurrence's due second, ``count`` less the
-occurrences already delivered, the same ``end``, cron and zone or interval, token and
-late policy), stamped no later than that occurrence, so the worker anchors it there:
-the same callbacks at the same seconds, and a cancel with the same token stops it. No
-request format can say "occurrence *n*", so the target numbers the remaining
-occurrences from 1 again (``timer-seq``), and the version's identity becomes (token,
-that occurrence's due second).
+A one-shot timer keeps its id, token, due second, callback, headers, late policy and
+spread: the target stores the very same version, firing at the same second. A
+**series** is sent as a series that starts at its pending occurrence (``start`` = that
+occurrence's due second, ``count`` less the occurrences already delivered, the same
+``end``, cron and zone or interval, token, late policy and spread), stamped no later
+than that occurrence, so the worker anchors it there: the same callbacks at the same
+seconds, and a cancel with the same token stops it. No request format can say
+"occurrence *n*", so the target numbers the remaining occurrences from 1 again
+(``timer-seq``), and the version's identity becomes (token, that occurrence's due
+second); as its occurrences are numbered anew, each of a spread series may land on
+another second of its window.
 
 Every request is keyed by the timer id and sent to the id's owner partition for the
 target's partition count (:func:`app.core.routing.owner_of`).
@@ -60,6 +62,7 @@ def _is_etf1(timer: Timer) -> bool:
         and names == ETF1_PROVENANCE
         and timer.recurrence is None
         and timer.late is None
+        and not timer.spread
         and timer.headers[1][1] == timer.id.encode()
     )
 
@@ -113,6 +116,7 @@ def as_request(timer: Timer, now_ms: int) -> RequestRecord:
         token=target.token,
         headers=list(target.headers),
         late=target.late.text() if target.late is not None else None,
+        spread=target.spread or None,
     )
     if rec is None:
         future.due = target.due
@@ -148,6 +152,8 @@ def _as_json(timer: Timer) -> bytes:
         doc["headers"] = headers
     if timer.late is not None:
         doc["late"] = timer.late.text()
+    if timer.spread:
+        doc["spread"] = timer.spread
     rec = timer.recurrence
     if rec is None:
         doc["at"] = timer.due

@@ -128,6 +128,8 @@ def timer_json(partition: int, timer: Timer) -> dict[str, Any]:
     }
     if timer.late is not None:
         doc["late"] = timer.late.text()
+    if timer.spread:
+        doc.update(spread=timer.spread, fires_at=timer.fire_at)
     if timer.recurrence is not None:
         rec = timer.recurrence
         doc["series"] = {

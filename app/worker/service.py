@@ -915,7 +915,8 @@ class TimerService:
             if refused and timer.id in refused:
                 continue
             by_topic[timer.topic] = by_topic.get(timer.topic, 0) + 1
-            by_due[timer.due] = by_due.get(timer.due, 0) + 1
+            fire_at = timer.fire_at  # a spread timer is late from the second it fires at
+            by_due[fire_at] = by_due.get(fire_at, 0) + 1
         for topic, n in by_topic.items():
             self._metrics.fired.labels(callback_topic=self._topic_label(topic)).inc(n)
         for due, n in by_due.items():

@@ -58,7 +58,7 @@ futures = st.builds(
     headers=st.lists(st.tuples(st.text(max_size=20), st.binary(max_size=40)), max_size=4),
     action=st.one_of(st.sampled_from([0, 1]), INT32),
 )
-#: Every field, the recurring timer's (9-15) too: for the codec round trips.
+#: Every field, the recurring timer's (9-15) and the spread (16) too: for the codec round trips.
 all_fields = st.builds(
     protowire.Future,
     callback_topic=TEXT,
@@ -76,6 +76,7 @@ all_fields = st.builds(
     end=st.one_of(st.none(), INT64),
     count=st.one_of(st.none(), st.just(0), INT64),
     late=TEXT,
+    spread=st.one_of(st.none(), st.just(0), INT64),
 )
 #: Record keys: none, empty, epoch seconds (with fractions), ids, garbage.
 keys = st.one_of(
@@ -141,6 +142,7 @@ FIELDS = [
     ("end", "end"),
     ("count", "count"),
     ("late", "late"),
+    ("spread", "spread"),
 ]
 
 
