@@ -48,6 +48,7 @@ from enum import Enum
 from itertools import count, islice
 from typing import NamedTuple, Protocol
 
+from app.core.forecast import PartitionForecast
 from app.core.keys import (
     EXPIRY,
     EXPIRY_END,
@@ -248,8 +249,12 @@ class PartitionWheel:
         sweep_limit: int = EXPIRY_SWEEP_PER_TICK,
         clock: Callable[[], float] = time.time,
         max_cancels_in_advance: int = DEFAULT_MAX_CANCELS_IN_ADVANCE,
+        forecast: PartitionForecast | None = None,
     ) -> None:
         self._kv = kv
+        #: Pending timers per topic and future minute/hour, told of every store and
+        #: removal (app.core.forecast); None: not kept.
+        self.forecast = forecast
         self._memory = memory_seconds
         self._max_in_advance = max_cancels_in_advance
         self._sweep_limit = sweep_limit
@@ -319,6 +324,8 @@ class PartitionWheel:
                     # The very same series again (a redelivery, an import run twice)
                     # after it fired: starting it over would fire its occurrences again.
                     return _DUPLICATE
+                if self.forecast is not None:
+                    self.forecast.discard(index.due, timer.id, self._kv.get)
                 self._kv.delete(timer_key(index.due, timer.id))
                 counts.timers -= 1
                 counts.pending -= 1
@@ -374,6 +381,8 @@ class PartitionWheel:
             # A tombstone carries no token: it cancels only a timer stored without one
             # (etf1's own), never one its producer protected with a token.
             return CancelOutcome.WRONG_TOKEN
+        if self.forecast is not None:
+            self.forecast.discard(index.due, cancel.id, self._kv.get)
         key = timer_key(index.due, cancel.id)
         due = index.due
         raw = self._kv.get(key)
@@ -410,6 +419,8 @@ class PartitionWheel:
         # are the caller's: in finish_tick one timer key replaces another.)
         self._kv.put(timer_key(slot, occurrence.id), pack_timer(occurrence))
         self._kv.put(index_key(occurrence.id), _pending_entry(slot, occurrence.token))
+        if self.forecast is not None:
+            self.forecast.add(slot, occurrence.id, occurrence.topic)
 
     def _count_stored(self, was: _IndexEntry | None) -> None:
         """Key counts after a timer was stored whose id's index entry was ``was``."""
@@ -508,6 +519,7 @@ class PartitionWheel:
         without one has ended.
         """
         kv = self._kv
+        forecast = self.forecast
         for timer in fired:
             slot = self._slots.get((timer.id, timer.due), timer.due)
             key = timer_key(slot, timer.id)
@@ -516,6 +528,11 @@ class PartitionWheel:
             current = kv.get(index_key(timer.id)) == _pending_entry(slot, timer.token)
             # else a reschedule or cancel while it was being delivered already removed it
             successor = successors.get(timer.id) if current and successors else None
+            if forecast is not None:  # its key goes now (unless a cancel took it already)
+                if current:
+                    forecast.remove(slot, timer.id, timer.topic)
+                else:
+                    forecast.discard(slot, timer.id, kv.get)
             if successor is not None:
                 # A series goes on: its next occurrence replaces this one, the index entry
                 # stays pending (and is never remembered or expired while the series lives).
@@ -531,6 +548,8 @@ class PartitionWheel:
                 entry = _IndexEntry(_FIRED, timer.version_due, timer.token)
                 self._terminal(timer.id, entry, was=_WAS_PENDING)
         self._sweep(second)
+        if forecast is not None:
+            forecast.advance(second, kv.scan)
         persisted = self._persisted_through
         # Held timers stay pending below the scan: the persisted watermark stays under the
         # oldest of them, so a reload (a restart, a new owner) scans them again.
@@ -701,6 +720,8 @@ class PartitionWheel:
             remembered=terminal_index + expiries,
             in_advance=in_advance,
         )
+        if self.forecast is not None:
+            self.forecast.rebuild(max(self._now(), int(self._clock())), self._kv.scan)
         return self.counts
 
     def _index(self, timer_id: str) -> _IndexEntry | None:

@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 from app.core.errors import KafkaTimersError
 from app.settings import Settings
+from app.status.forecast import FORECAST_WINDOWS, merge_forecasts
 from app.status.model import AHEAD_ALERT_SECONDS, STORE_KEY_KINDS, merge_snapshots
 
 __all__ = ["fetch_json", "render_status", "status_main"]
@@ -107,6 +108,36 @@ def _oscillator_lines(data: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _forecast_lines(
+    total: Mapping[str, Any] | None, by_topic: Mapping[str, Any] | None
+) -> list[str]:
+    """The due-load forecast: the windows in all, per topic with the operator's
+    credential, and the next 24 hours by hour."""
+    if not total:
+        return []
+    head = "due-load forecast" + ("" if total.get("complete", True) else " (catching up)")
+    width = max([len("all topics"), *(len(t) for t in (by_topic or {}).get("topics", {}))])
+    names = "".join(f"{w:>10}" for w in FORECAST_WINDOWS)
+    lines = ["", f"{head}: pending due from now (UTC minute)", f"  {'':<{width}} {names}"]
+
+    def row(name: str, doc: Mapping[str, Any]) -> str:
+        counts = "".join(f"{_n(doc['windows'].get(w, 0)):>10}" for w in FORECAST_WINDOWS)
+        return f"  {name:<{width}} {counts}"
+
+    lines.append(row("all topics", total))
+    if by_topic:
+        lines += [row(topic, doc) for topic, doc in by_topic.get("topics", {}).items()]
+    else:
+        lines.append("  (by callback topic: with KAFKA_TIMERS_OPERATOR_TOKEN set)")
+    hours = total.get("hours", [])[:24]
+    lines += _rows(
+        "pending by due hour (UTC), next 24 hours",
+        [(_hms(total["hour_start"] + i * 3600)[:5], c) for i, c in enumerate(hours) if c],
+        "none",
+    )
+    return lines
+
+
 def render_status(data: Mapping[str, Any]) -> str:
     """The merged snapshot as plain text, in the page's order."""
     totals = data["totals"]
@@ -141,6 +172,7 @@ def render_status(data: Mapping[str, Any]) -> str:
             f"  ({_n(due['unscanned'])} more due at or after {_hms(due['exact_before'])} "
             "were not scanned: counts from then on are lower bounds)"
         )
+    lines += _forecast_lines(data.get("due_forecast"), data.get("due_forecast_by_topic"))
     lines.append("")
     ticks = sorted(data["last_tick"].items(), key=lambda kv: int(kv[0]))
     lines.append("last tick per partition")
@@ -177,6 +209,19 @@ def _render_next(timers: Sequence[Mapping[str, Any]], now: float) -> str:
             f"{due:<20} {t['due'] - now:>7.0f}s  {t['partition']:>9}  {t['topic']:<24} {t['id']}"
         )
     return "\n".join(lines)
+
+
+def _forecast_by_topic(urls: Sequence[str], token: str) -> dict[str, Any] | None:
+    """Every worker's ``/status/forecast`` added up (None if none answered it)."""
+    docs = []
+    for url in urls:
+        try:
+            status, body = fetch_json(url + "/status/forecast", token=token)
+        except (OSError, ValueError):
+            continue
+        if status == 200:
+            docs.append(body)
+    return merge_forecasts(docs)
 
 
 def status_main(settings: Settings, args: argparse.Namespace, out: TextIO | None = None) -> int:
@@ -235,6 +280,8 @@ def status_main(settings: Settings, args: argparse.Namespace, out: TextIO | None
         print(json.dumps(timers) if as_json else _render_next(timers, time.time()), file=out)
         return partial
     merged = merge_snapshots([body for _, _, body in answers])
+    if settings.operator_token:  # the forecast by callback topic is the operator's
+        merged["due_forecast_by_topic"] = _forecast_by_topic(urls, settings.operator_token)
     if as_json:
         print(json.dumps(merged, default=lambda v: None if math.isinf(v) else v), file=out)
     else:

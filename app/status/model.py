@@ -21,6 +21,8 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from app.status.forecast import merge_forecasts
+
 __all__ = [
     "AHEAD_ALERT_SECONDS",
     "FAR_BUCKETS",
@@ -474,6 +476,7 @@ def merge_snapshots(snapshots: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
             "unscanned": unscanned,
             "exact_before": min(exact_before) if exact_before else None,
         },
+        "due_forecast": merge_forecasts([s.get("due_forecast") or {} for s in snapshots]),
     }
 
 

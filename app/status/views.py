@@ -21,6 +21,10 @@ Served by the worker's own Faust web server (``KAFKA_TIMERS_WEB_PORT``):
     shows ``series``: its recurrence, its next occurrence (due second and number) and
     how many occurrences have fired so far; a series that has ended is ``fired``, under
     its first occurrence's second.
+``GET /status/forecast``
+    the due-load forecast by callback topic (per minute for 3 hours, per hour for 7
+    days): the operator's credential, as for ``/timers/next``. ``/status/data`` has the
+    totals over all topics (``due_forecast``) for anyone (:mod:`app.status.forecast`).
 
 Handlers run on the worker's event loop, between ticks, so each is bounded: the
 by-due histogram reads at most :data:`PENDING_SCAN_LIMIT` timers and the snapshot is
@@ -50,6 +54,7 @@ from app.core.timer import Timer
 from app.settings import Settings
 from app.status.admission import LoopBudget
 from app.status.cli import status_main
+from app.status.forecast import ForecastCollector
 from app.status.model import (
     PartitionScan,
     SampleHistory,
@@ -104,6 +109,8 @@ STATIC_FILES = {
 }
 #: Counters are sampled this often, for the fires-per-second history.
 SAMPLE_INTERVAL = 1.0
+#: The forecast metric is set this often.
+FORECAST_EXPORT_INTERVAL = 10.0
 
 
 def _text_or_b64(data: bytes | None, name: str) -> dict[str, Any]:
@@ -193,6 +200,8 @@ class StatusCollector:
         self._cached_body: bytes | None = None
         #: When read, each timer's JSON, and where each ends in a joined listing.
         self._next: tuple[float, list[bytes], list[int]] | None = None
+        #: The due-load forecast (None: not shown).
+        self.forecast: ForecastCollector | None = None
         self.sample()
 
     def sample(self) -> None:
@@ -248,6 +257,7 @@ class StatusCollector:
             "pending_by_due": pending_by_due(self._scans(), now),
             **store_keys_summary(self._service.store_keys_by_partition()),
             **request_lag(self._metrics),
+            "due_forecast": None if self.forecast is None else self.forecast.public(),
         }
         self._cached = (mono, data)
         self._cached_body = None
@@ -321,6 +331,12 @@ def register_status_views(
     collector = StatusCollector(
         service, metrics, settings, _held_partitions(app, service, settings.topics.ticks)
     )
+    collector.forecast = forecast = ForecastCollector(
+        lambda: [w.forecast for w in service.wheels().values() if w.forecast is not None],
+        metrics,
+        settings.worker_id,
+        settings.max_topic_labels,
+    )
     budget = LoopBudget(HEAVY_SHARE, HEAVY_BURST)
 
     def busy(view: Any) -> Any:
@@ -346,6 +362,11 @@ def register_status_views(
     @app.timer(SAMPLE_INTERVAL, name="kafka_timers_status_sample")  # type: ignore[untyped-decorator,misc]
     async def sample_counters() -> None:
         collector.sample()
+
+    @app.timer(FORECAST_EXPORT_INTERVAL, name="kafka_timers_forecast_export")  # type: ignore[untyped-decorator,misc]
+    async def export_forecast() -> None:
+        with budget.spend():  # the views' share of the loop: a busy page delays this
+            forecast.export()
 
     static = {
         name: (resources.files("app.status").joinpath("static", name).read_text(), kind)
@@ -384,6 +405,11 @@ def register_status_views(
                 headers={"WWW-Authenticate": 'Bearer realm="kafka-timers"'},
             )
         return None
+
+    async def status_forecast(view: Any, request: Any) -> Any:
+        if (answer := refused(view, request)) is not None:
+            return answer
+        return heavy(view, forecast.by_topic_body)
 
     async def timers_next(view: Any, request: Any) -> Any:
         if (answer := refused(view, request)) is not None:
@@ -426,6 +452,7 @@ def register_status_views(
     app.page("/status/static/status.css", name="kafka_timers_status_css")(serve("status.css"))
     app.page("/status/static/status.js", name="kafka_timers_status_js")(serve("status.js"))
     app.page("/status/data", name="kafka_timers_status_data")(status_data)
+    app.page("/status/forecast", name="kafka_timers_status_forecast")(status_forecast)
     app.page("/timers/next", name="kafka_timers_next")(timers_next)
     app.page("/timers/{timer_id}", name="kafka_timers_timer")(timer_by_id)
     return collector

@@ -258,6 +258,16 @@ class WorkerMetrics:
             ["callback_topic"],
             registry=r,
         )
+        self.due_forecast = Gauge(
+            "kafka_timers_due_forecast",
+            "Pending timers on this worker's partitions due in the window, by callback "
+            "topic (the first KAFKA_TIMERS_MAX_TOPIC_LABELS, the rest other): next_1m, "
+            "next_5m and next_1h from the start of the current minute (UTC); next_24h to "
+            "the start of the hour 24 hours after the current one. Counted as timers are "
+            "stored, cancelled and fired (app.core.forecast), refreshed every 10 s.",
+            ["callback_topic", "window"],
+            registry=r,
+        )
         self.not_ready_seconds = Gauge(
             "kafka_timers_not_ready_seconds",
             "Seconds since this worker was last ready (/readyz), since it started if never; "

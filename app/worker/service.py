@@ -21,6 +21,7 @@ from app.core.clock_check import ClockSkewMonitor, OscillatorLead
 from app.core.errors import RejectedRequest, RejectReason, SystemicFailure
 from app.core.fired import SkipReason
 from app.core.firing import StepKind, next_occurrence, plan
+from app.core.forecast import PartitionForecast
 from app.core.keys import BOOKKEEPING, REQUEST_OFFSET
 from app.core.late import DEFAULT_POLICY, LatePolicy
 from app.core.policy import RequestPolicy
@@ -225,6 +226,7 @@ class TimerService:
                     memory_seconds=self._remember,
                     clock=self._clock,
                     max_cancels_in_advance=self._max_in_advance,
+                    forecast=PartitionForecast(max_topics=self._max_topic_labels),
                 )
                 part = _Partition(wheel, kv)
                 counts = await loop.run_in_executor(None, wheel.recount)

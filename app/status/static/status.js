@@ -177,6 +177,37 @@ function render(d) {
     .sort().map(([t, c]) => ({label: t, value: c})), {empty: "nothing fired yet"});
 }
 
+// The due-load forecast: totals for anyone, by callback topic with the operator's token.
+function renderForecast(f, byTopic) {
+  const tbody = document.querySelector("#forecast-table tbody");
+  tbody.innerHTML = "";
+  if (!f) { text("forecast-note", "no forecast on this worker"); return; }
+  barChart(document.getElementById("chart-forecast-minutes"), f.minutes.map((c, i) => ({
+    label: hms(f.minute_start + i * 60).substr(0, 5), value: c,
+    title: "due " + hms(f.minute_start + i * 60).substr(0, 5) + " UTC (1 min)",
+  })), {maxBar: 8, maxLabels: 12});
+  barChart(document.getElementById("chart-forecast-hours"), f.hours.map((c, i) => ({
+    label: utc(f.hour_start + i * 3600).substr(5, 8) + "h", value: c,
+    title: "due " + utc(f.hour_start + i * 3600).substr(0, 13) + ":00 UTC (1 h)",
+  })), {maxBar: 8, maxLabels: 7});
+  let note = "UTC; from the current minute." + (f.complete ? "" : " Catching up after a start: later bars are lower bounds.");
+  const rows = [["all topics", f]];
+  if (byTopic && byTopic.topics) rows.push(...Object.entries(byTopic.topics));
+  else note += " " + ((byTopic && byTopic.error) || "Per callback topic with the operator's token (below).");
+  text("forecast-note", note);
+  for (const [topic, r] of rows) {
+    const tr = tbody.insertRow();
+    tr.dataset.topic = topic;
+    for (const v of [topic, r.windows.next_1m, r.windows.next_5m, r.windows.next_1h, r.windows.next_24h, r.overdue])
+      tr.insertCell().textContent = typeof v === "number" ? fmt(v) : v;
+  }
+}
+
+function forecastByTopic() {
+  if (!operatorToken) return null;
+  return getJSON("/status/forecast", true);
+}
+
 function renderNext(list) {
   const tbody = document.querySelector("#next-table tbody");
   tbody.innerHTML = "";
@@ -220,8 +251,9 @@ document.getElementById("token-form").addEventListener("submit", ev => {
 
 async function refresh() {
   try {
-    const [d, next] = await Promise.all([getJSON("/status/data"), nextDue()]);
+    const [d, next, byTopic] = await Promise.all([getJSON("/status/data"), nextDue(), forecastByTopic()]);
     render(d);
+    renderForecast(d.due_forecast, byTopic);
     renderNext(next);
     text("error", "");
     document.body.dataset.refreshes = String(Number(document.body.dataset.refreshes) + 1);
