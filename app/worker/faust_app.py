@@ -39,10 +39,11 @@ from app.worker.faust_internals import (
     take_events_when_ready,
     tune_fetcher,
     watch_group_session,
+    watch_recovery,
     web_routes,
 )
 from app.worker.group_lease import GroupLease
-from app.worker.health import Phase, RecoveryStalls, WorkerHealth
+from app.worker.health import FAUST_RECOVERY_STEP, Phase, RecoveryStalls, WorkerHealth
 from app.worker.heap import settle_heap
 from app.worker.metrics import WorkerMetrics
 from app.worker.output import DeliveryFailure, OutputProducer
@@ -437,6 +438,9 @@ def build_worker(
             log.info("worker stopping: changelog catch-up of %s abandoned", sorted(dbs))
 
     before_table_recovery(app, catch_up_assigned)
+    # Faust's recovery after it is started over when a broker request of it gets no
+    # answer, instead of ending for good (faust_internals._recovery_wait).
+    watch_recovery(RecoveryStalls(health, metrics, step=FAUST_RECOVERY_STEP))
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def on_assigned(app: faust.App, assigned: set[Any], **_: Any) -> None:

@@ -5,9 +5,10 @@ wait, read committed records only, open a table partition's RocksDB with the wor
 options (on every open, not only the first) and reach it, move recovery's
 starting offsets after the worker caught a changelog up itself, send LeaveGroup in
 generation 0 (the leader first), recover from the dev broker's departed group leader,
-take a stream's events in batches without waking while none arrive, and list the
-routes its web server serves. Each is done here and nowhere
-else, so an upgrade has one file to read.
+take a stream's events in batches without waking while none arrive, list the
+routes its web server serves, run the worker's changelog catch-up before the table
+recovery, and start that recovery over when a broker request of it gets no answer.
+Each is done here and nowhere else, so an upgrade has one file to read.
 
 Nothing is patched at import: :func:`apply_patches` is called by the worker at start.
 :func:`missing_internals` lists what this module relies on and is gone; a unit test
@@ -40,8 +41,9 @@ from aiokafka.protocol.group import (
 from faust.stores.rocksdb import RocksDBOptions
 from faust.stores.rocksdb import Store as RocksDBStore
 from faust.streams import Stream
+from faust.tables import recovery as recovery_module
 from faust.tables.manager import TableManager
-from faust.tables.recovery import Recovery
+from faust.tables.recovery import RebalanceAgain, Recovery, ServiceStopped
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.web.drivers import aiohttp as faust_aiohttp_web
 
@@ -57,6 +59,7 @@ __all__ = [
     "take_events_when_ready",
     "tune_fetcher",
     "watch_group_session",
+    "watch_recovery",
     "web_routes",
 ]
 
@@ -263,9 +266,82 @@ def _paced_fetch_actions(self: Any, assignment: Any) -> Any:
     return _AIOKAFKA_FETCH_ACTIONS(self, assignment)
 
 
+#: Told when Faust's recovery gives up a wait and is started over (see
+#: :func:`_recovery_wait`): ``stalled((), reason, attempt, retry_in)``, ``resumed(())``
+#: (an :class:`app.worker.health.RecoveryStalls`).
+_RECOVERY_REPORT: list[Any] = []
+#: Between two starts of a Faust recovery that gave up a wait: 1 s doubling to 30 s.
+_RECOVERY_BACKOFF = (1.0, 30.0)
+
+
+def watch_recovery(report: Any) -> None:
+    """Tell ``report`` (an :class:`app.worker.health.RecoveryStalls`) whenever Faust's
+    recovery gives up a wait and is started over, and when it then completes a wait;
+    ``None`` stops it."""
+    _RECOVERY_REPORT.clear()
+    if report is not None:
+        _RECOVERY_REPORT.append(report)
+
+
+async def _recovery_wait(self: Any, coro: Any, timeout: Any = None) -> None:
+    """Faust's ``Recovery._wait``, starting the recovery over instead of ending it.
+
+    Faust bounds each broker request of its recovery (the changelog's end and start
+    offsets, the seeks) with ``broker_request_timeout`` (90 s). A wait that runs out
+    looks to it like the service stopping: the recovery task ends for good, and the
+    worker stays alive, never ready, for ever, also after the broker is back (measured
+    with a proxy holding Faust's requests). An aiokafka error (a refused connection)
+    crashed the task instead, and the worker with it. Here either one, while the
+    service is not stopping, starts the recovery over from the top after a backoff
+    (1 s doubling to 30 s), the way Faust does for a new rebalance; the worker stays
+    not ready meanwhile and the report says why.
+    """
+    signal = self.signal_recovery_start
+    try:
+        wait_result = await self.wait_first(coro, signal, timeout=timeout)
+    except aiokafka.errors.KafkaError as exc:
+        if self.should_stop:
+            raise
+        await _recover_again(self, f"{type(exc).__name__}: {exc}")
+        raise AssertionError("unreachable") from None  # pragma: no cover
+    if wait_result.stopped:
+        if self.should_stop:
+            raise ServiceStopped()
+        await _recover_again(self, f"a broker request got no answer within {timeout} s")
+    elif signal in wait_result.done:
+        raise RebalanceAgain()
+    # A broker request answered (the waits with a timeout): the stall is over. The
+    # recovery's own pause before it starts (no timeout) proves nothing.
+    attempt = getattr(self, "_kafka_timers_attempt", 0)
+    if attempt and timeout is not None:
+        self._kafka_timers_attempt = 0
+        for report in _RECOVERY_REPORT:
+            report.resumed(())
+
+
+async def _recover_again(self: Any, reason: str) -> None:
+    attempt = getattr(self, "_kafka_timers_attempt", 0) + 1
+    self._kafka_timers_attempt = attempt
+    initial, maximum = _RECOVERY_BACKOFF
+    delay = min(maximum, initial * 2 ** min(attempt - 1, 16))
+    log.warning(
+        "Faust's table recovery did not complete (%s): starting it over in %.0f s "
+        "(attempt %d); the worker stays up and not ready",
+        reason,
+        delay,
+        attempt,
+    )
+    for report in _RECOVERY_REPORT:
+        report.stalled((), reason, attempt, delay)
+    await asyncio.sleep(delay)
+    self.signal_recovery_start.set()
+    raise RebalanceAgain()
+
+
 def _patches() -> tuple[tuple[type, str, Any], ...]:
     """What :func:`apply_patches` installs: (class, attribute, replacement)."""
     return (
+        (Recovery, "_wait", _recovery_wait),
         (GroupCoordinator, "_maybe_leave_group", _maybe_leave_group),
         (GroupCoordinator, "_send_req", _send_req),
         (RocksDBOptions, "open", _open_partition_db),
@@ -467,6 +543,7 @@ def missing_internals() -> list[str]:
         ),
         (JoinGroupRequest, ("UNKNOWN_MEMBER_ID",)),
         (Fetcher, ("_get_actions_per_node",)),
+        (Recovery, ("_wait", "_restart_recovery", "wait_first", "signal_recovery_start")),
     )
     init_attrs: tuple[tuple[type, tuple[str, ...]], ...] = (
         (
@@ -488,6 +565,8 @@ def missing_internals() -> list[str]:
         (RocksDBOptions, ("use_rocksdict", "bloom_filter_size", "block_cache_size", "ttl")),
         (Stream, ("_processors", "channel")),
     )
+    if "except RebalanceAgain" not in inspect.getsource(recovery_module):
+        missing.append("faust.tables.recovery.Recovery._restart_recovery: except RebalanceAgain")
     if "self.recovery.on_rebalance" not in inspect.getsource(TableManager.on_rebalance):
         missing.append("faust.tables.manager.TableManager.on_rebalance: self.recovery.on_rebalance")
     for cls, attrs in class_attrs:

@@ -42,10 +42,14 @@ Every wait on the broker that could end a worker, and what happens to it (issue 
   keeps retrying each record for ``message.timeout.ms`` (30 s) first;
 - the read_committed switch in exactly-once mode: not a timeout (a Faust that keeps its
   fetcher elsewhere); it stops the worker, since reading uncommitted ticks is wrong;
-- Faust's own waits after the catch-up (its recovery's offset lookups, bounded by
-  ``broker_request_timeout``; the group join): not retried by the worker. A recovery that
-  never completes leaves the worker not ready, and ``kafka_timers_not_ready_seconds``
-  with the alert ``KafkaTimersWorkerNotReady`` (5 minutes) say so.
+- Faust's own recovery after the catch-up (its offset lookups and seeks, each bounded
+  by ``broker_request_timeout``, 90 s): a wait that ran out ended it for good (the
+  worker alive and never ready again, measured) and an aiokafka error crashed it; it is
+  now started over with backoff (step ``faust_recovery``,
+  :func:`app.worker.faust_internals._recovery_wait`);
+- anything else that keeps a worker from being ready (the group join itself): not
+  retried by the worker beyond what aiokafka does; ``kafka_timers_not_ready_seconds``
+  and the alert ``KafkaTimersWorkerNotReady`` (5 minutes) say so.
 
 The state is fed from the Faust hooks in :mod:`app.worker.faust_app` and the tick
 agent; it knows nothing of Faust itself, so the rules are unit-tested with a fake clock.
@@ -61,10 +65,12 @@ from typing import Any
 from app.telemetry import HealthReport
 from app.worker.metrics import WorkerMetrics
 
-__all__ = ["CATCH_UP_STEP", "Phase", "RecoveryStalls", "WorkerHealth"]
+__all__ = ["CATCH_UP_STEP", "FAUST_RECOVERY_STEP", "Phase", "RecoveryStalls", "WorkerHealth"]
 
 #: The ``step`` label of a stalled changelog catch-up.
 CATCH_UP_STEP = "changelog_catch_up"
+#: The ``step`` label of Faust's table recovery started over (app.worker.faust_internals).
+FAUST_RECOVERY_STEP = "faust_recovery"
 
 
 class Phase(str, Enum):
@@ -263,8 +269,8 @@ class RecoveryStalls:
         self._stalled = {
             **self._stalled,
             tuple(partitions): (
-                f"partitions {list(partitions)}, attempt {attempt}: {reason}; "
-                f"retrying in {retry_in:.1f} s"
+                (f"partitions {list(partitions)}, " if partitions else "")
+                + f"attempt {attempt}: {reason}; retrying in {retry_in:.1f} s"
             ),
         }
         self._metrics.recovery_retries.labels(step=self._step).inc()

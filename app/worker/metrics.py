@@ -228,7 +228,8 @@ class WorkerMetrics:
             "1 while a recovery step of this worker could not finish and is being retried "
             "with backoff (step changelog_catch_up: the changelog catch-up of newly "
             "assigned partitions reached no partition's end within "
-            "KAFKA_TIMERS_CATCHUP_STALL_SECONDS, or failed); 0 otherwise.",
+            "KAFKA_TIMERS_CATCHUP_STALL_SECONDS, or failed; faust_recovery: a broker request "
+            "of Faust's table recovery after it got no answer); 0 otherwise.",
             ["step"],
             registry=r,
         )
@@ -238,7 +239,7 @@ class WorkerMetrics:
             ["step"],
             registry=r,
         )
-        for step in ("changelog_catch_up",):
+        for step in ("changelog_catch_up", "faust_recovery"):
             self.recovery_stalled.labels(step=step).set(0)
             self.recovery_retries.labels(step=step)
         # Rate limits and pauses per callback topic (app.worker.topic_gates).

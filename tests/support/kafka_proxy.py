@@ -63,7 +63,7 @@ class KafkaProxy:
         self.port = port or free_port()
         self._listener = socket.create_server(("127.0.0.1", self.port))
         self._cond = threading.Condition()
-        self._stall: str | None = None
+        self._stalls: set[str] = set()
         self._closed = False
         self._sockets: list[socket.socket] = []
         #: Requests held back so far, and client ids seen, for the test's assertions.
@@ -76,18 +76,25 @@ class KafkaProxy:
     def stall(self, client_id_part: str) -> None:
         """Hold every request of clients whose id contains ``client_id_part``."""
         with self._cond:
-            self._stall = client_id_part
+            self._stalls.add(client_id_part)
 
-    def resume(self) -> None:
-        """Forward the held requests, and every later one."""
+    def resume(self, client_id_part: str | None = None) -> None:
+        """Forward the requests held for ``client_id_part`` (for every stall if None),
+        and every later one."""
         with self._cond:
-            self._stall = None
+            if client_id_part is None:
+                self._stalls.clear()
+            else:
+                self._stalls.discard(client_id_part)
             self._cond.notify_all()
+
+    def _stalled(self, client_id: str) -> bool:
+        return any(part in client_id for part in self._stalls)
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
-            self._stall = None
+            self._stalls.clear()
             self._cond.notify_all()
         with contextlib.suppress(OSError):
             self._listener.close()
@@ -126,9 +133,9 @@ class KafkaProxy:
                 client_id = client_id_of(body)
                 with self._cond:
                     self.clients.add(client_id)
-                    if self._stall is not None and self._stall in client_id:
+                    if self._stalled(client_id):
                         self.held += 1
-                        while self._stall is not None and self._stall in client_id:
+                        while self._stalled(client_id):
                             self._cond.wait()
                     if self._closed:
                         return

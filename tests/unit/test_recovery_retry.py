@@ -10,13 +10,17 @@ test_recovery_stall.py``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
+import aiokafka.errors
 import pytest
 from confluent_kafka import KafkaError, KafkaException
+from faust.tables.recovery import RebalanceAgain, ServiceStopped
 
 from app.core.backoff import CATCH_UP_FETCH_WAITS_MS, Backoff, fetch_wait_ms
+from app.worker import faust_internals
 from app.worker.health import CATCH_UP_STEP, RecoveryStalls, WorkerHealth
 from app.worker.metrics import WorkerMetrics
 from app.worker.partition_store import (
@@ -238,3 +242,99 @@ def test_a_store_opened_while_ready_that_stalls_makes_the_worker_not_ready_until
     assert sample(metrics, "kafka_timers_recovery_stalled", step=CATCH_UP_STEP) == 1
     stalls.resumed([4])
     assert health.readiness().ok
+
+
+# -- Faust's own recovery, started over instead of ended ---------------------------------
+
+
+class WaitResults:
+    def __init__(self, done: list[Any], stopped: bool) -> None:
+        self.done, self.stopped = done, stopped
+
+
+class FakeRecovery:
+    """What :func:`_recovery_wait` uses of Faust's ``Recovery``."""
+
+    def __init__(self, answers: list[Any]) -> None:
+        self.signal_recovery_start = asyncio.Event()
+        self.should_stop = False
+        self.answers = answers
+
+    async def wait_first(self, coro: Any, signal: Any, timeout: Any = None) -> WaitResults:
+        if asyncio.iscoroutine(coro):
+            coro.close()
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer  # type: ignore[no-any-return]
+
+
+class RecoveryReport:
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+
+    def stalled(self, partitions: Any, reason: str, attempt: int, retry_in: float) -> None:
+        self.events.append(("stalled", attempt, reason))
+
+    def resumed(self, partitions: Any) -> None:
+        self.events.append(("resumed",))
+
+
+async def noop() -> None:
+    return None
+
+
+@pytest.fixture
+def recovery_report(monkeypatch: pytest.MonkeyPatch) -> Any:
+    report = RecoveryReport()
+    monkeypatch.setattr(faust_internals, "_RECOVERY_BACKOFF", (0.001, 0.002))
+    faust_internals.watch_recovery(report)
+    yield report
+    faust_internals.watch_recovery(None)
+
+
+def test_a_recovery_wait_that_runs_out_starts_the_recovery_over(recovery_report: Any) -> None:
+    timed_out = WaitResults([], stopped=True)
+    answered = WaitResults([noop], stopped=False)
+    recovery = FakeRecovery([timed_out, timed_out, answered, answered])
+
+    async def scenario() -> None:
+        for attempt in (1, 2):
+            with pytest.raises(RebalanceAgain):
+                await faust_internals._recovery_wait(recovery, noop(), timeout=90.0)
+            assert recovery.signal_recovery_start.is_set(), "the recovery starts over"
+            recovery.signal_recovery_start.clear()
+            assert recovery_report.events[-1][:2] == ("stalled", attempt)
+        # The recovery's pause before it starts over proves nothing about the broker.
+        await faust_internals._recovery_wait(recovery, noop())
+        assert recovery_report.events[-1][0] == "stalled"
+        await faust_internals._recovery_wait(recovery, noop(), timeout=90.0)
+
+    asyncio.run(scenario())
+    assert "no answer within 90.0 s" in recovery_report.events[0][2]
+    assert recovery_report.events[-1] == ("resumed",)
+
+
+def test_an_aiokafka_error_starts_the_recovery_over_instead_of_crashing_it(
+    recovery_report: Any,
+) -> None:
+    recovery = FakeRecovery([aiokafka.errors.KafkaConnectionError("refused")])
+    with pytest.raises(RebalanceAgain):
+        asyncio.run(faust_internals._recovery_wait(recovery, noop()))
+    assert "KafkaConnectionError" in recovery_report.events[0][2]
+
+
+def test_a_stopping_worker_stops_its_recovery_as_faust_does(recovery_report: Any) -> None:
+    recovery = FakeRecovery([WaitResults([], stopped=True)])
+    recovery.should_stop = True
+    with pytest.raises(ServiceStopped):
+        asyncio.run(faust_internals._recovery_wait(recovery, noop()))
+    assert recovery_report.events == []
+
+
+def test_a_new_rebalance_restarts_the_recovery_without_a_stall(recovery_report: Any) -> None:
+    recovery = FakeRecovery([])
+    recovery.answers.append(WaitResults([recovery.signal_recovery_start], stopped=False))
+    with pytest.raises(RebalanceAgain):
+        asyncio.run(faust_internals._recovery_wait(recovery, noop()))
+    assert recovery_report.events == []
