@@ -65,7 +65,7 @@ from app.core.keys import (
     parse_timer_key,
     timer_key,
 )
-from app.core.stored import check_layout, is_spread, pack_timer, unpack_timer
+from app.core.stored import check_layout, pack_timer, unpack_timer
 from app.core.timer import Cancel, Timer
 
 __all__ = [
@@ -74,6 +74,7 @@ __all__ = [
     "EXPIRY_SWEEP_PER_TICK",
     "Accepted",
     "CancelOutcome",
+    "HeldTimer",
     "KeyCounts",
     "OrderedKV",
     "PartitionWheel",
@@ -227,14 +228,24 @@ class CancelOutcome(str, Enum):
 
 
 class _Held(NamedTuple):
-    """A due timer a gate holds back, in its topic's heap (ordered by key second)."""
+    """A due timer a gate holds back, in its topic's heap (ordered by key second): its key
+    only, the timer itself stays in the store (a backlog of a million costs ~150 MB of
+    these, not the timers' payloads)."""
 
     #: The second its key is stored under (its due, or later: see :meth:`_slot_for`).
     slot: int
-    #: Ties in order of holding (a timer does not compare).
+    #: Ties in order of holding.
     order: int
-    timer: Timer
+    timer_id: str
     #: When it was first held (the service's clock): the delay the gate adds.
+    since: float
+
+
+class HeldTimer(NamedTuple):
+    """A held timer taken to be delivered (:meth:`PartitionWheel.take_held`)."""
+
+    timer: Timer
+    #: When it was first held: the delay the gate added is the delivery time minus this.
     since: float
 
 
@@ -386,8 +397,9 @@ class PartitionWheel:
         key = timer_key(index.due, cancel.id)
         due = index.due
         raw = self._kv.get(key)
-        if raw is not None and is_spread(raw):  # keyed under its fire second: remember
-            due = unpack_timer(raw).version_due  # its version's due second instead
+        stored = None if raw is None else unpack_timer(raw)
+        if stored is not None and stored.spread:  # keyed under its fire second: remember
+            due = stored.version_due  # its version's due second instead
         self._kv.delete(key)
         self.counts.timers -= 1
         self.counts.pending -= 1
@@ -596,7 +608,7 @@ class PartitionWheel:
             heap = held.get(timer.topic)
             if heap is None:
                 heap = held[timer.topic] = []
-            heapq.heappush(heap, _Held(slot, next(order), timer, since))
+            heapq.heappush(heap, _Held(slot, next(order), timer.id, since))
 
     def hold_due(self, timer: Timer, since: float) -> None:
         """Store ``timer``, already due (a request for a second ticked already), held back
@@ -610,27 +622,34 @@ class PartitionWheel:
             self._kv.put(WATERMARK, b"%d" % (timer.due - 1))
             self._persisted_through = timer.due - 1
         heap = self._held.setdefault(timer.topic, [])
-        heapq.heappush(heap, _Held(timer.due, next(self._held_order), timer, since))
+        heapq.heappush(heap, _Held(timer.due, next(self._held_order), timer.id, since))
 
-    def take_held(self, topic: str, n: int | None) -> list[_Held]:
+    def take_held(self, topic: str, n: int | None) -> list[HeldTimer]:
         """Up to ``n`` (``None``: all) held timers of ``topic``, oldest key first, to
         deliver in this round (then :meth:`finish_tick` forgets them like fired ones).
 
-        One a cancel or a reschedule replaced meanwhile is dropped here: its index entry
-        no longer points at it.
+        Read back from the store: one a cancel or a reschedule removed meanwhile is
+        dropped here (its index entry no longer points at its key), and an id held twice
+        (a request sent again while held) goes out once.
         """
         heap = self._held.get(topic)
         if not heap:
             return []
-        taken: list[_Held] = []
+        taken: list[HeldTimer] = []
         kv = self._kv
         while heap and (n is None or len(taken) < n):
             entry = heapq.heappop(heap)
-            timer = entry.timer
-            if kv.get(index_key(timer.id)) != _pending_entry(entry.slot, timer.token):
-                continue  # cancelled or replaced while held
-            taken.append(entry)
-            self._in_flight.add(timer.id)
+            timer_id = entry.timer_id
+            if timer_id in self._in_flight:
+                continue
+            raw = kv.get(timer_key(entry.slot, timer_id))
+            if raw is None:
+                continue  # cancelled or rescheduled while held
+            timer = unpack_timer(raw)
+            if kv.get(index_key(timer_id)) != _pending_entry(entry.slot, timer.token):
+                continue
+            taken.append(HeldTimer(timer, entry.since))
+            self._in_flight.add(timer_id)
             if timer.recurrence is not None:
                 self._in_flight_series.add(timer.id)
             if entry.slot != timer.due:

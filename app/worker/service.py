@@ -615,9 +615,14 @@ class TimerService:
             if budget is not None:
                 self.gates.spend(partition, topic, len(taken))
             delay = self._metrics.rate_limit_delay.labels(callback_topic=self._topic_label(topic))
-            for entry in taken:
-                delay.observe(max(0.0, now - entry.since))
+            since, run = taken[0].since, 0
+            for entry in taken:  # held together, delayed alike: one observation per run
+                if entry.since != since:
+                    observe_many(delay, max(0.0, now - since), run)
+                    since, run = entry.since, 0
+                run += 1
                 free.append(entry.timer)
+            observe_many(delay, max(0.0, now - since), run)
         return free
 
     async def release_gated(self) -> int:
