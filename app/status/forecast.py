@@ -129,6 +129,16 @@ class ForecastCollector:
             cached = self._topics_body = (now, json.dumps(doc).encode())
         return cached[1]
 
+    def cached_body(self, max_age: float | None = FORECAST_TTL) -> bytes | None:
+        """The last ``/status/forecast`` body if computed less than ``max_age`` seconds
+        ago (``None``: however old), else None."""
+        cached, body = self._cached, self._topics_body
+        if cached is None or body is None or body[0] != cached[3]:
+            return None
+        if max_age is not None and time.monotonic() - cached[0] >= max_age:
+            return None
+        return body[1]
+
     def _label(self, topic: str) -> str:
         if topic in self._labelled:
             return topic

@@ -365,8 +365,7 @@ def register_status_views(
 
     @app.timer(FORECAST_EXPORT_INTERVAL, name="kafka_timers_forecast_export")  # type: ignore[untyped-decorator,misc]
     async def export_forecast() -> None:
-        with budget.spend():  # the views' share of the loop: a busy page delays this
-            forecast.export()
+        forecast.export()  # counters, bounded by topics x windows: no store is read
 
     static = {
         name: (resources.files("app.status").joinpath("static", name).read_text(), kind)
@@ -409,7 +408,20 @@ def register_status_views(
     async def status_forecast(view: Any, request: Any) -> Any:
         if (answer := refused(view, request)) is not None:
             return answer
-        return heavy(view, forecast.by_topic_body)
+        # Counters, not the stores: a body computed in the last FORECAST_TTL seconds is
+        # served like a static page; a new one is computed within the loop budget, and
+        # past it the last one is served, older (503 only before the first).
+        cached = forecast.cached_body()
+        if cached is not None:
+            return view.bytes(cached, content_type="application/json")
+        if not budget.admit():
+            stale = forecast.cached_body(max_age=None)
+            return (
+                busy(view) if stale is None else view.bytes(stale, content_type="application/json")
+            )
+        with budget.spend():
+            body = forecast.by_topic_body()
+        return view.bytes(body, content_type="application/json")
 
     async def timers_next(view: Any, request: Any) -> Any:
         if (answer := refused(view, request)) is not None:

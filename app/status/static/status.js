@@ -203,9 +203,15 @@ function renderForecast(f, byTopic) {
   }
 }
 
-function forecastByTopic() {
+// Fetched every 5 s (the worker recomputes it no more often), kept in between.
+let byTopicLast = null, byTopicAt = 0, byTopicToken = "";
+async function forecastByTopic() {
   if (!operatorToken) return null;
-  return getJSON("/status/forecast", true);
+  if (byTopicLast && byTopicToken === operatorToken && Date.now() - byTopicAt < 5000) return byTopicLast;
+  byTopicLast = await getJSON("/status/forecast", true);
+  byTopicAt = Date.now();
+  byTopicToken = operatorToken;
+  return byTopicLast;
 }
 
 function renderNext(list) {
