@@ -119,9 +119,13 @@ _tick = st.tuples(
     st.sampled_from([1, 1, 7, 59, 61, 600, 3599, 3601, 7200]),
     st.lists(st.one_of(_schedule, _cancel), max_size=3),  # applied while it delivers
     st.booleans(),  # series that fired go on
+    st.booleans(),  # topic "b" is rate-limited: its due timers are held in the wheel
+    st.integers(0, 2),  # how many held ones its bucket lets out this round
 )
+#: A round between ticks that delivers held timers (app.worker.service.release_gated).
+_release = st.tuples(st.just("release"), st.integers(0, 3))
 _reload = st.tuples(st.just("reload"))
-_steps = st.lists(st.one_of(_schedule, _series, _cancel, _tick, _reload), max_size=40)
+_steps = st.lists(st.one_of(_schedule, _series, _cancel, _tick, _release, _reload), max_size=40)
 
 
 def run(steps: list[tuple[object, ...]], scan_limit: int) -> None:
@@ -157,11 +161,17 @@ def run(steps: list[tuple[object, ...]], scan_limit: int) -> None:
 
     for step in steps:
         if step[0] == "tick":
-            _, gap, meanwhile, go_on = step
+            _, gap, meanwhile, go_on, gated, budget = step
             second = now() + int(str(gap))
             clock[0] = second
             timers = wheel.begin_tick(second)
             assert timers is not None
+            if gated:  # as the service's gates do: hold, then take what the bucket allows
+                held = [t for t in timers if t.topic == "b"]
+                timers = [t for t in timers if t.topic != "b"]
+                if held:
+                    wheel.hold(held, float(second))
+                timers += [e.timer for e in wheel.take_held("b", int(str(budget)))]
             for inner in meanwhile:  # type: ignore[attr-defined]
                 apply(inner)
             successors = {
@@ -170,6 +180,11 @@ def run(steps: list[tuple[object, ...]], scan_limit: int) -> None:
                 if go_on and t.recurrence is not None
             }
             wheel.finish_tick(second, timers, successors)
+        elif step[0] == "release":
+            through = wheel.fired_through
+            if through is not None and wheel.holding:
+                taken = [e.timer for e in wheel.take_held("b", int(str(step[1])))]
+                wheel.finish_tick(through, taken)
         elif step[0] == "reload":
             wheel = make_wheel()
         else:
