@@ -41,6 +41,7 @@ SCENARIOS: dict[str, str] = {
     "series": "bench.series",  # the same for recurring timers, set beside ingest's figures
     "steady": "bench.steady",
     "burst": "bench.burst",
+    "spread": "bench.spread",  # the same second with spread 60s: callbacks per second
     "rate-limit": "bench.rate_limit",  # a limited topic's delivered rate, and the gates' cost
     "capacity": "bench.capacity",  # and idle, and memory at 10,000,000 pending
     "state": "bench.state",

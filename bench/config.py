@@ -40,6 +40,9 @@ class BenchConfig:
     steady_seconds: int = 60
     #: Timers due in one second in the burst scenario.
     burst_timers: int = 1_000_000
+    #: Timers due in one second with a 60 s spread in the spread scenario (the issue
+    #: asks a million: see bench.spread).
+    spread_timers: int = 200_000
     #: Timers due in one second to a topic limited to this many callbacks a second, in
     #: the rate-limit scenario (issue 24 asks a million at 50,000/s: see bench.rate_limit).
     rate_limit_timers: int = 300_000
@@ -79,6 +82,7 @@ QUICK = BenchConfig(
     steady_rate=2_000,
     steady_seconds=10,
     burst_timers=40_000,
+    spread_timers=20_000,
     rate_limit_timers=20_000,
     rate_limit_per_second=5_000,
     capacity_levels=(0, 20_000, 60_000),

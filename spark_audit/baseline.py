@@ -108,6 +108,7 @@ def reconcile_in_process(settings: Settings, rules: Rules) -> BaselineResult:
                 out.series[0],
                 None,
                 None,
+                out.spread[0],
             )
         )
     for msg in _records(settings, settings.topics.fired):
@@ -118,13 +119,13 @@ def reconcile_in_process(settings: Settings, rules: Rules) -> BaselineResult:
             continue
         if event == "fired":
             ev = (SOURCE_FIRE, fired_at_ms, fired_at_ms, "fired", token, due, None, topic,
-                  None, worker, None, seq, coalesced)  # fmt: skip
+                  None, worker, None, seq, coalesced, None)  # fmt: skip
         elif event == "skipped":
             ev = (SOURCE_SKIP, at_ms, at_ms, "skipped", token, due, None, topic, reason,
-                  worker, None, seq, coalesced)  # fmt: skip
+                  worker, None, seq, coalesced, None)  # fmt: skip
         else:
             ev = (SOURCE_REPORT, at_ms, at_ms, "cancel_report", token, None, None, None,
-                  outcome, worker, None, None, None)  # fmt: skip
+                  outcome, worker, None, None, None, None)  # fmt: skip
         events[(partition, timer_id)].append(ev)
     read_s = time.monotonic() - started
     kinds: Counter[str] = Counter()

@@ -53,6 +53,7 @@ EVENT_FIELDS = (
     "series",
     "occurrence",
     "coalesced",
+    "spread",
 )
 
 _FIRE_TYPE = pa.struct(
@@ -152,6 +153,7 @@ def judge_one(columns: dict[str, list[Any]], lo: int, hi: int, rules: Rules) -> 
     check_token, topic = columns["check_token"], columns["topic"]
     outcome, worker = columns["outcome"], columns["worker"]
     series, occurrence, coalesced = columns["series"], columns["occurrence"], columns["coalesced"]
+    spread = columns["spread"]
     requests: list[RequestEvent] = []
     fires: list[FireEvent] = []
     reports: list[CancelReport] = []
@@ -168,6 +170,7 @@ def judge_one(columns: dict[str, list[Any]], lo: int, hi: int, rules: Rules) -> 
                     check_token[i] is not False,
                     topic[i],
                     series_from_json(series[i]) if series[i] else None,
+                    spread[i] or 0,
                 )
             )
         elif src[i] == SOURCE_FIRE:

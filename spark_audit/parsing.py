@@ -66,12 +66,13 @@ PARSED_REQUEST_TYPE = pa.struct(
         ("check_token", pa.bool_()),
         ("callback_topic", pa.string()),
         ("series", pa.string()),
+        ("spread", pa.int64()),
     ]
 )
 #: The same type in Spark's DDL.
 PARSED_REQUEST_DDL = (
     "struct<reject:string,detail:string,kind:string,id:string,token:string,due:bigint,"
-    "check_token:boolean,callback_topic:string,series:string>"
+    "check_token:boolean,callback_topic:string,series:string,spread:bigint>"
 )
 
 
@@ -103,10 +104,11 @@ class ParsedColumns:
     check_token: list[bool | None]
     callback_topic: list[str | None]
     series: list[str | None]
+    spread: list[int | None]
 
     @classmethod
     def empty(cls) -> ParsedColumns:
-        return cls([], [], [], [], [], [], [], [], [])
+        return cls([], [], [], [], [], [], [], [], [], [])
 
     def add(
         self,
@@ -119,6 +121,7 @@ class ParsedColumns:
         check_token: bool | None = None,
         callback_topic: str | None = None,
         series: str | None = None,
+        spread: int | None = None,
     ) -> None:
         self.reject.append(reject)
         self.detail.append(detail)
@@ -129,6 +132,7 @@ class ParsedColumns:
         self.check_token.append(check_token)
         self.callback_topic.append(callback_topic)
         self.series.append(series)
+        self.spread.append(spread)
 
     def to_arrow(self) -> pa.StructArray:
         return pa.StructArray.from_arrays(
@@ -142,6 +146,7 @@ class ParsedColumns:
                 pa.array(self.check_token, pa.bool_()),
                 pa.array(self.callback_topic, pa.string()),
                 pa.array(self.series, pa.string()),
+                pa.array(self.spread, pa.int64()),
             ],
             fields=list(PARSED_REQUEST_TYPE),
         )
@@ -225,7 +230,10 @@ def judge_request(record: RawRecord, policy: RequestPolicy, out: ParsedColumns) 
         out.add(*internal_error(exc))
         return
     token = token_digest(request.token)  # the fired topic carries digests, not tokens
-    out.add(None, None, SCHEDULE, request.id, token, request.due, None, request.topic, series)
+    spread = request.spread or None  # seconds the fire may come after due, on time
+    out.add(
+        None, None, SCHEDULE, request.id, token, request.due, None, request.topic, series, spread
+    )
 
 
 def parse_request_arrays(

@@ -127,6 +127,7 @@ def _event(
     series: Column | None = None,
     occurrence: Column | None = None,
     coalesced: Column | None = None,
+    spread: Column | None = None,
 ) -> Column:
     null = F.lit(None)
     return F.struct(
@@ -143,6 +144,7 @@ def _event(
         (null if series is None else series).cast("string").alias("series"),
         (null if occurrence is None else occurrence).cast("bigint").alias("occurrence"),
         (null if coalesced is None else coalesced).cast("bigint").alias("coalesced"),
+        (null if spread is None else spread).cast("bigint").alias("spread"),
     )
 
 
@@ -165,6 +167,7 @@ def timer_events(requests: DataFrame, fired: DataFrame) -> DataFrame:
             null,
             null,
             F.col("series"),
+            spread=F.col("spread"),
         ).alias("ev"),
     )
     readable = fired.where(F.col("readable"))

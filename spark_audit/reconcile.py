@@ -17,14 +17,17 @@ applies, in offset order:
 A cancel takes effect at the worker's ``at_ms`` from its report on the fired topic, or
 at the request's timestamp when there is no report. Then every fire is judged:
 
-- **early**: fired before its due second;
+- **early**: fired before its due second (a spread timer's too: its window starts there);
 - **fire after cancel** / **superseded fire**: its version was cancelled / replaced
   before the fire happened;
 - **unrequested fire**: no request ever asked for that id, or for that version;
 - **duplicate**: a version that fired more than once (the at-least-once window);
 - **missing**: the final version is not cancelled, has not fired, and its due second
   (or its request, when that came later: a request for a past second fires at once)
-  is more than the grace period before the audit's as-of time.
+  is more than the grace period before the audit's as-of time. A **spread** timer may
+  fire anywhere in ``[due, due + spread]``: it is missing only once the end of that
+  window is past by the grace period, and its lateness counts from the window's end
+  (a fire inside the window is on time, lateness 0).
 
 Identical fire records (same version, time and worker) are one fire written twice by a
 producer retry, not two fires.
@@ -149,6 +152,8 @@ class RequestEvent(NamedTuple):
     topic: str | None = None
     #: The series, for a recurring schedule (its ``start`` is ``due``).
     recurrence: Recurrence | None = None
+    #: Seconds after its due second the fire may come, on time (schedules only).
+    spread: int = 0
 
 
 class FireEvent(NamedTuple):
@@ -314,6 +319,9 @@ class _Replay:
         self.first_requested: dict[Version, int] = {}
         #: When each version last became pending (the base of "missing").
         self.live_since: dict[Version, int] = {}
+        #: The spread of each version, ms (its newest request's): fires within it are on
+        #: time.
+        self.spread_ms: dict[Version, int] = {}
         #: The recurrence of each series version, and the series versions by token.
         self.series: dict[Version, Recurrence] = {}
         self.series_by_token: dict[str, list[Version]] = defaultdict(list)
@@ -340,6 +348,8 @@ class _Replay:
         version = (request.token, request.due)
         self.final = request
         self.first_requested.setdefault(version, request.ts_ms)
+        if request.spread or version in self.spread_ms:
+            self.spread_ms[version] = request.spread * 1000
         if request.recurrence is not None and version not in self.series:
             self.series[version] = request.recurrence
             self.series_by_token[request.token].append(version)
@@ -437,6 +447,9 @@ def judge(
         due_ms = fire.due * 1000
         since = replay.first_requested.get(version)
         lateness = fire.fired_at_ms - max(due_ms, since if since is not None else due_ms)
+        window_ms = replay.spread_ms.get(version, 0)
+        if window_ms and lateness > 0:  # a spread fire is on time anywhere in its window
+            lateness = max(0, lateness - window_ms)
         first = by_occurrence[(version, fire.due)][0] is fire
         fire_rows.append(
             {
@@ -542,9 +555,10 @@ def judge(
     if recurrence is not None:
         mine = [f for f, v in zip(distinct, versions, strict=True) if v == version]
         my_skips = [k for k, v in zip(skips, skip_versions, strict=True) if v == version]
-        _judge_series(verdict, recurrence, since, cancel_at, mine, my_skips, rules)
+        window_ms = replay.spread_ms.get(version, 0)
+        _judge_series(verdict, recurrence, since, cancel_at, mine, my_skips, rules, window_ms)
         return verdict
-    expected_ms = max(final.due * 1000, since)
+    expected_ms = max(final.due * 1000 + replay.spread_ms.get(version, 0), since)
     if final_fires and cancel_at is not None and final_fires[0] < cancel_at:
         cancel_at = None  # the cancel came after the fire: too late, nothing to cancel
     skipped = any(v == version for v in skip_versions)
@@ -584,8 +598,10 @@ def _judge_series(
     fires: list[FireEvent],
     skips: list[SkipEvent],
     rules: Rules,
+    spread_ms: int = 0,
 ) -> None:
-    """Reconcile each occurrence of the final series version (see the module doc)."""
+    """Reconcile each occurrence of the final series version (see the module doc);
+    ``spread_ms``: how long after its due second each occurrence may fire, on time."""
     assert verdict.final_due is not None
     # A worker refused an occurrence under narrowed rules (``not_allowed``): the series
     # ended there, as if cancelled.
@@ -637,7 +653,7 @@ def _judge_series(
                     f"{utc_text(got.due * 1000)}",
                 )
             )
-        due_ms = due * 1000
+        due_ms = due * 1000 + spread_ms  # a spread occurrence may fire as late as this
         expected = (ended_ms is None or due_ms + rules.grace_ms < ended_ms) and max(
             due_ms, live_since
         ) + rules.grace_ms < rules.as_of_ms
@@ -677,7 +693,7 @@ def _judge_series(
                 ViolationKind.MISSING,
                 verdict.final_token,
                 due,
-                max(due * 1000, live_since),
+                max(due * 1000 + spread_ms, live_since),
                 f"occurrence {seq} not fired" + (f" (and {more} more)" if more > 0 else ""),
             )
         )

@@ -68,7 +68,7 @@ _CALLBACK_HEADERS_BYTES = 6 * HEADER_OVERHEAD + 80 + 5 * 20
 #: A stored timer's layout around its fields (:mod:`app.core.stored`): version, due,
 #: length prefixes, the series numbers, the spread; plus its changelog key's prefix and
 #: due digits.
-_STORED_FRAMING_BYTES = 9 + 6 * 4 + 18 + 40 + 8 + 2 * 4 + 14
+_STORED_FRAMING_BYTES = 9 + 6 * 4 + 18 + 40 + 16 + 2 * 4 + 14
 
 
 def _utf8_len(text: str) -> int:

@@ -6,11 +6,18 @@ exact for binary keys and headers, and cheap to pack and unpack on the hot path.
 Version 1 is a one-shot timer; version 2 adds, after the headers, the occurrence's
 sequence number and the count delivered before it, the recurrence and the timer's own
 late-fire policy. A timer that has none of those is still written as version 1, so
-stores of one-shot timers stay readable by releases before version 2. Version 3 is
-version 2 followed by the timer's spread (seconds): written only for a timer with a
-spread, so every other timer keeps the layout the releases before it read (0.2.0 reads
-1 and 2, and refuses a spread timer rather than fire it wrongly: see README, Spread).
-All three versions are read.
+stores of one-shot timers stay readable by releases before version 2; both versions
+are read.
+
+A timer with a **spread** (:mod:`app.core.spread`) is written in the same layout (1, or
+2 if it needs it) followed by the *spread extension*: its spread and its offset, the
+seconds from its due second to the second it fires at. Its head holds that fire second,
+not its due second: ``due = head - offset``. So the release before spread (0.2.0, which
+reads the layout's fields and ignores what follows them) reads a spread timer as a
+timer due at its fire second, under the key it is stored under: it fires it once, at
+that second, never early, and forgets it; only its ``timer-due`` says the fire second
+rather than the requested one (README: Releases, upgrades and rollbacks). Bytes after a
+layout's fields are the extension, in every layout to come.
 
 The rule for stores that outlive releases (README, Releases, upgrades and rollbacks):
 the first byte of every stored timer is its layout version, in every layout to come. A
@@ -32,14 +39,13 @@ __all__ = [
     "NEWEST_LAYOUT",
     "StoredLayoutTooNew",
     "check_layout",
-    "is_spread",
     "pack_timer",
     "unpack_timer",
 ]
 
-_V1, _V2, _V3 = 1, 2, 3
+_V1, _V2 = 1, 2
 #: The newest stored layout this release reads (and writes).
-NEWEST_LAYOUT = _V3
+NEWEST_LAYOUT = _V2
 _HEAD = struct.Struct(">Bq")
 _LEN = struct.Struct(">i")
 #: seq, fired_before, recurrence kind (0 none, 1 cron, 2 interval), late-policy flags
@@ -47,8 +53,8 @@ _LEN = struct.Struct(">i")
 _SERIES = struct.Struct(">qqBB")
 #: every (interval; 0 for cron), start, end, count, skip_after_ms: -1 for "none".
 _NUMBERS = struct.Struct(">qqqqq")
-#: The spread, seconds (version 3 only).
-_SPREAD = struct.Struct(">q")
+#: The spread extension: spread and offset, seconds (after the layout's fields).
+_SPREAD = struct.Struct(">qq")
 _RECURRENCE_NONE, _RECURRENCE_CRON, _RECURRENCE_INTERVAL = 0, 1, 2
 _CATCH_UP_CODES = {None: 0, CatchUp.COALESCE: 1, CatchUp.ALL: 2}
 _CATCH_UPS = {code: value for value, code in _CATCH_UP_CODES.items()}
@@ -84,11 +90,6 @@ def check_layout(data: bytes) -> None:
         raise StoredLayoutTooNew(data[0])
 
 
-def is_spread(data: bytes) -> bool:
-    """Whether ``data`` is a stored timer with a spread (a look at its first byte)."""
-    return bool(data) and data[0] == _V3
-
-
 def _opt(value: int | None) -> int:
     return -1 if value is None else value
 
@@ -106,11 +107,12 @@ def _put(parts: list[bytes], data: bytes | None) -> None:
 
 
 def pack_timer(timer: Timer) -> bytes:
-    """Serialize ``timer`` for storage (version 1 unless it needs version 2, or 3 for a
-    spread)."""
+    """Serialize ``timer`` for storage (version 1 unless it needs version 2; a spread
+    timer with the spread extension after it)."""
+    plain = timer.recurrence is None and timer.seq == 0 and timer.late is None
     spread = timer.spread
-    plain = timer.recurrence is None and timer.seq == 0 and timer.late is None and not spread
-    parts = [_HEAD.pack(_V1 if plain else _V3 if spread else _V2, timer.due)]
+    fire_at = timer.fire_at if spread else timer.due
+    parts = [_HEAD.pack(_V1 if plain else _V2, fire_at)]
     for text in (timer.id, timer.token, timer.topic):
         _put(parts, text.encode())
     _put(parts, timer.key)
@@ -121,8 +123,8 @@ def pack_timer(timer: Timer) -> bytes:
         _put(parts, value)
     if not plain:
         _pack_series(parts, timer)
-        if spread:
-            parts.append(_SPREAD.pack(spread))
+    if spread:
+        parts.append(_SPREAD.pack(spread, fire_at - timer.due))
     return b"".join(parts)
 
 
@@ -155,7 +157,7 @@ def _pack_series(parts: list[bytes], timer: Timer) -> None:
 def unpack_timer(data: bytes) -> Timer:
     """Inverse of :func:`pack_timer`."""
     version, due = _HEAD.unpack_from(data, 0)
-    if version not in (_V1, _V2, _V3):
+    if version not in (_V1, _V2):
         if version > NEWEST_LAYOUT:
             raise StoredLayoutTooNew(version)
         raise ValueError(f"stored timer has unknown layout version {version}")
@@ -185,7 +187,7 @@ def unpack_timer(data: bytes) -> Timer:
     seq = fired_before = 0
     late: LatePolicy | None = None
     spread = 0
-    if version >= _V2:
+    if version == _V2:
         seq, fired_before, kind, flags = _SERIES.unpack_from(data, pos)
         pos += _SERIES.size
         every, start, end, count, skip_ms = _NUMBERS.unpack_from(data, pos)
@@ -202,8 +204,9 @@ def unpack_timer(data: bytes) -> Timer:
             )
         if flags:
             late = LatePolicy(skip_ms if flags & 1 else None, _CATCH_UPS[flags >> 1 & 3])
-        if version == _V3:
-            (spread,) = _SPREAD.unpack_from(data, pos)
+    if pos < len(data):  # the spread extension: the head is the fire second
+        spread, offset = _SPREAD.unpack_from(data, pos)
+        due -= offset
     return Timer(
         id=timer_id,
         due=due,

@@ -164,7 +164,7 @@ def test_judge_arrays_turns_grouped_events_into_verdicts() -> None:
         outcome: str | None = None,
     ) -> dict[str, object]:
         values = [src, seq, seq, kind, token, due, True, "cb", outcome, "w1"]
-        values += [series, occurrence, None]
+        values += [series, occurrence, None, None]
         return dict(zip(EVENT_FIELDS, values, strict=True))
 
     due = 1767225600
@@ -195,6 +195,7 @@ def test_judge_arrays_turns_grouped_events_into_verdicts() -> None:
             ("series", pa.string()),
             ("occurrence", pa.int64()),
             ("coalesced", pa.int64()),
+            ("spread", pa.int64()),
         ]
     )
     events = pa.array([[], timer_a, timer_b, timer_c], pa.list_(struct)).slice(1)

@@ -23,7 +23,7 @@ from app.core.partitioner import partition_for
 from app.core.recurrence import Recurrence
 from app.core.request_format import RawRecord, parse_request
 from app.core.spread import MAX_SPREAD_SECONDS, spread_offset, spread_second
-from app.core.stored import NEWEST_LAYOUT, is_spread, pack_timer, unpack_timer
+from app.core.stored import NEWEST_LAYOUT, pack_timer, unpack_timer
 from app.core.timer import Cancel, Timer
 from app.core.wheel import CancelOutcome, PartitionWheel, Scheduled
 from app.ops.jsonl import decode_line, encode_line
@@ -175,17 +175,20 @@ def test_protobuf_field_16_is_the_spread_in_seconds() -> None:
 # -- the stored layout -----------------------------------------------------------------
 
 
-def test_only_a_spread_timer_is_stored_in_layout_3() -> None:
+def test_a_spread_timer_keeps_its_layout_and_adds_the_extension() -> None:
     plain = Timer("a", T0, "cb", b"k", b"v", "tok")
     spread = Timer("a", T0, "cb", b"k", b"v", "tok", spread=60)
     rec = Recurrence.interval(30, start=T0).anchored(T0 - 1)
     series = Timer("s", T0, "cb", None, b"v", "t", recurrence=rec, seq=4, spread=29)
     late = Timer("l", T0, "cb", None, b"", late=LatePolicy(5000, None), spread=1)
-    assert pack_timer(plain)[0] == 1 and not is_spread(pack_timer(plain))
-    assert NEWEST_LAYOUT == 3
+    assert NEWEST_LAYOUT == 2  # no new layout version: the release before reads these
+    assert pack_timer(spread)[0] == 1 and pack_timer(series)[0] == pack_timer(late)[0] == 2
+    assert pack_timer(spread)[: len(pack_timer(plain))][9:] == pack_timer(plain)[9:]
     for timer in (spread, series, late):
-        assert pack_timer(timer)[0] == 3 and is_spread(pack_timer(timer))
-        assert unpack_timer(pack_timer(timer)) == timer
+        data = pack_timer(timer)
+        assert int.from_bytes(data[1:9], "big") == timer.fire_at  # the head: its fire second
+        assert unpack_timer(data) == timer
+    assert unpack_timer(pack_timer(plain)).spread == 0
 
 
 # -- the wheel -------------------------------------------------------------------------
