@@ -133,8 +133,9 @@ def cmd_worker(args: argparse.Namespace) -> int:
             tombstone_retention=tombstone_retention_seconds(configs[settings.changelog_topic]),
             max_record_bytes=record_budget(settings, configs),
         )
-    finally:
-        probe.close()  # the worker's own server takes the metrics port over
+    except BaseException:
+        probe.close()
+        raise
     register_status_views(worker_app.app, worker_app.service, worker_app.metrics, settings)
     register_health_views(worker_app.app, worker_app.health, worker_app.service)
     install_web_limits(worker_app.app, settings)
@@ -144,6 +145,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         quiet=True,
         stop_grace=settings.stop_grace_seconds,
     )
+    probe.close()  # the worker's own server takes the metrics port over at once
     serve_metrics(
         settings.metrics_port,
         worker_app.metrics.registry,
