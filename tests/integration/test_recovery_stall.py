@@ -24,6 +24,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.kafka.topics import ensure_topics
@@ -33,6 +34,8 @@ from tests.support.kafka_proxy import proxied_broker
 from tests.support.probes import get_json, metric_total, start_probed
 from tests.support.stack import fired_ids, running_stack
 from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.fault
 
 STARTUP = 60.0
 TIMERS = 60
