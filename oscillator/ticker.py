@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import KafkaError, Message, Producer
+from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from oscillator.broker_clock import LOG_APPEND_TIME, BrokerClockCheck
 from oscillator.clock import current_second, wait_for_second
@@ -64,11 +64,29 @@ class Oscillator:
         self.last_sent: float | None = None
 
     def _partition_count(self) -> int:
+        """The tick topic's partition count, looked up again every
+        :data:`METADATA_REFRESH_SECONDS`.
+
+        A lookup that fails (the broker away longer than its timeout) keeps the last count
+        and is tried again at the next refresh: ticks keep being produced (librdkafka
+        queues them until the broker is back). Letting it raise ended the oscillator,
+        both of them in a 12 s broker outage (test_broker_restart).
+        """
         if (
             not self._partitions
             or time.monotonic() - self._partitions_checked > METADATA_REFRESH_SECONDS
         ):
-            meta = self._producer.list_topics(self._topic, timeout=10)
+            try:
+                meta = self._producer.list_topics(self._topic, timeout=10)
+            except KafkaException as exc:
+                log.warning(
+                    "could not look up %s's partitions (keeping %d): %s",
+                    self._topic,
+                    self._partitions,
+                    exc,
+                )
+                self._partitions_checked = time.monotonic()
+                return self._partitions
             info = meta.topics.get(self._topic)
             count = len(info.partitions) if info is not None and info.error is None else 0
             if count:
