@@ -243,6 +243,80 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     return 0
 
 
+def _control_topic_name(text: str) -> str:
+    from app.core.policy import is_legal_topic
+
+    if not is_legal_topic(text):
+        raise KafkaTimersError(f"--topic {text[:100]!r} is not a legal topic name")
+    return text
+
+
+def _send_control(args: argparse.Namespace, key: bytes, value: bytes | None) -> dict[str, Any]:
+    """Write one record to the control topic (created if missing); what to print."""
+    from app.kafka.control import send_control
+    from app.kafka.topics import ensure_control_topic
+
+    settings = _settings(args)
+    topic = ensure_control_topic(settings, timeout=args.timeout)
+    offset = send_control(settings, key, value, timeout=args.timeout)
+    return {"control_topic": topic, "key": key.decode(), "offset": offset}
+
+
+def _operator_name() -> str:
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except Exception:  # no user name in this environment
+        user = "unknown"
+    return f"{user}@{socket.gethostname()}"
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    import time
+
+    from app.core.control import pause_record
+
+    topic = _control_topic_name(args.topic)
+    key, value = pause_record(topic, by=_operator_name(), at_ms=int(time.time() * 1000))
+    print(json.dumps({"topic": topic, "paused": True, **_send_control(args, key, value)}))
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from app.core.control import PAUSE
+
+    topic = _control_topic_name(args.topic)
+    out = _send_control(args, f"{PAUSE}{topic}".encode(), None)  # a tombstone clears it
+    print(json.dumps({"topic": topic, "paused": False, **out}))
+    return 0
+
+
+def cmd_rate(args: argparse.Namespace) -> int:
+    import time
+
+    from app.core.control import RATE, rate_record
+    from app.settings import parse_topic_rate_limits
+
+    topic = _control_topic_name(args.topic)
+    if args.clear:
+        out = _send_control(args, f"{RATE}{topic}".encode(), None)
+        print(json.dumps({"topic": topic, "limit": "as configured", **out}))
+        return 0
+    per_second: float | None
+    if args.limit.strip().lower() in ("none", "off", "unlimited"):
+        per_second = None
+    else:
+        try:
+            per_second = parse_topic_rate_limits(f"{topic}={args.limit}")[topic]
+        except ValueError as exc:
+            raise KafkaTimersError(f"--limit {args.limit[:100]!r}: {exc}") from None
+    key, value = rate_record(topic, per_second, by=_operator_name(), at_ms=int(time.time() * 1000))
+    print(json.dumps({"topic": topic, "per_second": per_second, **_send_control(args, key, value)}))
+    return 0
+
+
 def cmd_demo(args: argparse.Namespace) -> int:
     from app.dev.demo import run_demo
 
@@ -461,6 +535,36 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to reach the broker")
     p.set_defaults(func=cmd_cancel)
+
+    p = sub.add_parser(
+        "pause",
+        help="hold every callback to a topic (timers wait, pending) until resume; "
+        "writes the control topic (Kafka's ACLs on it decide who may)",
+    )
+    p.add_argument("--topic", required=True, help="callback topic")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to reach the broker")
+    p.set_defaults(func=cmd_pause)
+
+    p = sub.add_parser("resume", help="deliver a paused topic again (its held timers first)")
+    p.add_argument("--topic", required=True, help="callback topic")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to reach the broker")
+    p.set_defaults(func=cmd_resume)
+
+    p = sub.add_parser(
+        "rate", help="set a callback topic's rate limit while the service runs (control topic)"
+    )
+    p.add_argument("--topic", required=True, help="callback topic")
+    limit = p.add_mutually_exclusive_group(required=True)
+    limit.add_argument(
+        "--limit", help="callbacks across the service: 500/s, 30/m, 100/h; none for no limit"
+    )
+    limit.add_argument(
+        "--clear",
+        action="store_true",
+        help="back to KAFKA_TIMERS_TOPIC_RATE_LIMITS's limit for the topic (or none)",
+    )
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to reach the broker")
+    p.set_defaults(func=cmd_rate)
 
     p = sub.add_parser("status", help="pending, fires, lateness and ticks of running workers")
     p.add_argument("--url", action="append", help="worker web URL (repeatable)")

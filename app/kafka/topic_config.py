@@ -21,9 +21,11 @@ from app.settings import RECORD_RESERVE_BYTES, Settings
 
 __all__ = [
     "BROKER_DEFAULT_DELETE_RETENTION_MS",
+    "CONTROL_CONFIG",
     "TopicSpec",
     "changelog_not_compacted",
     "check_existing",
+    "control_topic",
     "record_budget",
     "tombstone_retention_seconds",
     "topic_specs",
@@ -81,6 +83,27 @@ FIRED_CONFIG = {"cleanup.policy": "delete", "retention.ms": str(14 * DAY_MS)}
 
 #: Rejected requests: operators need time to look, fix the producer and replay.
 DLQ_CONFIG = {"cleanup.policy": "delete", "retention.ms": str(30 * DAY_MS)}
+
+#: The control topic (pauses, rate limits set at run time: app.core.control): one
+#: partition, so every worker reads all of it in one order; compacted, so the newest
+#: record of each key (the setting in force) is kept for ever and a worker's start reads
+#: a handful of records, not the history. A tombstone (a resume) is kept a day after
+#: compaction: a worker reads the whole topic at each start, so none can miss it.
+CONTROL_CONFIG = {
+    "cleanup.policy": "compact",
+    "min.compaction.lag.ms": "0",
+    "segment.ms": str(HOUR_MS),
+    "delete.retention.ms": str(DAY_MS),
+}
+#: Partitions of the control topic.
+CONTROL_PARTITIONS = 1
+
+
+def control_topic(settings: Settings) -> str:
+    """The control topic: ``<app id>-timer-control``. Under the app id's prefix, so no
+    timer can name it as its callback topic (the worker refuses ``<app id>-*``): only
+    who Kafka's ACLs let write it can pause or limit a topic."""
+    return f"{settings.app_id}-timer-control"
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,19 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from app.core.errors import BrokerUnavailable, ConfigurationError
 from app.kafka.config import confluent_common
-from app.kafka.topic_config import check_existing, topic_specs
+from app.kafka.topic_config import (
+    CONTROL_CONFIG,
+    CONTROL_PARTITIONS,
+    check_existing,
+    control_topic,
+    fix_command,
+    topic_specs,
+)
 from app.settings import DEFAULT_PARTITIONS, Settings
 
 __all__ = [
     "describe_topic_configs",
+    "ensure_control_topic",
     "ensure_topics",
     "partition_count",
     "resolve_partitions",
@@ -185,8 +193,11 @@ def ensure_topics(
     :class:`ConfigurationError` (one line, with the fix); other differences are logged
     as warnings. Any topic whose partition count differs is refused. Returns the
     configuration of each service topic among ``names``: as described if it existed,
-    as created otherwise.
+    as created otherwise. Without ``names`` (every service topic), the control topic
+    too (:func:`ensure_control_topic`).
     """
+    if names is None:
+        ensure_control_topic(settings, timeout)
     partitions = settings.partition_count
     wait_for_broker(settings, timeout)
     admin = _admin(settings)
@@ -242,3 +253,52 @@ def ensure_topics(
                 f"count when it is unset): every service topic needs the same count"
             )
     return configs
+
+
+def ensure_control_topic(settings: Settings, timeout: float = 15.0) -> str:
+    """Create the control topic if missing (one partition, compacted); return its name.
+
+    An existing one is used as it is, whatever its partition count (readers read every
+    partition); one that is not compacted is a warning: a restarted worker would then
+    forget a pause once retention removed its record.
+    """
+    name = control_topic(settings)
+    wait_for_broker(settings, timeout)
+    admin = _admin(settings)
+    if name in _existing(admin, timeout):
+        policy = (
+            describe_topic_configs(settings, [name], timeout).get(name, {}).get("cleanup.policy")
+        )
+        if policy is not None and policy.replace(" ", "") != "compact":
+            log.warning(
+                "control topic %r has cleanup.policy=%s, not compact: a pause or a limit set "
+                "at run time is lost once retention removes its record. Fix it with: %s",
+                name,
+                policy,
+                fix_command(settings, name, "cleanup.policy=compact"),
+            )
+        return name
+    future = admin.create_topics(
+        [
+            NewTopic(
+                name,
+                CONTROL_PARTITIONS,
+                settings.replication_factor,
+                config=dict(CONTROL_CONFIG),
+            )
+        ],
+        operation_timeout=timeout,
+    )[name]
+    try:
+        future.result(timeout)
+    except (KafkaException, concurrent.futures.TimeoutError) as exc:
+        if _broker_failed(exc):
+            raise BrokerUnavailable(f"creating topic {name!r}: {exc!r}") from exc
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise ConfigurationError(f"cannot create topic {name!r}: {exc}") from exc
+    deadline = time.monotonic() + timeout
+    while name not in _existing(admin, timeout):
+        if time.monotonic() >= deadline:
+            raise BrokerUnavailable(f"topic {name!r} does not show in the broker's metadata")
+        time.sleep(0.05)
+    return name

@@ -29,6 +29,7 @@ from app.core.request_format import RawRecord
 from app.kafka.config import confluent_consumer, confluent_producer
 from app.kafka.topic_config import BROKER_DEFAULT_DELETE_RETENTION_MS
 from app.settings import TABLE_NAME, Settings
+from app.worker.control import ControlFollower
 from app.worker.descriptors import ROCKSDB_MAX_OPEN_FILES
 from app.worker.faust_config import faust_credentials
 from app.worker.faust_internals import (
@@ -120,6 +121,9 @@ WEB_VIEWS_OFF: dict[str, Any] = {
 #: How often every worker refreshes the request lag of every partition from the
 #: informational group's committed offsets (two ListOffsets and one OffsetFetch each).
 GROUP_LAG_INTERVAL = 5.0
+
+#: Longest the worker's start waits to read the control topic to its end.
+CONTROL_LOAD_TIMEOUT = 30.0
 
 #: Exit status when writes could not be made durable (EX_SOFTWARE): restart the worker.
 EXIT_UNDURABLE = 70
@@ -269,6 +273,11 @@ def build_worker(
     )
     lease = GroupLease(settings.session_timeout)
     watch_group_session(settings.app_id, lease)
+    gates = TopicGates(dict(settings.topic_rate_limits), partitions=settings.partition_count)
+    # Pauses and limits set at run time (the control topic, app.worker.control): read to
+    # its end now, before anything can fire, then followed while the worker runs.
+    control = ControlFollower(settings, gates, dict(settings.topic_rate_limits))
+    control.load(CONTROL_LOAD_TIMEOUT)
     service = TimerService(
         policy=policy,
         output=output,
@@ -286,7 +295,7 @@ def build_worker(
         request_partitions=settings.partition_count,
         # Rate limits per callback topic, shared as limit / N per partition; the
         # control path changes them (and pauses topics) through service.gates.
-        gates=TopicGates(dict(settings.topic_rate_limits), partitions=settings.partition_count),
+        gates=gates,
     )
 
     async def handle_request_batch(records: list[RawRecord]) -> None:
@@ -343,6 +352,15 @@ def build_worker(
             await service.run_tick_release()
         except DeliveryFailure as exc:
             _exit_undurable(exc)
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def follow_control() -> None:
+        # Records on the control topic after the start's read, applied on this loop.
+        control.start(asyncio.get_running_loop())
+        try:
+            await asyncio.Event().wait()
+        finally:
+            control.stop()
 
     @app.task  # type: ignore[untyped-decorator]
     async def release_gated() -> None:

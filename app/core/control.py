@@ -1,0 +1,177 @@
+"""The control topic's records: what operators tell every worker while it runs.
+
+The control topic (``<app id>-timer-control``, compacted, one partition: every worker
+reads all of it) holds one record per thing controlled, keyed by it; the newest record
+of a key is the setting, a tombstone clears it:
+
+``pause/<topic>``
+    ``{"paused": true, ...}``: callbacks to ``<topic>`` wait, pending, until a
+    tombstone (``kafka-timers resume``) or ``{"paused": false}``.
+``rate/<topic>``
+    ``{"per_second": 500.0, ...}``: ``<topic>``'s limit across the service, overriding
+    ``KAFKA_TIMERS_TOPIC_RATE_LIMITS``; ``{"per_second": null}`` lifts any limit; a
+    tombstone (``kafka-timers rate --clear``) gives the topic back the limit of the
+    environment, if any.
+
+Values are JSON objects; fields other than these (``by``, ``at_ms``: who wrote it and
+when, for people reading the topic) are ignored. A record that cannot be read is
+ignored, with a reason (:class:`ControlRecord` ``ignored``): no record on this topic can
+stop a worker. Who may write it is Kafka's ACLs on the topic: that is who is an
+operator for these commands (README, Threat model).
+
+Pure: the worker (:mod:`app.worker.control`) and the CLI build and read records here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "MAX_CONTROL_RATE",
+    "PAUSE",
+    "RATE",
+    "ControlRecord",
+    "ControlState",
+    "pause_record",
+    "rate_record",
+    "read_control",
+]
+
+#: Key prefixes of the kinds of control record.
+PAUSE = "pause/"
+RATE = "rate/"
+#: Highest limit a record may set (as ``KAFKA_TIMERS_TOPIC_RATE_LIMITS`` accepts).
+MAX_CONTROL_RATE = 10_000_000.0
+#: Longest key read (a topic name is at most 249 characters).
+MAX_KEY_BYTES = 512
+#: Longest value read.
+MAX_VALUE_BYTES = 64 * 1024
+
+#: ``per_second`` of a record that lifts any limit of its topic.
+_UNLIMITED = None
+
+
+@dataclass(frozen=True)
+class ControlRecord:
+    """One control record as read: what it sets, or why it is ignored."""
+
+    #: ``pause``, ``rate`` or ``ignored``.
+    kind: str
+    #: The callback topic it is about ("" when ignored).
+    topic: str = ""
+    #: Whether it clears its key (a tombstone, or a pause record saying ``false``).
+    clear: bool = False
+    #: For ``rate`` (not clearing): the limit, or ``None`` for no limit at all.
+    per_second: float | None = None
+    #: Why it is ignored.
+    reason: str = ""
+
+
+def _ignored(reason: str) -> ControlRecord:
+    return ControlRecord("ignored", reason=reason)
+
+
+def read_control(key: bytes | None, value: bytes | None) -> ControlRecord:
+    """What the record ``key``/``value`` sets; total (a bad record is ``ignored``)."""
+    if key is None:
+        return _ignored("no key")
+    if len(key) > MAX_KEY_BYTES:
+        return _ignored(f"key longer than {MAX_KEY_BYTES} bytes")
+    try:
+        text = key.decode()
+    except UnicodeDecodeError:
+        return _ignored("key is not UTF-8")
+    if text.startswith(PAUSE):
+        kind, topic = "pause", text[len(PAUSE) :]
+    elif text.startswith(RATE):
+        kind, topic = "rate", text[len(RATE) :]
+    else:
+        return _ignored(f"unknown key {text[:100]!r}")
+    if not topic:
+        return _ignored(f"no topic in key {text[:100]!r}")
+    if value is None:
+        return ControlRecord(kind, topic, clear=True)
+    if len(value) > MAX_VALUE_BYTES:
+        return _ignored(f"value longer than {MAX_VALUE_BYTES} bytes")
+    try:
+        doc = json.loads(value)
+    except (ValueError, RecursionError):
+        return _ignored("value is not JSON")
+    if not isinstance(doc, dict):
+        return _ignored("value is not a JSON object")
+    if kind == "pause":
+        paused = doc.get("paused", True)
+        if not isinstance(paused, bool):
+            return _ignored("'paused' is not true or false")
+        return ControlRecord(kind, topic, clear=not paused)
+    if "per_second" not in doc:
+        return _ignored("a rate record needs 'per_second'")
+    rate = doc["per_second"]
+    if rate is _UNLIMITED:
+        return ControlRecord(kind, topic, per_second=None)
+    if (
+        isinstance(rate, bool)
+        or not isinstance(rate, int | float)
+        or not math.isfinite(rate)
+        or not 0 < rate <= MAX_CONTROL_RATE
+    ):
+        return _ignored(f"'per_second' must be above 0 and at most {MAX_CONTROL_RATE:g}")
+    return ControlRecord(kind, topic, per_second=float(rate))
+
+
+def pause_record(topic: str, *, by: str, at_ms: int) -> tuple[bytes, bytes]:
+    """The record that pauses ``topic``; its tombstone (``(key, None)``) resumes it."""
+    return f"{PAUSE}{topic}".encode(), json.dumps(
+        {"paused": True, "by": by, "at_ms": at_ms}
+    ).encode()
+
+
+def rate_record(
+    topic: str, per_second: float | None, *, by: str, at_ms: int
+) -> tuple[bytes, bytes]:
+    """The record that limits ``topic`` (``None``: no limit at all, whatever the
+    environment says); its tombstone gives the topic back the environment's limit."""
+    return f"{RATE}{topic}".encode(), json.dumps(
+        {"per_second": per_second, "by": by, "at_ms": at_ms}
+    ).encode()
+
+
+#: Sentinel of :meth:`ControlState.limit_of`: the control topic says nothing.
+_UNSET: Any = object()
+
+
+@dataclass
+class ControlState:
+    """What the control topic says now: paused topics, and limits set at run time."""
+
+    paused: set[str] = field(default_factory=set)
+    #: A limit per topic set by a record; ``None`` for "no limit" (lifts the environment's).
+    rates: dict[str, float | None] = field(default_factory=dict)
+
+    def apply(self, record: ControlRecord) -> bool:
+        """Take ``record`` in; return whether anything changed."""
+        if record.kind == "pause":
+            was = record.topic in self.paused
+            if record.clear:
+                self.paused.discard(record.topic)
+            else:
+                self.paused.add(record.topic)
+            return was != (record.topic in self.paused)
+        if record.kind == "rate":
+            before = self.rates.get(record.topic, _UNSET)
+            if record.clear:
+                self.rates.pop(record.topic, None)
+            else:
+                self.rates[record.topic] = record.per_second
+            return bool(before != self.rates.get(record.topic, _UNSET))
+        return False
+
+    def limit_of(self, topic: str, configured: Mapping[str, float]) -> float | None:
+        """``topic``'s limit: the control topic's if it sets one, else the environment's."""
+        if topic in self.rates:
+            return self.rates[topic]
+        return configured.get(topic)

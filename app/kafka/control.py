@@ -1,0 +1,140 @@
+"""The control topic on Kafka: send a control record, read the topic to its end, tail it.
+
+The records' meaning is :mod:`app.core.control`; the worker applies them
+(:mod:`app.worker.control`), ``kafka-timers pause``/``resume``/``rate`` send them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as _TopicPartition
+
+from app.core.control import ControlRecord, read_control
+from app.core.errors import BrokerUnavailable
+from app.kafka.config import confluent_consumer, confluent_producer
+from app.kafka.topic_config import control_topic
+from app.settings import Settings
+
+__all__ = ["ControlReader", "send_control"]
+
+log = logging.getLogger(__name__)
+
+#: librdkafka's own lines of these clients (a CLI error must stay one line).
+_LIBRDKAFKA_LOG = logging.getLogger("kafka_timers.librdkafka.control")
+
+
+def send_control(settings: Settings, key: bytes, value: bytes | None, timeout: float) -> int:
+    """Write one control record (``value`` None: a tombstone) and return its offset once
+    the broker acknowledged it; :class:`BrokerUnavailable` if it did not in time."""
+    producer = Producer(
+        confluent_producer(
+            settings, logger=_LIBRDKAFKA_LOG, **{"message.timeout.ms": int(timeout * 1000)}
+        )
+    )
+    result: dict[str, object] = {}
+
+    def delivered(err: KafkaError | None, msg: object) -> None:
+        result["err"] = err
+        result["offset"] = msg.offset() if err is None else None  # type: ignore[attr-defined]
+
+    topic = control_topic(settings)
+    try:
+        producer.produce(topic, value=value, key=key, on_delivery=delivered)
+    except KafkaException as exc:
+        raise BrokerUnavailable(f"sending to {topic!r}: {exc}") from exc
+    producer.flush(timeout)
+    if "err" not in result:
+        raise BrokerUnavailable(f"the broker did not acknowledge the record on {topic!r}")
+    if result["err"] is not None:
+        raise BrokerUnavailable(f"the broker refused the record on {topic!r}: {result['err']}")
+    offset = result["offset"]
+    assert isinstance(offset, int)
+    return offset
+
+
+class ControlReader:
+    """Reads every partition of the control topic from its start: to its end once
+    (:meth:`read_to_end`, the end as the fetch reports it, not ListOffsets), then on
+    (:meth:`poll`). One thread at a time."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.topic = control_topic(settings)
+        self._consumer = Consumer(
+            confluent_consumer(
+                settings,
+                group_id=f"kafka-timers-control-{uuid.uuid4().hex}",
+                logger=_LIBRDKAFKA_LOG,
+                **{"fetch.wait.max.ms": 200},
+            )
+        )
+        self._partitions: set[int] = set()
+        self._at_end: set[int] = set()
+        #: Records read so far (read to end and polled), all of them.
+        self.count = 0
+
+    def _assign(self, timeout: float) -> None:
+        try:
+            meta = self._consumer.list_topics(self.topic, timeout=timeout)
+        except KafkaException as exc:
+            raise BrokerUnavailable(f"metadata of {self.topic!r}: {exc}") from exc
+        info = meta.topics.get(self.topic)
+        if info is None or info.error is not None or not info.partitions:
+            raise BrokerUnavailable(f"control topic {self.topic!r} not found")
+        self._partitions = set(info.partitions)
+        self._consumer.assign(
+            [_TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in sorted(self._partitions)]
+        )
+
+    def read_to_end(self, apply: Callable[[ControlRecord], Any], timeout: float) -> int:
+        """Apply every record up to the end of every partition; return how many.
+        :class:`BrokerUnavailable` if the end is not reached within ``timeout``."""
+        deadline = time.monotonic() + timeout
+        self._assign(timeout)
+        read = 0
+        while self._at_end != self._partitions:
+            if time.monotonic() >= deadline:
+                raise BrokerUnavailable(
+                    f"did not reach the end of control topic {self.topic!r} within {timeout:g}s"
+                )
+            read += self.poll(apply, 0.2)
+        return read
+
+    def poll(self, apply: Callable[[ControlRecord], Any], timeout: float) -> int:
+        """Apply whatever arrives within ``timeout``; return how many records."""
+        read = 0
+        for msg in self._consumer.consume(500, timeout):
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    self._at_end.add(msg.partition() or 0)
+                else:
+                    log.warning("reading control topic %r: %s", self.topic, err)
+                continue
+            self._at_end.discard(msg.partition() or 0)
+            key, value = msg.key(), msg.value()
+            record = read_control(
+                key.encode() if isinstance(key, str) else key,
+                value.encode() if isinstance(value, str) else value,
+            )
+            if record.kind == "ignored":
+                log.warning(
+                    "control record %s[%s]@%s ignored: %s",
+                    self.topic,
+                    msg.partition(),
+                    msg.offset(),
+                    record.reason,
+                )
+            else:
+                apply(record)
+            read += 1
+        self.count += read
+        return read
+
+    def close(self) -> None:
+        self._consumer.close()
