@@ -335,6 +335,58 @@ def cmd_get(args: argparse.Namespace) -> int:
     return get_main(_settings(args), args)
 
 
+def _filter_from_args(args: argparse.Namespace) -> Any:
+    import math
+
+    from app.core.due import parse_at
+    from app.core.timer_filter import TimerFilter
+
+    query: dict[str, str] = {}
+    for name in ("topic", "key", "key_prefix", "id_prefix"):
+        value = getattr(args, name)
+        if value is not None:
+            query[name] = value
+    for name in ("due_from", "due_to"):
+        value = getattr(args, name)
+        if value is not None:
+            at = parse_at(value)  # a window of whole seconds that holds the times given
+            query[name] = str(math.floor(at) if name == "due_to" else math.ceil(at))
+    if args.series:
+        query["series"] = "true"
+    try:
+        return TimerFilter.from_query(query)
+    except ValueError as exc:
+        raise KafkaTimersError(str(exc)) from None
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from app.status.listing import list_workers
+
+    settings = _settings(args)
+    flt = _filter_from_args(args)
+    if settings.operator_token is None:
+        raise KafkaTimersError(
+            "listing timers needs the operator's credential: set KAFKA_TIMERS_OPERATOR_TOKEN"
+        )
+    urls = [u.rstrip("/") for u in (args.url or [])] or [f"http://127.0.0.1:{settings.web_port}"]
+    shown = 0
+
+    def emit(timer: dict[str, Any]) -> None:
+        nonlocal shown
+        if not args.count:
+            print(json.dumps(timer))
+        shown += 1
+
+    count, failed = list_workers(urls, flt, settings.operator_token, emit)
+    for failure in failed:
+        print(f"kafka-timers: warning: no listing from {failure}", file=sys.stderr)
+    summary = {"matched": count, "workers": len(urls) - len(failed), "failed": len(failed)}
+    print(json.dumps(summary), file=sys.stdout if args.count else sys.stderr)
+    if failed and len(failed) == len(urls):
+        return 2
+    return 1 if failed else 0
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     from spark_audit.main import run as audit_run
 
@@ -447,6 +499,18 @@ def release_version() -> str:
         return version("kafka-timers")
     except PackageNotFoundError:
         return "unknown (not installed: pip install -e .)"
+
+
+def _filter_flags(p: argparse.ArgumentParser) -> None:
+    """The filters of ``list`` and ``cancel-bulk`` (app.core.timer_filter)."""
+    p.add_argument("--topic", help="callback topic")
+    key = p.add_mutually_exclusive_group()
+    key.add_argument("--key", help="callback key, exactly")
+    key.add_argument("--key-prefix", help="callback keys starting with this")
+    p.add_argument("--id-prefix", help="timer ids starting with this")
+    p.add_argument("--due-from", help="due at or after (epoch s or ISO 8601)")
+    p.add_argument("--due-to", help="due at or before (epoch s or ISO 8601)")
+    p.add_argument("--series", action="store_true", help="series only")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -590,6 +654,16 @@ def build_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=30.0, help="seconds for reading the fired topic"
     )
     p.set_defaults(func=cmd_get)
+
+    p = sub.add_parser(
+        "list",
+        help="pending timers matching filters, on every worker (--url), one JSON line each, "
+        "without tokens or payloads (needs KAFKA_TIMERS_OPERATOR_TOKEN)",
+    )
+    p.add_argument("--url", action="append", help="worker web URL (repeatable; every worker)")
+    _filter_flags(p)
+    p.add_argument("--count", action="store_true", help="print only how many match")
+    p.set_defaults(func=cmd_list)
 
     p = sub.add_parser(
         "export", help="write every pending timer (one-shot and series) as JSON lines"

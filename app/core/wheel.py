@@ -681,6 +681,13 @@ class PartitionWheel:
         for _, value in self._kv.scan(bucket_floor(from_second), PENDING_END):
             yield unpack_timer(value)
 
+    def scan_pending(
+        self, low: bytes = PENDING, high: bytes = PENDING_END
+    ) -> Iterator[tuple[bytes, bytes]]:
+        """Pending timers' store keys and values with ``low <= key < high``, clamped to
+        their range, in key order (read-only: ``kafka-timers list``, bulk cancels)."""
+        return self._kv.scan(max(low, PENDING), min(high, PENDING_END))
+
     def iter_due(self, from_second: int = 0) -> Iterator[tuple[int, str]]:
         """``(due, id)`` of pending timers in due order, from the keys alone (no unpacking)."""
         for key, _ in self._kv.scan(bucket_floor(from_second), PENDING_END):

@@ -51,10 +51,12 @@ from itertools import islice
 from typing import Any
 
 from app.core.timer import Timer
+from app.core.timer_filter import TimerFilter
 from app.settings import Settings
 from app.status.admission import LoopBudget
 from app.status.cli import status_main
 from app.status.forecast import ForecastCollector
+from app.status.listing import LIST_MAX, list_page, page_body, parse_cursor
 from app.status.model import (
     PartitionScan,
     SampleHistory,
@@ -458,6 +460,28 @@ def register_status_views(
             )
         return view.json(found)
 
+    async def timers_list(view: Any, request: Any) -> Any:
+        # kafka-timers list: one bounded page of matching timers (app.status.listing).
+        if (answer := refused(view, request)) is not None:
+            return answer
+        query = dict(request.query)
+        try:
+            limit = int(query.pop("limit", LIST_MAX))
+            cursor = parse_cursor(query.pop("cursor", None))
+            flt = TimerFilter.from_query(query)
+        except ValueError as exc:
+            return view.json({"error": str(exc)}, status=400)
+        if not 1 <= limit <= LIST_MAX:
+            return view.json({"error": f"limit must be between 1 and {LIST_MAX}"}, status=400)
+        return heavy(
+            view,
+            lambda: page_body(
+                settings.worker_id,
+                list_page(service.wheels(), flt, limit=limit, cursor=cursor, describe=timer_json),
+            ),
+        )
+
+    app.page("/timers", name="kafka_timers_list")(timers_list)
     # ``next`` before ``{timer_id}``: a literal route must win over the pattern.
     app.page("/status", name="kafka_timers_status")(status_page)
     app.page("/status/", name="kafka_timers_status_slash")(status_page)
