@@ -697,14 +697,22 @@ class TimerService:
     ) -> None:
         """Deliver held timers every :data:`RELEASE_INTERVAL` seconds while any partition
         holds some, so a limited topic receives an even stream rather than its share at
-        each second boundary; asleep on an event otherwise. Runs forever."""
+        each second boundary; asleep on an event otherwise. Runs forever.
+
+        A round that took longer than the interval (its flush included) is followed at
+        once: the buckets hold only a tenth of a second, so a fixed pause after a long
+        round would leave tokens unused.
+        """
+        took = 0.0
         while True:
             if not any(part.wheel.holding for part in self._partitions.values()):
                 self._release_wanted.clear()
                 await self._release_wanted.wait()
                 continue
-            await sleep(RELEASE_INTERVAL)
+            await sleep(max(0.0, RELEASE_INTERVAL - took))
+            started = time.monotonic()
             await self.release_gated()
+            took = time.monotonic() - started
 
     def _export_backlog(self) -> None:
         """The backlog gauge per gated topic: timers held on this worker's partitions."""
