@@ -387,6 +387,39 @@ def cmd_list(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
+def cmd_cancel_bulk(args: argparse.Namespace) -> int:
+    from app.core.timer_filter import TimerFilter
+    from app.kafka.control import bulk_cancel
+    from app.kafka.topics import ensure_control_topic
+
+    flt = _filter_from_args(args)
+    if flt == TimerFilter():
+        raise KafkaTimersError(
+            "cancel-bulk needs at least one filter (--topic, --key, --key-prefix, "
+            "--id-prefix, --due-from, --due-to, --series)"
+        )
+    settings = _settings(args)
+    ensure_control_topic(settings, timeout=args.timeout)
+    result = bulk_cancel(
+        settings,
+        flt,
+        dry_run=args.dry_run,
+        wait=args.wait,
+        by=_operator_name(),
+        timeout=args.timeout,
+    )
+    print(json.dumps(result))
+    if result["partitions_missing"]:
+        print(
+            f"kafka-timers: warning: no answer within {args.wait:g} s from partitions "
+            f"{result['partitions_missing']} (no worker holds them now?); sending the same "
+            "cancel again is safe",
+            file=sys.stderr,
+        )
+        return 3
+    return 0
+
+
 def cmd_audit(args: argparse.Namespace) -> int:
     from spark_audit.main import run as audit_run
 
@@ -664,6 +697,22 @@ def build_parser() -> argparse.ArgumentParser:
     _filter_flags(p)
     p.add_argument("--count", action="store_true", help="print only how many match")
     p.set_defaults(func=cmd_list)
+
+    p = sub.add_parser(
+        "cancel-bulk",
+        help="cancel every pending timer matching filters, on every worker, through the "
+        "control topic; prints how many (--dry-run: only counts)",
+    )
+    _filter_flags(p)
+    p.add_argument("--dry-run", action="store_true", help="count what would be cancelled")
+    p.add_argument(
+        "--wait",
+        type=_positive_seconds,
+        default=120.0,
+        help="seconds to wait for every partition's answer (exit 3 past it)",
+    )
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to reach the broker")
+    p.set_defaults(func=cmd_cancel_bulk)
 
     p = sub.add_parser(
         "export", help="write every pending timer (one-shot and series) as JSON lines"

@@ -7,6 +7,13 @@ of a key is the setting, a tombstone clears it:
 ``pause/<topic>``
     ``{"paused": true, ...}``: callbacks to ``<topic>`` wait, pending, until a
     tombstone (``kafka-timers resume``) or ``{"paused": false}``.
+``cancel-bulk/<request id>``
+    ``{"filter": {"key_prefix": "customer-42/", ...}, "dry_run": false, ...}``: every
+    worker cancels (or, dry run, counts) the pending timers of the partitions it holds
+    that match the filter (:class:`app.core.timer_filter.TimerFilter`), answering each
+    partition's count on the fired topic; applied only by workers running when it
+    arrives (never again at a start), and tombstoned by ``kafka-timers cancel-bulk`` once
+    answered.
 ``rate/<topic>``
     ``{"per_second": 500.0, ...}``: ``<topic>``'s limit across the service, overriding
     ``KAFKA_TIMERS_TOPIC_RATE_LIMITS``; ``{"per_second": null}`` lifts any limit; a
@@ -30,12 +37,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.timer_filter import TimerFilter
+
 __all__ = [
+    "CANCEL_BULK",
     "MAX_CONTROL_RATE",
     "PAUSE",
     "RATE",
     "ControlRecord",
     "ControlState",
+    "cancel_bulk_record",
     "pause_record",
     "rate_record",
     "read_control",
@@ -44,6 +55,7 @@ __all__ = [
 #: Key prefixes of the kinds of control record.
 PAUSE = "pause/"
 RATE = "rate/"
+CANCEL_BULK = "cancel-bulk/"
 #: Highest limit a record may set (as ``KAFKA_TIMERS_TOPIC_RATE_LIMITS`` accepts).
 MAX_CONTROL_RATE = 10_000_000.0
 #: Longest key read (a topic name is at most 249 characters).
@@ -69,6 +81,9 @@ class ControlRecord:
     per_second: float | None = None
     #: Why it is ignored.
     reason: str = ""
+    #: For ``cancel_bulk``: which timers, and whether only to count them.
+    filter: TimerFilter | None = None
+    dry_run: bool = False
 
 
 def _ignored(reason: str) -> ControlRecord:
@@ -89,6 +104,8 @@ def read_control(key: bytes | None, value: bytes | None) -> ControlRecord:
         kind, topic = "pause", text[len(PAUSE) :]
     elif text.startswith(RATE):
         kind, topic = "rate", text[len(RATE) :]
+    elif text.startswith(CANCEL_BULK):
+        kind, topic = "cancel_bulk", text[len(CANCEL_BULK) :]
     else:
         return _ignored(f"unknown key {text[:100]!r}")
     if not topic:
@@ -103,6 +120,20 @@ def read_control(key: bytes | None, value: bytes | None) -> ControlRecord:
         return _ignored("value is not JSON")
     if not isinstance(doc, dict):
         return _ignored("value is not a JSON object")
+    if kind == "cancel_bulk":
+        query = doc.get("filter")
+        dry_run = doc.get("dry_run", False)
+        if not isinstance(query, dict) or not all(isinstance(v, str) for v in query.values()):
+            return _ignored("'filter' is not an object of strings")
+        if not isinstance(dry_run, bool):
+            return _ignored("'dry_run' is not true or false")
+        try:
+            flt = TimerFilter.from_query(query)
+        except ValueError as exc:
+            return _ignored(f"bad filter: {exc}")
+        if flt == TimerFilter():
+            return _ignored("a bulk cancel needs at least one filter")
+        return ControlRecord(kind, topic, filter=flt, dry_run=dry_run)
     if kind == "pause":
         paused = doc.get("paused", True)
         if not isinstance(paused, bool):
@@ -137,6 +168,15 @@ def rate_record(
     environment says); its tombstone gives the topic back the environment's limit."""
     return f"{RATE}{topic}".encode(), json.dumps(
         {"per_second": per_second, "by": by, "at_ms": at_ms}
+    ).encode()
+
+
+def cancel_bulk_record(
+    request_id: str, flt: TimerFilter, *, dry_run: bool, by: str, at_ms: int
+) -> tuple[bytes, bytes]:
+    """The record asking every worker to cancel (or count) the timers ``flt`` matches."""
+    return f"{CANCEL_BULK}{request_id}".encode(), json.dumps(
+        {"filter": flt.to_query(), "dry_run": dry_run, "by": by, "at_ms": at_ms}
     ).encode()
 
 

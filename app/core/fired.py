@@ -51,6 +51,11 @@ class FiredKind(str, Enum):
     #: ``duplicate`` (that version already fired) or ``cancelled_earlier`` (a cancel with
     #: its token came first). The audit reads it and judges nothing by it.
     DROPPED = "dropped"
+    #: A partition's answer to an operator's bulk cancel (``kafka-timers cancel-bulk``):
+    #: ``id`` is ``cancel-bulk/<request id>``, ``outcome`` ``cancelled`` or ``dry_run``,
+    #: and the JSON adds ``request``, ``matched`` and ``cancelled`` (each cancelled
+    #: timer also has its own ``cancel`` record). The audit judges nothing by it.
+    BULK_CANCEL = "bulk_cancel"
 
 
 class SkipReason(str, Enum):

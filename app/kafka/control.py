@@ -6,6 +6,7 @@ The records' meaning is :mod:`app.core.control`; the worker applies them
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid
@@ -15,13 +16,15 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as _TopicPartition
 
-from app.core.control import ControlRecord, read_control
+from app.core.control import ControlRecord, cancel_bulk_record, read_control
 from app.core.errors import BrokerUnavailable
+from app.core.fired import FiredKind
+from app.core.timer_filter import TimerFilter
 from app.kafka.config import confluent_consumer, confluent_producer
 from app.kafka.topic_config import control_topic
 from app.settings import Settings
 
-__all__ = ["ControlReader", "send_control"]
+__all__ = ["ControlReader", "bulk_cancel", "send_control"]
 
 log = logging.getLogger(__name__)
 
@@ -138,3 +141,82 @@ class ControlReader:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def bulk_cancel(
+    settings: Settings,
+    flt: TimerFilter,
+    *,
+    dry_run: bool,
+    wait: float,
+    by: str,
+    timeout: float,
+) -> dict[str, Any]:
+    """Send a bulk cancel (or count) to every worker through the control topic and add
+    up the answers each partition gives on the fired topic, waiting at most ``wait``
+    seconds for them all; then tombstone the request, so no later worker applies it.
+
+    The answers are read from where the fired topic ended before the request was sent
+    (by ListOffsets, which is never past the true end: reading from an earlier offset
+    only reads more). Returns the sums, the partitions that answered and those that did
+    not.
+    """
+    request_id = uuid.uuid4().hex
+    fired = settings.topics.fired
+    consumer = Consumer(
+        confluent_consumer(
+            settings, group_id=f"kafka-timers-bulk-{request_id}", logger=_LIBRDKAFKA_LOG
+        )
+    )
+    try:
+        try:
+            meta = consumer.list_topics(fired, timeout=timeout)
+            info = meta.topics.get(fired)
+            if info is None or info.error is not None or not info.partitions:
+                raise BrokerUnavailable(f"fired topic {fired!r} not found")
+            partitions = sorted(info.partitions)
+            starts = [
+                _TopicPartition(
+                    fired, p, consumer.get_watermark_offsets(_TopicPartition(fired, p), timeout)[1]
+                )
+                for p in partitions
+            ]
+        except KafkaException as exc:
+            raise BrokerUnavailable(f"reading the end of {fired!r}: {exc}") from exc
+        consumer.assign(starts)
+        key, value = cancel_bulk_record(
+            request_id, flt, dry_run=dry_run, by=by, at_ms=int(time.time() * 1000)
+        )
+        offset = send_control(settings, key, value, timeout)
+        answers: dict[int, dict[str, Any]] = {}
+        deadline = time.monotonic() + wait
+        try:
+            while len(answers) < len(partitions) and time.monotonic() < deadline:
+                for msg in consumer.consume(1000, 0.5):
+                    if msg.error() is not None or msg.key() != key:
+                        continue
+                    try:
+                        doc = json.loads(msg.value() or b"")
+                    except ValueError:
+                        continue
+                    if (
+                        isinstance(doc, dict)
+                        and doc.get("event") == FiredKind.BULK_CANCEL.value
+                        and doc.get("request") == request_id
+                        and isinstance(doc.get("partition"), int)
+                    ):
+                        answers.setdefault(doc["partition"], doc)
+        finally:
+            send_control(settings, key, None, timeout)  # done: no later worker applies it
+    finally:
+        consumer.close()
+    return {
+        "request": request_id,
+        "dry_run": dry_run,
+        "filter": flt.to_query(),
+        "matched": sum(int(a.get("matched", 0)) for a in answers.values()),
+        "cancelled": sum(int(a.get("cancelled", 0)) for a in answers.values()),
+        "partitions_answered": len(answers),
+        "partitions_missing": [p for p in partitions if p not in answers],
+        "control_offset": offset,
+    }

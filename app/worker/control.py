@@ -12,16 +12,30 @@ pauses and limits; each applies them to the partitions it owns.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
-from app.core.control import ControlRecord, ControlState
+from confluent_kafka import Producer
+
+from app.core.control import CANCEL_BULK, ControlRecord, ControlState
+from app.core.fired import FiredKind
+from app.core.keys import parse_timer_key
+from app.core.stored import unpack_timer
+from app.core.timer import Cancel
+from app.core.timer_filter import TimerFilter
+from app.core.wheel import CancelOutcome, PartitionWheel
+from app.kafka.config import confluent_producer
 from app.kafka.control import ControlReader
 from app.settings import Settings
+from app.worker.output import Output
+from app.worker.service import TimerService
 from app.worker.topic_gates import TopicGates
 
-__all__ = ["ControlFollower"]
+__all__ = ["BulkCanceller", "ControlFollower"]
 
 log = logging.getLogger(__name__)
 
@@ -29,15 +43,26 @@ log = logging.getLogger(__name__)
 POLL_SECONDS = 0.5
 #: Pause after the tail failed, before it tries again.
 RETRY_SECONDS = 2.0
+#: Most stored timers one unit of a bulk cancel examines, and most loop time it takes:
+#: the rest of the partition follows in the next unit, ticks and requests in between.
+BULK_CHUNK = 2000
+BULK_CHUNK_SECONDS = 0.01
 
 
 class ControlFollower:
     """Applies the control topic to ``gates``: :meth:`load` once, then :meth:`start`."""
 
     def __init__(
-        self, settings: Settings, gates: TopicGates, configured: Mapping[str, float]
+        self,
+        settings: Settings,
+        gates: TopicGates,
+        configured: Mapping[str, float],
+        bulk: Callable[[ControlRecord], Awaitable[object]] | None = None,
     ) -> None:
         self._settings = settings
+        #: Runs a bulk cancel that arrived while this worker runs (never one read at start).
+        self.bulk = bulk
+        self._bulk_tasks: set[asyncio.Future[object]] = set()
         self._gates = gates
         #: The limits of KAFKA_TIMERS_TOPIC_RATE_LIMITS: a cleared rate record goes back
         #: to these.
@@ -90,6 +115,12 @@ class ControlFollower:
 
     def apply(self, record: ControlRecord) -> None:
         """Apply one record to the gates (on the event loop)."""
+        if record.kind == "cancel_bulk":
+            if self.bulk is not None and record.filter is not None:
+                task = asyncio.ensure_future(self.bulk(record))
+                self._bulk_tasks.add(task)
+                task.add_done_callback(self._bulk_tasks.discard)
+            return
         if not self.state.apply(record):
             return
         topic = record.topic
@@ -115,3 +146,121 @@ class ControlFollower:
             self._thread.join(timeout)
         elif self._reader is not None:
             self._reader.close()
+
+
+class BulkCanceller:
+    """Cancels (or counts) the pending timers a bulk-cancel record's filter matches on
+    every partition this worker holds, a bounded unit at a time, and answers each
+    partition's count on the fired topic (``event: bulk_cancel``, keyed
+    ``cancel-bulk/<request id>``, on the fired partition numbered like it).
+
+    Each cancelled timer is cancelled as by its own token (the wheel's cancel: one in
+    flight is ``already_fired`` and not counted) and answered on the fired topic like
+    any cancel, so the audit knows it; the units are durable before the answer goes.
+    A partition given away meanwhile gets no answer from here (``cancel-bulk`` names it).
+    """
+
+    def __init__(self, settings: Settings, service: TimerService) -> None:
+        self._service = service
+        self._worker = settings.worker_id
+        self._fired_topic = settings.topics.fired
+        self._producer = Producer(
+            confluent_producer(settings, logger=logging.getLogger("librdkafka"))
+        )
+
+    async def run(self, record: ControlRecord) -> None:
+        flt = record.filter
+        assert flt is not None
+        request_id = record.topic
+        log.warning(
+            "bulk %s %s: filter %s",
+            "count" if record.dry_run else "cancel",
+            request_id,
+            flt.to_query(),
+        )
+        for p in sorted(self._service.wheels()):
+            counted = await self._partition(p, flt, record.dry_run)
+            if counted is None:
+                continue
+            matched, cancelled = counted
+            self._answer(request_id, p, matched, cancelled, record.dry_run)
+            log.warning(
+                "bulk cancel %s, partition %d: %d matched, %d cancelled",
+                request_id,
+                p,
+                matched,
+                cancelled,
+            )
+        await asyncio.get_running_loop().run_in_executor(None, self._producer.flush, 30.0)
+
+    async def _partition(self, p: int, flt: TimerFilter, dry_run: bool) -> tuple[int, int] | None:
+        """``(matched, cancelled)`` on partition ``p``; None if it went away meanwhile."""
+        matched = cancelled = 0
+        after = b""
+        while True:
+            chunk: dict[str, Any] = {"next": None, "matched": 0}
+
+            def work(
+                wheel: PartitionWheel,
+                output: Output | None,
+                after: bytes = after,
+                chunk: dict[str, Any] = chunk,
+            ) -> int:
+                deadline = time.perf_counter() + BULK_CHUNK_SECONDS
+                found = []
+                for examined, (key, value) in enumerate(wheel.scan_pending(after), 1):
+                    if flt.id_may_match(parse_timer_key(key)[1]):
+                        timer = unpack_timer(value)
+                        if flt.matches(timer):
+                            found.append((timer.id, timer.token))
+                    if examined >= BULK_CHUNK or (
+                        not examined & 63 and time.perf_counter() > deadline
+                    ):
+                        chunk["next"] = key
+                        break
+                chunk["matched"] = len(found)
+                if output is None:
+                    return 0
+                removed = 0
+                for timer_id, token in found:  # after the scan: never while iterating
+                    if wheel.cancel(Cancel(timer_id, token)) is CancelOutcome.CANCELLED:
+                        output.cancel_outcome(timer_id, token, "cancelled", p)
+                        removed += 1
+                return removed
+
+            if dry_run:
+                wheel = self._service.wheels().get(p)
+                if wheel is None:
+                    return None
+                removed: int | None = work(wheel, None)
+            else:
+                removed = await self._service.change_partition(p, work)
+                if removed is None:
+                    return None
+                cancelled += removed
+            matched += chunk["matched"]
+            if chunk["next"] is None:
+                return matched, cancelled
+            after = chunk["next"] + b"\x00"
+            await asyncio.sleep(0)  # ticks and requests between units
+
+    def _answer(
+        self, request_id: str, partition: int, matched: int, cancelled: int, dry_run: bool
+    ) -> None:
+        key = f"{CANCEL_BULK}{request_id}"
+        value = {
+            "event": FiredKind.BULK_CANCEL.value,
+            "id": key,
+            "token": "",
+            "partition": partition,
+            "worker": self._worker,
+            "outcome": "dry_run" if dry_run else "cancelled",
+            "at_ms": int(time.time() * 1000),
+            "request": request_id,
+            "matched": matched,
+            "cancelled": cancelled,
+        }
+        self._producer.produce(
+            self._fired_topic, json.dumps(value).encode(), key.encode(), partition=partition
+        )
+        self._producer.poll(0)

@@ -29,7 +29,7 @@ from app.core.request_format import RawRecord
 from app.kafka.config import confluent_consumer, confluent_producer
 from app.kafka.topic_config import BROKER_DEFAULT_DELETE_RETENTION_MS
 from app.settings import TABLE_NAME, Settings
-from app.worker.control import ControlFollower
+from app.worker.control import BulkCanceller, ControlFollower
 from app.worker.descriptors import ROCKSDB_MAX_OPEN_FILES
 from app.worker.faust_config import faust_credentials
 from app.worker.faust_internals import (
@@ -297,6 +297,19 @@ def build_worker(
         # control path changes them (and pauses topics) through service.gates.
         gates=gates,
     )
+
+    # Bulk cancels on the control topic, run on the partitions this worker holds.
+    canceller = BulkCanceller(settings, service)
+
+    async def bulk_cancel(record: Any) -> None:
+        try:
+            await canceller.run(record)
+        except DeliveryFailure as exc:
+            _exit_undurable(exc)
+        except Exception:
+            log.exception("bulk cancel %s failed", record.topic)
+
+    control.bulk = bulk_cancel
 
     async def handle_request_batch(records: list[RawRecord]) -> None:
         try:

@@ -977,6 +977,34 @@ class TimerService:
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
+    async def change_partition(
+        self, partition: int, work: Callable[[PartitionWheel, Output], int]
+    ) -> int | None:
+        """Run ``work`` on ``partition``'s wheel as one unit of work, durable when this
+        returns (its store writes and what it produced through the output): an
+        operator's bulk cancel (app.worker.control). ``work`` is synchronous and returns
+        how many pending timers it removed. ``None`` if the partition is not loaded here."""
+        async with self._unit_lock:
+            part = self._partitions.get(partition)
+            if part is None:
+                return None
+            self._output.begin()
+            part.kv.defer_local_writes()
+            try:
+                removed = work(part.wheel, self._output)
+            finally:
+                part.kv.apply_deferred()
+            try:
+                await self._output.commit()
+            except TransactionAborted as exc:
+                raise DeliveryFailure(f"bulk change not committed: {exc}") from exc
+        if removed:
+            self._metrics.cancelled.inc(removed)
+            self._adjust_pending(partition, -removed)
+        self._record_persisted()
+        self._export_keys(partition, part)
+        return removed
+
     def wheels(self) -> dict[int, PartitionWheel]:
         """The wheels of the partitions loaded so far, by partition (read-only use)."""
         return {p: part.wheel for p, part in self._partitions.items()}

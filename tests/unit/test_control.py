@@ -10,6 +10,7 @@ import pytest
 from app.core.control import (
     ControlRecord,
     ControlState,
+    cancel_bulk_record,
     pause_record,
     rate_record,
     read_control,
@@ -92,3 +93,28 @@ def test_the_follower_applies_records_to_the_gates() -> None:
     follower.apply(read_control(b"pause/a", None))
     assert gates.paused() == frozenset() and gates.budget(0, "a") is None
     assert json.loads(pause_record("a", by="x", at_ms=0)[1])["paused"] is True
+
+
+def test_cancel_bulk_records() -> None:
+    from app.core.timer_filter import TimerFilter
+
+    flt = TimerFilter(key_prefix=b"customer-42/", topic="reminders")
+    key, value = cancel_bulk_record("r1", flt, dry_run=True, by="ops", at_ms=1)
+    assert key == b"cancel-bulk/r1"
+    record = read_control(key, value)
+    assert (record.kind, record.topic, record.filter, record.dry_run) == (
+        "cancel_bulk",
+        "r1",
+        flt,
+        True,
+    )
+    assert not ControlState().apply(record)  # no state: it is run, never kept
+    for bad in (
+        b'{"filter": {}}',  # everything: refused
+        b'{"filter": {"colour": "red"}}',
+        b'{"filter": {"topic": 1}}',
+        b'{"filter": {"topic": "t"}, "dry_run": "no"}',
+        b'{"filter": []}',
+    ):
+        assert read_control(b"cancel-bulk/r2", bad).kind == "ignored", bad
+    assert read_control(b"cancel-bulk/r2", None).kind == "cancel_bulk"  # its tombstone
