@@ -9,9 +9,11 @@ would give for the busiest second (the mean plus 2.5 standard deviations of a bi
 count: the expected maximum of 61 such seconds), and without a spread: every callback in
 one second (the burst scenario).
 
-The issue asks a million; the full run sends 200,000 (stored in a few seconds, then a
-minute of firing) to keep ``make bench`` under its budget on this machine: the share
-per second is what is measured, and it only gets flatter with more timers.
+The issue asks a million; the full run sends 200,000 (stored in seconds, then a minute
+of firing) to keep ``make bench`` within its budget on this machine: the share per
+second is what is measured, and it only gets flatter with more timers, as long as every
+request is stored before its second (checked and reported: a request read after its
+fire second fires at once, and the figure then measures storing, not spread).
 """
 
 from __future__ import annotations
@@ -72,9 +74,14 @@ def run(ctx: RunContext) -> ScenarioResult:
         load = RequestLoad(stack, callbacks)
         load.send_encoded(_request(i, due, callbacks) for i in timer_ids("spread", count))
         load.flush()
-        stored = sum(w.metric("kafka_timers_scheduled_total") for w in workers)
+        stored_at = None
+        next_check = 0.0
         with TopicFollower(stack.settings, callbacks, _callback) as follower:
             while len(follower.items) < count:
+                if stored_at is None and time.monotonic() >= next_check:
+                    next_check = time.monotonic() + 0.5  # the workers' metrics, not too often
+                    if sum(w.metric("kafka_timers_scheduled_total") for w in workers) >= count:
+                        stored_at = time.time()
                 if time.time() > due + SPREAD + 120:
                     raise TimeoutError(f"{len(follower.items):,} of {count:,} fired by due+180s")
                 follower.poll(0.1)
@@ -95,7 +102,8 @@ def run(ctx: RunContext) -> ScenarioResult:
         "spread_seconds": SPREAD,
         "due": due,
         "lead_seconds": lead,
-        "stored_before_due": stored >= count,
+        "stored_before_due": stored_at is not None and stored_at < due,
+        "stored_seconds_before_due": (due - stored_at) if stored_at else None,
         "per_second": window,
         "mean_per_second": mean,
         "peak_over_mean": peak,
@@ -107,15 +115,18 @@ def run(ctx: RunContext) -> ScenarioResult:
         "fired": len(ids),
     }
     verdict = peak <= SPREAD_PEAK and early == 0 and after == 0 and len(ids) == count
+    # A request read after its fire second fires at once: then the figure measures how
+    # fast the workers store, not the spread.
+    note = "" if detail["stored_before_due"] else " (NOT all stored before due)"
     return ScenarioResult(
         figures=[
             Figure(
                 "spread",
-                f"{count:,} due in one second, spread {SPREAD}s, 2 workers: busiest second",
+                f"{count:,} due in one second, spread {SPREAD}s, 2 workers: busiest second{note}",
                 f"{peak:.2f}x mean ({max(window):,} of mean {mean:,.0f})",
                 f"random placement ~{ideal:.2f}x; without spread all {count:,} in 1 s (burst)",
                 f"≤ {SPREAD_PEAK}x mean",
-                peak <= SPREAD_PEAK,
+                peak <= SPREAD_PEAK and bool(detail["stored_before_due"]),
                 value=peak,
                 detail=detail,
             ),
