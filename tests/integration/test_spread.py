@@ -31,7 +31,7 @@ LATENESS_BOUND_MS = 5000
 
 
 def test_600_timers_due_in_one_second_fire_over_the_spread_window(stack: Stack) -> None:
-    topic = stack.callback_topic("spread-callbacks")
+    topic = stack.callback_topic(f"spread-callbacks-{stack.settings.app_id}")
     stack.oscillator()
     stack.worker()
     client = TimerClient(stack.settings)

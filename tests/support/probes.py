@@ -88,4 +88,5 @@ def metric_total(base_url: str, name: str) -> float:
         for family in text_string_to_metric_families(text)
         if family.name == name
         for sample in family.samples
+        if not sample.name.endswith("_created")  # a counter's creation time, not a count
     )
