@@ -51,7 +51,7 @@ from app.settings import Settings
 from tests.conftest import fresh_settings
 from tests.support.broker import BrokerInfo
 from tests.support.stack import Stack, running_stack
-from tests.support.waiting import wait_until
+from tests.support.waiting import keep_reading, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKERS = ("w-a", "w-b")
@@ -402,10 +402,9 @@ def test_timers_stored_by_one_release_fire_once_after_the_switch_to_the_other(
         timeout=90,
         message=f"not every timer {first.version} stored fired under {second.version}",
     )
-    # Deliberate, not waiting for a result: a duplicate or a cancelled timer's fire would
-    # come with or right after the last expected one; give it that long to show.
-    time.sleep(1.5)
-    reader.poll(0.5)
+    # A duplicate or a cancelled timer's fire would come with or right after the last
+    # expected one: keep reading that long for it to show.
+    keep_reading(reader.poll, 2.0)
     problems = judge(plan, fires_by_id(reader.records), switched_ms, cancelled_ms)
     assert not problems, "\n".join(problems)
     for process in second.processes:

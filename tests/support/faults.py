@@ -24,7 +24,7 @@ from app.kafka.config import confluent_producer
 from app.kafka.records import Record, TopicReader
 from app.settings import Settings
 from tests.support.stack import Stack
-from tests.support.waiting import wait_until
+from tests.support.waiting import keep_reading, wait_until
 
 __all__ = [
     "FaultScene",
@@ -172,9 +172,7 @@ class FireWatch:
     def drain_stragglers(self, seconds: float = 2.0) -> None:
         """Keep reading a little after the last expected callback: a duplicate on its
         way (a redelivered tick, a second oscillator) would arrive in this time."""
-        deadline = time.monotonic() + seconds
-        while time.monotonic() < deadline:
-            self.poll(0.2)
+        keep_reading(self.poll, seconds)
         self.audit.read_to_end()
         self.callbacks.read_to_end()
 

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-__all__ = ["wait_until", "wait_until_async"]
+__all__ = ["keep_reading", "wait_until", "wait_until_async"]
 
 T = TypeVar("T")
 
@@ -61,3 +61,12 @@ def _probe_once(
         what = message() if callable(message) else message
         raise AssertionError(f"timed out after {timeout:g}s: {what}")
     return result
+
+
+def keep_reading(poll: Callable[[float], object], seconds: float) -> None:
+    """Read with ``poll`` (a timeout in seconds) for ``seconds``: a window in which
+    nothing more should arrive (a duplicate, a fire while paused) is watched, not slept
+    through, so whatever does arrive is there for the test to find."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        poll(min(0.2, left))
