@@ -21,11 +21,9 @@ once, none early, those due during the stall as soon as it is ready.
 from __future__ import annotations
 
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from app.kafka.topics import ensure_topics
 from tests.conftest import fresh_settings
@@ -42,21 +40,6 @@ TIMERS = 60
 STALL_SECONDS = 3.0
 #: Stalled attempts the worker must live through before the broker comes back.
 STALLED_ATTEMPTS = 3
-
-
-def retries_so_far(base_url: str) -> float:
-    """``kafka_timers_recovery_retries_total`` (its ``_created`` sample left out)."""
-    try:
-        with urllib.request.urlopen(base_url + "/metrics", timeout=2) as response:
-            text = response.read().decode()
-    except OSError:
-        return 0.0
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == "kafka_timers_recovery_retries_total"
-    )
 
 
 def test_a_catch_up_that_cannot_reach_the_end_leaves_the_worker_alive_and_not_ready(
@@ -101,7 +84,7 @@ def test_a_catch_up_that_cannot_reach_the_end_leaves_the_worker_alive_and_not_re
                     if not seen or seen[-1][1:] != (status, reason[:60]):
                         seen.append((round(time.monotonic() - started, 1), status, reason[:60]))
                     assert status != 200, f"ready while its catch-up is held back: {body}"
-                    retries = retries_so_far(second.metrics)
+                    retries = metric_total(second.metrics, "kafka_timers_recovery_retries")
                     return status == 503 and "stalled" in reason and retries >= STALLED_ATTEMPTS
 
                 wait_until(
