@@ -559,27 +559,7 @@ class TimerService:
             (partition, part, second, timers, self._fire_all(partition, second, timers))
             for partition, part, second, timers in due
         ]
-        if any(timers for _, _, _, timers, _ in began):
-            try:
-                await self._output.flush()
-            except DeliveryFailure:
-                for _, part, _, _, _ in began:
-                    part.wheel.abort_tick()
-                raise
-        for partition, part, second, timers, fired in began:
-            # The forgetting rides with the next flush; lost in a crash, it means a
-            # duplicate. A series' next occurrence is written before its fired one is
-            # deleted, so a crash loses neither (finish_tick). Locally it is one write
-            # per partition (a RocksDB WriteBatch), so a crash keeps all of it or none.
-            part.kv.defer_local_writes()
-            try:
-                part.wheel.finish_tick(second, timers, fired.successors)
-            finally:
-                part.kv.apply_deferred()
-            self._ticked(partition, part, second, timers, fired)
-        count = sum(len(fired.delivered) for _, _, _, _, fired in began)
-        if any(timers for _, _, _, timers, _ in began):
-            self._record_persisted()
+        count = await self._deliver_then_forget(began)
         if gated or self._backlog_topics:
             self._export_backlog()
         return count
@@ -657,22 +637,37 @@ class TimerService:
             if timers:
                 await self._look_up_topics(timers)
                 began.append((p, part, through, timers, self._fire_all(p, through, timers)))
-        if not began:
-            return 0
-        try:
-            await self._output.flush()
-        except DeliveryFailure:
-            for _, part, _, _, _ in began:
-                part.wheel.abort_tick()
-            raise
-        for p, part, through, timers, fired in began:
+        return await self._deliver_then_forget(began)
+
+    async def _deliver_then_forget(
+        self, began: list[tuple[int, _Partition, int, list[Timer], _Fired]]
+    ) -> int:
+        """Flush the callbacks of ``(partition, part, second, timers, fired)`` rounds, then
+        forget what each delivered; return how many were delivered.
+
+        The forgetting rides with the next flush; lost in a crash, it means a duplicate. A
+        series' next occurrence is written before its fired one is deleted, so a crash
+        loses neither (finish_tick). Locally it is one write per partition (a RocksDB
+        WriteBatch), so a crash keeps all of it or none. A failed flush forgets nothing;
+        rounds with no timers still advance their wheels, without a flush.
+        """
+        produced = any(timers for _, _, _, timers, _ in began)
+        if produced:
+            try:
+                await self._output.flush()
+            except DeliveryFailure:
+                for _, part, _, _, _ in began:
+                    part.wheel.abort_tick()
+                raise
+        for partition, part, second, timers, fired in began:
             part.kv.defer_local_writes()
             try:
-                part.wheel.finish_tick(through, timers, fired.successors)
+                part.wheel.finish_tick(second, timers, fired.successors)
             finally:
                 part.kv.apply_deferred()
-            self._ticked(p, part, through, timers, fired)
-        self._record_persisted()
+            self._ticked(partition, part, second, timers, fired)
+        if produced:
+            self._record_persisted()
         return sum(len(fired.delivered) for _, _, _, _, fired in began)
 
     async def _release_in_transaction(self, p: int, part: _Partition) -> int:
