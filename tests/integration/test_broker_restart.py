@@ -43,7 +43,6 @@ from tests.integration.test_faults import (
     settle,
     wait_until_fraction_fired,
 )
-from tests.integration.test_recovery_stall import retries_so_far
 from tests.support.faults import (
     FaultScene,
     Fire,
@@ -359,7 +358,7 @@ def test_a_broker_restart_while_a_worker_recovers_loses_nothing(
                 name: "member_id was not recognized" in w.log_text() for name, w in workers.items()
             }
             held = metric_total(newcomer.metrics, "kafka_timers_pending")
-            retries = retries_so_far(newcomer.metrics)
+            retries = metric_total(newcomer.metrics, "kafka_timers_recovery_retries")
             report = (
                 f"[broker kill -9 while w-new recovers, away {away:g} s] {verdict.summary()}; "
                 f"pending at the kill: {pending} (+{BALLAST} ballast due in an hour); w-new "
