@@ -629,8 +629,12 @@ class PartitionWheel:
         deliver in this round (then :meth:`finish_tick` forgets them like fired ones).
 
         Read back from the store: one a cancel or a reschedule removed meanwhile is
-        dropped here (its index entry no longer points at its key), and an id held twice
-        (a request sent again while held) goes out once.
+        dropped here (every path that points an id's index entry elsewhere deletes the
+        key it pointed at, so a key still there is the pending version, exactly as
+        :meth:`begin_tick`'s scan finds it; :meth:`finish_tick` checks the index once
+        more), and an id held twice (a request sent again while held) goes out once.
+        One read per timer, not two: this is the whole cost of a limited topic's
+        delivery beyond an unlimited one's.
         """
         heap = self._held.get(topic)
         if not heap:
@@ -646,8 +650,6 @@ class PartitionWheel:
             if raw is None:
                 continue  # cancelled or rescheduled while held
             timer = unpack_timer(raw)
-            if kv.get(index_key(timer_id)) != _pending_entry(entry.slot, timer.token):
-                continue
             taken.append(HeldTimer(timer, entry.since))
             self._in_flight.add(timer_id)
             if timer.recurrence is not None:

@@ -593,7 +593,7 @@ class TimerService:
             if not taken:
                 continue
             if budget is not None:
-                self.gates.spend(partition, topic, len(taken))
+                self.gates.spend(partition, topic, len(taken), waiting=wheel.held_count(topic))
             delay = self._metrics.rate_limit_delay.labels(callback_topic=self._topic_label(topic))
             since, run = taken[0].since, 0
             for entry in taken:  # held together, delayed alike: one observation per run

@@ -5,8 +5,10 @@ from __future__ import annotations
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from app.worker.topic_gates import BURST_SECONDS, TokenBucket, TopicGates
+from app.worker.topic_gates import BURST_SECONDS, WINDOW_SECONDS, TokenBucket, TopicGates
 
 
 class Clock:
@@ -52,6 +54,65 @@ def test_over_any_second_a_bucket_gives_at_most_its_rate_plus_its_burst() -> Non
     for start in [5.0 + k * 0.1 for k in range(90)]:
         window = sum(n for at, n in given if start <= at < start + 1.0)
         assert window <= 62.5 * (1 + BURST_SECONDS) + 1
+
+
+def test_a_backlogged_bucket_served_by_slow_rounds_still_gives_its_rate() -> None:
+    """Rounds a quarter second apart (a big flush): a tenth-of-a-second bucket would give
+    40% of the rate; a backlogged one keeps what accrues between rounds."""
+    bucket = TokenBucket(6_250.0, now=0.0)
+    t, total = 0.0, 0
+    while t < 10.0:
+        t += 0.25
+        n = bucket.available(t)
+        bucket.spend(n, backlogged=True)
+        total += n
+    assert total == pytest.approx(6_250 * 10, rel=0.03)
+
+
+def test_an_idle_bucket_keeps_only_its_burst() -> None:
+    bucket = TokenBucket(100.0, now=0.0)
+    bucket.spend(0, backlogged=False)  # the last round emptied what was held
+    assert bucket.available(5.0) == round(100 * BURST_SECONDS)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rate=st.sampled_from([0.5, 7.0, 62.5, 6_250.0]),
+    rounds=st.lists(
+        st.tuples(st.floats(0.001, 2.5), st.booleans(), st.floats(0.0, 1.0)),
+        min_size=1,
+        max_size=60,
+    ),
+)
+def test_no_window_gets_more_than_the_rate_plus_the_burst(
+    rate: float, rounds: list[tuple[float, bool, float]]
+) -> None:
+    """Whatever the rounds' spacing (stalls included), whether timers remain after each,
+    and however much of its budget each round takes."""
+    bucket = TokenBucket(rate, now=0.0)
+    t = 0.0
+    given_at: list[tuple[float, int]] = []
+    for gap, backlogged, share in rounds:
+        t += gap
+        n = math.floor(bucket.available(t) * share)
+        bucket.spend(n, backlogged=backlogged)
+        given_at.append((t, n))
+    ceiling = rate * WINDOW_SECONDS + bucket.capacity
+    for start, _ in given_at:
+        window = sum(n for at, n in given_at if start <= at < start + WINDOW_SECONDS)
+        assert window <= ceiling + 1e-9
+    assert sum(n for _, n in given_at) <= rate * t + bucket.capacity + 1e-9
+
+
+def test_a_full_window_says_when_it_has_room_again() -> None:
+    bucket = TokenBucket(10.0, now=0.0)
+    bucket.spend(0, backlogged=True)
+    assert bucket.available(1.0) == 10
+    bucket.spend(10, backlogged=True)
+    bucket.tokens = 5.0  # tokens to spare, but the window is full but for its burst
+    assert bucket.available(1.0) == 1
+    bucket.spend(1, backlogged=True)
+    assert bucket.seconds_to(1.0) == pytest.approx(1.0)
 
 
 def test_gates_share_a_limit_per_partition_and_start_each_bucket_empty() -> None:
