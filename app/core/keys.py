@@ -13,6 +13,10 @@ prefixes. Keys of one kind sort together, so each kind is one ordered range:
     expires. Sorted by expiry second, so forgetting is a range scan swept as ticks
     advance, like firing; the index entry goes only if it still equals the value (a
     reschedule since then changed it, and it must stay).
+``S<id>``
+    timer ``id`` is paused by its owner (value empty): while the key is there, its
+    occurrences wait when due (:meth:`app.core.wheel.PartitionWheel.pause`). Only for
+    pending timers: the key goes with the timer.
 ``W``
     the last second whose timers have all been fired and forgotten.
 ``R``
@@ -41,6 +45,8 @@ __all__ = [
     "FAUST_OFFSET",
     "INDEX",
     "INDEX_END",
+    "PAUSED",
+    "PAUSED_END",
     "PENDING",
     "PENDING_END",
     "REQUEST_OFFSET",
@@ -51,6 +57,7 @@ __all__ = [
     "index_key",
     "parse_expiry_key",
     "parse_timer_key",
+    "paused_key",
     "timer_key",
 ]
 
@@ -66,6 +73,10 @@ INDEX_END = b"J"
 EXPIRY = b"X"
 #: First key after every expiry key.
 EXPIRY_END = b"Y"
+#: Prefix of the keys of paused timers.
+PAUSED = b"S"
+#: First key after every paused timer's key.
+PAUSED_END = b"T"
 #: Key of the fired-through second.
 WATERMARK = b"W"
 #: Key of the last applied request offset.
@@ -99,6 +110,11 @@ def bucket_floor(second: int) -> bytes:
 def index_key(timer_id: str) -> bytes:
     """Key of timer ``timer_id``'s entry in the id index."""
     return INDEX + timer_id.encode()
+
+
+def paused_key(timer_id: str) -> bytes:
+    """Key saying that timer ``timer_id`` is paused."""
+    return PAUSED + timer_id.encode()
 
 
 def expiry_key(expiry: int, timer_id: str) -> bytes:

@@ -54,6 +54,8 @@ from app.core.keys import (
     EXPIRY_END,
     INDEX,
     INDEX_END,
+    PAUSED,
+    PAUSED_END,
     PENDING,
     PENDING_END,
     WATERMARK,
@@ -63,6 +65,7 @@ from app.core.keys import (
     index_key,
     parse_expiry_key,
     parse_timer_key,
+    paused_key,
     timer_key,
 )
 from app.core.stored import check_layout, pack_timer, unpack_timer
@@ -78,6 +81,7 @@ __all__ = [
     "KeyCounts",
     "OrderedKV",
     "PartitionWheel",
+    "PauseOutcome",
     "Scheduled",
     "key_kind",
 ]
@@ -139,7 +143,7 @@ def key_kind(key: bytes, value: bytes) -> str:
     changelog) from outside: benchmarks, tests, tools.
     """
     prefix = key[:1]
-    if prefix == PENDING or (prefix == INDEX and value[:1] == _PENDING):
+    if prefix in (PENDING, PAUSED) or (prefix == INDEX and value[:1] == _PENDING):
         return "pending"
     if prefix in (INDEX, EXPIRY):
         return "remembered"
@@ -150,7 +154,8 @@ def key_kind(key: bytes, value: bytes) -> str:
 class KeyCounts:
     """How many store keys a wheel holds, by kind; kept up to date with every write.
 
-    ``pending`` counts the keys of pending timers (the timer and its ``P`` index entry),
+    ``pending`` counts the keys of pending timers (the timer, its ``P`` index entry and,
+    while it is paused, its ``S`` key),
     ``remembered`` the keys of fired and cancelled ids (their index entry and expiry
     key); ``timers`` is the number of pending timers. Bookkeeping keys (``W``, ``R``,
     Faust's offset) are not the wheel's: see :data:`app.core.keys.BOOKKEEPING`.
@@ -227,6 +232,29 @@ class CancelOutcome(str, Enum):
     NOT_REMEMBERED = "not_remembered"
 
 
+class PauseOutcome(str, Enum):
+    """What a pause or a resume did; answered on the fired topic like a cancel."""
+
+    #: Paused: its occurrences wait when due (also the answer to a repeat).
+    PAUSED = "paused"
+    #: Resumed: what came due while paused fires now, by its late policy.
+    RESUMED = "resumed"
+    #: The token did not match the pending timer's: refused, nothing changed.
+    WRONG_TOKEN = "wrong_token"
+    #: The timer has fired (a one-shot, or a series that ended) or is firing right now.
+    ALREADY_FIRED = "already_fired"
+    #: No pending timer with that id (never scheduled, cancelled, or forgotten).
+    NOT_FOUND = "not_found"
+
+
+class _Parked(NamedTuple):
+    """A paused timer that came due: it waits here (and in the store) until resumed."""
+
+    slot: int
+    topic: str
+    since: float
+
+
 class _Held(NamedTuple):
     """A due timer a gate holds back, in its topic's heap (ordered by key second): its key
     only, the timer itself stays in the store (a backlog of a million costs ~150 MB of
@@ -296,6 +324,13 @@ class PartitionWheel:
         self._held_order = count()
         #: Whether this round took held timers (:meth:`abort_tick` must then rescan).
         self._taken = False
+        #: Ids paused by their owners: their ``S`` keys, read by :meth:`recount`.
+        self._paused: set[str] = set()
+        #: Paused timers that came due, by id: pending in the store and kept above the
+        #: watermark like held ones, until :meth:`resume` hands them to the held heaps.
+        self._parked: dict[str, _Parked] = {}
+        #: The oldest slot among :attr:`_parked` (None: work it out again).
+        self._parked_floor: int | None = None
 
     # -- requests ---------------------------------------------------------------
 
@@ -341,6 +376,8 @@ class PartitionWheel:
                 counts.timers -= 1
                 counts.pending -= 1
                 replaced = True
+                if timer.id in self._paused:  # a new version is a new decision
+                    self._unpause(timer.id)
         fire_at = timer.fire_at
         if self.ticked_through is not None and fire_at <= self.ticked_through:
             if replaced:
@@ -406,6 +443,98 @@ class PartitionWheel:
         self._terminal(cancel.id, _IndexEntry(_CANCELLED, due, index.token), was=index)
         return CancelOutcome.CANCELLED
 
+    # -- pause and resume, by the timer's owner ------------------------------------------
+
+    def pause(self, request: Cancel) -> PauseOutcome:
+        """Pause the pending timer ``request.id`` (a one-shot or a series) if the token
+        matches: from now on its occurrences wait when due, in the store, across
+        restarts and new owners, until :meth:`resume`. An occurrence on its way out goes
+        out. A new version of the timer (scheduled again) is not paused."""
+        index = self._index(request.id)
+        outcome = self._owned(request, index)
+        if outcome is not None:
+            return outcome
+        if request.id not in self._paused:
+            self._kv.put(paused_key(request.id), b"")
+            self._paused.add(request.id)
+            self.counts.pending += 1
+        return PauseOutcome.PAUSED
+
+    def resume(self, request: Cancel) -> PauseOutcome:
+        """Resume the paused timer ``request.id`` if the token matches: an occurrence
+        that came due meanwhile is held for delivery at once (:meth:`take_held`), where
+        its late policy applies as to any late fire; resuming one not paused is a no-op
+        answered ``resumed``."""
+        outcome = self._owned(request, self._index(request.id))
+        if outcome is not None:
+            return outcome
+        if request.id in self._paused:
+            parked = self._parked.get(request.id)
+            self._unpause(request.id)
+            if parked is not None:
+                heap = self._held.setdefault(parked.topic, [])
+                heapq.heappush(
+                    heap, _Held(parked.slot, next(self._held_order), request.id, parked.since)
+                )
+        return PauseOutcome.RESUMED
+
+    def is_paused(self, timer_id: str) -> bool:
+        return timer_id in self._paused
+
+    @property
+    def paused_count(self) -> int:
+        """Timers paused by their owners (parked or not yet due)."""
+        return len(self._paused)
+
+    def _owned(self, request: Cancel, index: _IndexEntry | None) -> PauseOutcome | None:
+        """Why ``request`` (a pause or resume) cannot act on its timer, or None."""
+        if index is None or index.state == _CANCELLED:
+            return PauseOutcome.NOT_FOUND
+        if index.state == _FIRED or (
+            request.id in self._in_flight and request.id not in self._in_flight_series
+        ):
+            return PauseOutcome.ALREADY_FIRED
+        if request.token != index.token:
+            return PauseOutcome.WRONG_TOKEN
+        return None
+
+    def _unpause(self, timer_id: str) -> None:
+        self._paused.discard(timer_id)
+        if self._parked.pop(timer_id, None) is not None:
+            self._parked_floor = None
+        self._kv.delete(paused_key(timer_id))
+        self.counts.pending -= 1
+
+    def _park(self, timer_id: str, slot: int, topic: str, since: float) -> None:
+        self._in_flight.discard(timer_id)
+        self._in_flight_series.discard(timer_id)
+        self._parked[timer_id] = _Parked(slot, topic, since)
+        floor = self._parked_floor
+        if (floor is not None and slot < floor) or (floor is None and len(self._parked) == 1):
+            self._parked_floor = slot
+
+    def _park_paused(self, timers: list[Timer], slots: dict[tuple[str, int], int]) -> list[Timer]:
+        """Of a scan's due ``timers``, those to deliver: paused ones are parked."""
+        paused = self._paused
+        now = self._clock()
+        keep = []
+        for timer in timers:
+            if timer.id in paused:
+                self._park(timer.id, slots.get((timer.id, timer.due), timer.due), timer.topic, now)
+            else:
+                keep.append(timer)
+        return keep
+
+    def _oldest_waiting(self) -> int | None:
+        """The oldest slot a held or parked timer is stored under, or None."""
+        oldest = self._oldest_held() if self._held else None
+        if self._parked:
+            if self._parked_floor is None:
+                self._parked_floor = min(p.slot for p in self._parked.values())
+            if oldest is None or self._parked_floor < oldest:
+                oldest = self._parked_floor
+        return oldest
+
     def mark_fired(self, timer: Timer) -> None:
         """Record that ``timer`` (fired at once, never stored) has been delivered; for a
         series, that it ended at once (otherwise :meth:`store_successor` keeps it)."""
@@ -452,6 +581,8 @@ class PartitionWheel:
 
         ``was`` is the index entry it replaces (for the key counts).
         """
+        if timer_id in self._paused:  # a paused timer's key goes with the timer
+            self._unpause(timer_id)
         encoded = entry.encode()
         expiry = expiry_key(self._now() + self._memory, timer_id)
         counts = self.counts
@@ -516,6 +647,9 @@ class PartitionWheel:
                 slot = parse_timer_key(key)[0]
                 if slot != timer.due:  # a catch-up occurrence, or a spread timer, keyed
                     slots[(timer.id, timer.due)] = slot  # under a later second
+        if self._paused:
+            timers = self._park_paused(timers, slots)
+            series.intersection_update(t.id for t in timers)
         self._in_flight = {t.id for t in timers}
         self._in_flight_series = series
         self._slots = slots
@@ -565,7 +699,8 @@ class PartitionWheel:
         persisted = self._persisted_through
         # Held timers stay pending below the scan: the persisted watermark stays under the
         # oldest of them, so a reload (a restart, a new owner) scans them again.
-        mark = second if not self._held else min(second, self._oldest_held() - 1)
+        waiting = self._oldest_waiting() if self._held or self._parked else None
+        mark = second if waiting is None else min(second, waiting - 1)
         if mark != persisted and (
             fired or persisted is None or mark - persisted >= WATERMARK_PERSIST_INTERVAL
         ):
@@ -645,6 +780,9 @@ class PartitionWheel:
             entry = heapq.heappop(heap)
             timer_id = entry.timer_id
             if timer_id in self._in_flight:
+                continue
+            if timer_id in self._paused:  # paused while held: it waits for its resume
+                self._park(timer_id, entry.slot, topic, entry.since)
                 continue
             raw = kv.get(timer_key(entry.slot, timer_id))
             if raw is None:
@@ -742,9 +880,12 @@ class PartitionWheel:
                 terminal_index += 1
                 in_advance += value.startswith(_IN_ADVANCE_PREFIX)
         expiries = sum(1 for _ in self._kv.scan(EXPIRY, EXPIRY_END))
+        self._paused = {key[1:].decode() for key, _ in self._kv.scan(PAUSED, PAUSED_END)}
+        self._parked = {}
+        self._parked_floor = None
         self.counts = KeyCounts(
             timers=timers,
-            pending=timers + pending_index,
+            pending=timers + pending_index + len(self._paused),
             remembered=terminal_index + expiries,
             in_advance=in_advance,
         )

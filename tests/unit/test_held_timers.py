@@ -1,6 +1,7 @@
-"""Timers a gate holds back, against a model: whatever is scheduled, replaced, cancelled,
-held, released in small budgets and reloaded, each delivered timer is the current pending
-version of its id, due by then, and every one still pending at the end goes out once.
+"""Timers a gate holds back or their owner pauses, against a model: whatever is
+scheduled, replaced, cancelled, paused, resumed, held, released in small budgets and
+reloaded, each delivered timer is the current pending version of its id, due by then and
+not paused, and every one still pending at the end goes out once, once resumed.
 
 The wheel reads held timers back from the store with one read each (no index check:
 :meth:`PartitionWheel.take_held`); this is what makes that safe.
@@ -8,11 +9,13 @@ The wheel reads held timers back from the store with one read each (no index che
 
 from __future__ import annotations
 
+from itertools import count
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.core.timer import Cancel, Timer
-from app.core.wheel import PartitionWheel, Scheduled
+from app.core.wheel import PartitionWheel, PauseOutcome, Scheduled
 from tests.support.memkv import MemoryKV
 
 START = 1_767_225_600
@@ -30,22 +33,33 @@ _cancel = st.tuples(st.just("cancel"), st.sampled_from(IDS), st.sampled_from(["t
 _tick = st.tuples(st.just("tick"), st.integers(0, 3), st.integers(0, 3))
 _release = st.tuples(st.just("release"), st.integers(0, 3))
 _reload = st.tuples(st.just("reload"))
-_steps = st.lists(st.one_of(_schedule, _cancel, _tick, _release, _reload), max_size=40)
+_pause = st.tuples(
+    st.sampled_from(["pause", "resume"]), st.sampled_from(IDS), st.sampled_from(["t1", "t2"])
+)
+_steps = st.lists(
+    st.one_of(_schedule, _cancel, _tick, _release, _reload, _pause, _pause), max_size=40
+)
 
 
 class Model:
-    """What should be pending: id -> (token, due), and what went out."""
+    """What should be pending: id -> (token, due), and what went out: the number of each
+    accepted request, so that a version sent again after newer ones (a new timer by then,
+    which may fire again) is told from a duplicate delivery."""
 
     def __init__(self) -> None:
         self.pending: dict[str, tuple[str, int]] = {}
-        self.delivered: list[tuple[str, str, int]] = []
+        self.accepted: dict[str, int] = {}
+        self.serial = count()
+        self.paused: set[str] = set()
+        self.delivered: list[int] = []
 
     def deliver(self, timers: list[Timer], second: int) -> None:
         for t in timers:
             assert self.pending.get(t.id) == (t.token, t.due), (t, self.pending)
             assert t.due <= second  # never early
+            assert t.id not in self.paused
             del self.pending[t.id]
-            self.delivered.append((t.id, t.token, t.due))
+            self.delivered.append(self.accepted.pop(t.id))
 
 
 def run(steps: list[tuple[object, ...]]) -> None:
@@ -64,7 +78,13 @@ def run(steps: list[tuple[object, ...]]) -> None:
         return wheel.ticked_through if wheel.ticked_through is not None else int(clock[0])
 
     def take(budget: int) -> list[Timer]:
-        return [entry.timer for entry in wheel.take_held(GATED, budget)]
+        """As the service's gates do: a gated topic by its budget, any other (a resumed
+        timer's) at once."""
+        return [
+            entry.timer
+            for topic in wheel.held_topics()
+            for entry in wheel.take_held(topic, budget if topic == GATED else None)
+        ]
 
     def tick(second: int, budget: int) -> None:
         clock[0] = float(second)
@@ -94,6 +114,8 @@ def run(steps: list[tuple[object, ...]]) -> None:
             accepted = wheel.schedule(timer)
             if accepted.outcome in (Scheduled.STORED, Scheduled.FIRE_NOW):
                 model.pending[timer.id] = (timer.token, timer.due)
+                model.accepted[timer.id] = next(model.serial)
+                model.paused.discard(timer.id)  # a new version is not paused
             if accepted.outcome is Scheduled.FIRE_NOW:
                 if timer.topic == GATED:  # as the service does for a gated topic
                     wheel.hold_due(timer, clock[0])
@@ -107,6 +129,23 @@ def run(steps: list[tuple[object, ...]]) -> None:
             if entry is not None and entry[0] == token:
                 assert outcome.value == "cancelled", outcome
                 del model.pending[str(tid)]
+                del model.accepted[str(tid)]
+                model.paused.discard(str(tid))
+        elif kind in ("pause", "resume"):
+            _, tid, token = step
+            entry = model.pending.get(str(tid))
+            request = Cancel(id=str(tid), token=str(token))
+            answer = wheel.pause(request) if kind == "pause" else wheel.resume(request)
+            if entry is None:
+                assert answer in (PauseOutcome.NOT_FOUND, PauseOutcome.ALREADY_FIRED), answer
+            elif entry[0] != token:
+                assert answer is PauseOutcome.WRONG_TOKEN
+            elif kind == "pause":
+                assert answer is PauseOutcome.PAUSED
+                model.paused.add(str(tid))
+            else:
+                assert answer is PauseOutcome.RESUMED
+                model.paused.discard(str(tid))
         elif kind == "tick":
             _, gap, budget = step
             tick(now() + int(str(gap)), int(str(budget)))
@@ -118,8 +157,13 @@ def run(steps: list[tuple[object, ...]]) -> None:
                 wheel.finish_tick(through, taken)
         else:  # a restart: held timers are below the persisted watermark, scanned again
             wheel = load()
-    # The gate opens: everything still pending goes out, each once.
-    second = now() + 10
+    # Every pause is lifted and the gate opens: everything still pending goes out, once.
+    for tid in sorted(model.paused):
+        assert wheel.is_paused(tid)
+        assert wheel.resume(Cancel(id=tid, token=model.pending[tid][0])) is PauseOutcome.RESUMED
+    model.paused.clear()
+    assert wheel.paused_count == 0
+    second = max([now()] + [due for _, due in model.pending.values()]) + 1
     tick(second, 1_000)
     while wheel.holding:
         taken = take(1_000)
@@ -129,7 +173,7 @@ def run(steps: list[tuple[object, ...]]) -> None:
     assert len(model.delivered) == len(set(model.delivered))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_steps)
 def test_held_timers_go_out_as_the_model_says(steps: list[tuple[object, ...]]) -> None:
     run(steps)
