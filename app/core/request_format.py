@@ -58,7 +58,7 @@ from app.core.errors import InvalidTimeSpec, RejectedRequest, RejectReason
 from app.core.late import LatePolicy
 from app.core.recurrence import ANCHOR_SLACK_SECONDS, Recurrence
 from app.core.spread import MAX_SPREAD_SECONDS
-from app.core.sr_framing import is_framed, unframe
+from app.core.sr_framing import unframe
 from app.core.timer import Cancel, Header, Timer
 
 __all__ = ["RawRecord", "derived_id", "parse_request"]
@@ -148,7 +148,7 @@ def _parse(record: RawRecord, now: float | None) -> Timer | Cancel:
     value = record.value
     if value[:1] == b"{":
         return _from_json(record, now)
-    if is_framed(value):
+    if value[:1] == b"\x00":  # Schema Registry's magic byte (sr_framing.is_framed, inline)
         return _from_framed(record, now)
     if value.lstrip()[:1] == b"{":
         # JSON after leading whitespace, or protobuf whose first tag is a whitespace byte:
