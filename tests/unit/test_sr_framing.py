@@ -5,13 +5,16 @@ Values written by confluent-kafka's own ``ProtobufSerializer`` and ``JSONSeriali
 unframed message, with the frame's schema id kept; hypothesis frames every request the
 unframed property tests draw, and throws arbitrary bytes after the magic byte: each is
 a timer, a cancel or a dead letter with a reason. The schema id survives storage and
-lands in the fired record.
+lands in the fired record; the previous release, rolled back to, fires such timers.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from confluent_kafka.schema_registry import SchemaRegistryClient
@@ -24,11 +27,15 @@ from hypothesis import strategies as st
 from app.core import proto, protowire
 from app.core.errors import RejectedRequest, RejectReason
 from app.core.fired import FiredRecord, fired_json
+from app.core.recurrence import Recurrence
 from app.core.request_format import RawRecord, parse_request
 from app.core.sr_framing import MAX_MESSAGE_INDEXES, frame, unframe
 from app.core.stored import pack_timer, unpack_timer
 from app.core.timer import Cancel, Timer
+from app.core.wheel import PartitionWheel
+from tests.support.memkv import MemoryKV
 from tests.unit.test_future_proto import MANY, futures, keys, parsed
+from tests.unit.test_spread_rollback import OLD_RELEASE_TICKS, ROOT, T0, previous_release
 
 REQUEST_TOPIC = "timer-request"
 SENT_MS = 1_767_225_600_000
@@ -198,3 +205,43 @@ def test_a_release_before_the_schema_extension_reads_the_timer_it_stored() -> No
     stored = pack_timer(timer)
     without_extension = stored[:-8]
     assert unpack_timer(without_extension) == replace(timer, schema_id=None)
+
+
+def test_the_previous_release_fires_timers_stored_with_a_schema_id(tmp_path: Path) -> None:
+    """0.2.0 (RELEASES' newest) reads the schema extension as bytes after the layout's
+    fields, which it ignores: a timer stored with a schema id, spread or not, one-shot or
+    a series, fires once at this tree's second and is forgotten."""
+    version, commit = previous_release()
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", commit, "app"], capture_output=True, check=False
+    )
+    assert archive.returncode == 0, f"cannot extract release {version}: {archive.stderr!r}"
+    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive.stdout, check=True)
+    kv = MemoryKV()
+    wheel = PartitionWheel(kv, clock=lambda: T0 - 10)
+    one = Timer("one", T0, "cb", b"k", b"v", "tok", spread=40, schema_id=7)
+    rec = Recurrence.interval(30, start=T0, count=2).anchored(T0 - 1)
+    series = Timer("series", T0, "cb", None, b"v", "tok", recurrence=rec, seq=1, schema_id=7)
+    plain = Timer("plain", T0 + 5, "cb", None, b"v", "tok", schema_id=2**31)
+    for timer in (one, series, plain):
+        wheel.schedule(timer)
+    ran = subprocess.run(
+        [sys.executable, "-c", OLD_RELEASE_TICKS, str(T0)],
+        input=json.dumps([[k.hex(), v.hex()] for k, v in kv.data.items()]),
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    result = json.loads(ran.stdout)
+    fired = sorted((i, seq, second) for i, seq, _due, second in result["fired"])
+    assert fired == [
+        ("one", 0, one.fire_at),
+        ("plain", 0, T0 + 5),
+        ("series", 1, T0),
+        ("series", 2, T0 + 30),
+    ]
+    assert result["pending"] == 0
