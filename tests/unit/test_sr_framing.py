@@ -33,8 +33,16 @@ from app.core.sr_framing import MAX_MESSAGE_INDEXES, frame, unframe
 from app.core.stored import pack_timer, unpack_timer
 from app.core.timer import Cancel, Timer
 from app.core.wheel import PartitionWheel
+from tests.support.hostile import (
+    arbitrary_records,
+    check_record,
+    json_records,
+    protobuf_records,
+    within_budget,
+)
 from tests.support.memkv import MemoryKV
 from tests.unit.test_future_proto import MANY, futures, keys, parsed
+from tests.unit.test_hostile_records import hostile
 from tests.unit.test_spread_rollback import OLD_RELEASE_TICKS, ROOT, T0, previous_release
 
 REQUEST_TOPIC = "timer-request"
@@ -245,3 +253,29 @@ def test_the_previous_release_fires_timers_stored_with_a_schema_id(tmp_path: Pat
         ("series", 2, T0 + 30),
     ]
     assert result["pending"] == 0
+
+
+@st.composite
+def framed_records(draw: st.DrawFn) -> RawRecord:
+    """A hostile JSON or protobuf request, framed as Schema Registry's serializers do or
+    with a broken frame; or arbitrary bytes after the magic byte."""
+    kind = draw(st.sampled_from(["json", "protobuf", "arbitrary"]))
+    schema_id = draw(st.one_of(st.just(1), st.integers(0, 2**32 - 1)))
+    if kind == "arbitrary":
+        inner = draw(arbitrary_records())
+        return replace(inner, value=b"\x00" + draw(st.binary(max_size=200)))
+    inner = draw(json_records() if kind == "json" else protobuf_records())
+    assert inner.value is not None
+    indexes = None if kind == "json" else draw(st.sampled_from([(0,), (1,), (1, 0), (7, 300)]))
+    framed = frame(schema_id, inner.value, indexes)
+    cut = draw(st.one_of(st.none(), st.integers(0, 8)))  # a frame cut short
+    return replace(inner, value=framed if cut is None else framed[:cut])
+
+
+@hostile
+@given(record=framed_records().filter(within_budget))
+def test_hostile_framed_requests_are_handled_by_the_worker(record: RawRecord) -> None:
+    """The worker's whole request path (TimerService on memory stores, then a canary):
+    never raises, the next record is stored, each record accounted for, every derived
+    record within the budget, in bounded time (tests/support/hostile.py)."""
+    check_record(record)
