@@ -15,17 +15,20 @@ import sys
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import NonRecordingSpan, SpanKind, get_current_span, set_span_in_context
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from app.core import protowire
 from app.core.errors import ConfigurationError
 from app.core.request_format import RawRecord
 from app.core.timer import Timer
 from app.settings import Settings
-from app.worker.otel_spans import FIRE_SPAN, SCHEDULE_SPAN, OtelTracing
+from app.worker.otel_spans import FIRE_SPAN, SCHEDULE_SPAN, OtelTracing, _span_context
 from app.worker.output import OutputProducer
 from app.worker.tracing import TRACEPARENT, tracing_for
 from tests.unit.test_output_audits import _RecordingProducer
@@ -193,3 +196,49 @@ def test_the_endpoint_comes_from_otel_exporter_otlp_endpoint() -> None:
     assert isinstance(tracing_for(settings), OtelTracing)
     with pytest.raises(ConfigurationError, match="OTEL_EXPORTER_OTLP_ENDPOINT"):
         Settings.from_env({"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"})
+
+
+_HEX = "0123456789abcdef"
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    value=st.one_of(
+        st.builds(
+            lambda v, t, s, f, rest: f"{v}-{t}-{s}-{f}{rest}",
+            st.sampled_from(["00", "01", "cc", "ff", "0g", "0"]),
+            st.one_of(st.text(_HEX, min_size=32, max_size=32), st.just("0" * 32)),
+            st.one_of(st.text(_HEX, min_size=16, max_size=16), st.just("0" * 16)),
+            st.one_of(st.text(_HEX, min_size=2, max_size=2), st.just("0")),
+            st.sampled_from(["", "-", "-x", "x", " "]),
+        ),
+        st.text(max_size=80),
+    )
+)
+def test_a_traceparent_is_read_as_the_sdks_propagator_reads_it(value: str) -> None:
+    ours = _span_context(value.encode("utf-8", "surrogatepass"))
+    theirs = get_current_span(TraceContextTextMapPropagator().extract({TRACEPARENT: value}))
+    sdk = theirs.get_span_context()
+    if not sdk.is_valid:
+        assert ours is None
+    else:
+        assert ours is not None
+        assert (ours.trace_id, ours.span_id, ours.trace_flags) == (
+            sdk.trace_id,
+            sdk.span_id,
+            sdk.trace_flags,
+        )
+
+
+def test_the_callbacks_traceparent_is_the_one_the_sdks_propagator_writes(
+    tracing: OtelTracing, spans: InMemorySpanExporter
+) -> None:
+    timer = Timer("t-1", NOW, "cb", None, b"v", headers=((TRACEPARENT, REQUEST_TRACEPARENT),))
+    out, recorder = traced_output(tracing)
+    out.callback(timer, partition=0, fired_at_ms=NOW * 1000)
+    (fire,) = spans.get_finished_spans()
+    carrier: dict[str, str] = {}
+    TraceContextTextMapPropagator().inject(
+        carrier, set_span_in_context(NonRecordingSpan(fire.context))
+    )
+    assert dict(recorder.headers[0])[TRACEPARENT] == carrier[TRACEPARENT].encode()
