@@ -1,8 +1,9 @@
 """Settings: built once at each entry point from the environment, then passed down.
 
 No other module reads ``os.environ``. Every variable has the prefix ``KAFKA_TIMERS_``
-except the two names operators already know: ``KAFKA_BOOTSTRAP_SERVERS`` and
-``METRICS_PORT``.
+except the names operators already know: ``KAFKA_BOOTSTRAP_SERVERS``, ``METRICS_PORT``
+and OpenTelemetry's ``OTEL_EXPORTER_OTLP_ENDPOINT`` (the OpenTelemetry SDK, once tracing
+is on, reads its own ``OTEL_*`` variables: headers, timeouts, batching).
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ __all__ = [
 _T = TypeVar("_T")
 
 PREFIX = "KAFKA_TIMERS_"
+#: OpenTelemetry's own name for the collector's address (read as it is, no prefix).
+OTLP_ENDPOINT = "OTEL_EXPORTER_OTLP_ENDPOINT"
 #: Name of the worker's Faust table of timers; its changelog is named after it.
 TABLE_NAME = "timers"
 TEN_YEARS = 10 * 365 * 86400 + 3 * 86400
@@ -213,6 +216,10 @@ class Settings:
     #: ``kafka_timers_fired_total`` (the first this many a worker delivers to; the rest
     #: count as ``other``): a label value per topic name would grow without bound.
     max_topic_labels: int = 100
+    #: OpenTelemetry's ``OTEL_EXPORTER_OTLP_ENDPOINT``: the base URL of an OTLP/HTTP
+    #: collector (spans go to ``<it>/v1/traces``). Set: the worker records a span per
+    #: schedule and per fire (app/worker/tracing.py); unset: no tracing at all.
+    otlp_endpoint: str | None = None
     #: The operator's credential for the routes that say which timers exist
     #: (``/timers/next``, ``/timers/<id>``): sent as ``Authorization: Bearer <token>``.
     #: Unset, those routes are off (403); ``/status``, ``/livez``, ``/readyz`` and
@@ -338,6 +345,8 @@ class Settings:
             env[PREFIX + "PARTITIONS"] = str(self.partitions)
         if self.metrics_port is not None:
             env["METRICS_PORT"] = str(self.metrics_port)
+        if self.otlp_endpoint is not None:
+            env[OTLP_ENDPOINT] = self.otlp_endpoint
         optional = {
             "SASL_MECHANISM": self.security.sasl_mechanism,
             "SASL_USERNAME": self.security.sasl_username,
@@ -521,6 +530,7 @@ class Settings:
                 "seconds a changelog catch-up may make no progress before it is retried",
             ),
             late_policy=read.text("LATE_POLICY") or defaults.late_policy,
+            otlp_endpoint=read.url(OTLP_ENDPOINT),
             operator_token=read.secret("OPERATOR_TOKEN"),
             security=security,
             remember_seconds=read.integer(
@@ -704,6 +714,18 @@ class _Reader:
         """``KAFKA_TIMERS_<name>``, or ``None`` when unset or empty."""
         value = self.env.get(PREFIX + name)
         return value if value not in (None, "") else None
+
+    def url(self, name: str) -> str | None:
+        """An ``http://`` or ``https://`` URL in variable ``name`` (no prefix), or None."""
+        raw = self.env.get(name)
+        if not raw:
+            return None
+        if not re.fullmatch(r"https?://[^\s/?#]+(/[^\s?#]*)?", raw):
+            raise ConfigurationError(
+                f"{name}={raw[:100]!r} is not an http:// or https:// URL (an OTLP/HTTP "
+                "collector's base address, e.g. http://otel-collector:4318)"
+            )
+        return raw.rstrip("/")
 
     def secret(self, name: str) -> str | None:
         """A credential: at least 16 printable ASCII characters, no spaces; never quoted

@@ -126,6 +126,9 @@ class FiredRecord:
     coalesced: int | None = None
     #: A :class:`SkipReason` value (skipped only).
     reason: str | None = None
+    #: The Schema Registry schema id the timer's request was framed with (fired and
+    #: skipped, only for a framed request; :mod:`app.core.sr_framing`).
+    schema_id: int | None = None
 
     @classmethod
     def fired(
@@ -143,6 +146,7 @@ class FiredRecord:
             topic=timer.topic,
             seq=timer.seq or None,
             coalesced=coalesced or None,
+            schema_id=timer.schema_id,
         )
 
     @classmethod
@@ -169,6 +173,7 @@ class FiredRecord:
             seq=timer.seq or None,
             coalesced=coalesced or None,
             reason=reason.value,
+            schema_id=timer.schema_id,
         )
 
     @classmethod
@@ -284,6 +289,8 @@ def fired_json(
         text += f', "seq": {timer.seq}'
     if coalesced:
         text += f', "coalesced": {coalesced}'
+    if timer.schema_id is not None:
+        text += f', "schema_id": {timer.schema_id}'
     return (text + "}").encode()
 
 

@@ -244,6 +244,7 @@ def _at(timer: Timer, seq: int, due: int, fired_before: int) -> Timer:
         fired_before,
         timer.late,
         timer.spread,
+        timer.schema_id,
     )
 
 

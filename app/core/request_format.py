@@ -15,6 +15,12 @@ Three formats share the topic; they are told apart like this, in order:
    (:mod:`app.core.proto`). A record holding only fields 1-3 and keyed by its expiry
    second, exactly what the original article's producers send, is a valid timer.
 
+A JSON or protobuf request may come **framed** in Confluent Schema Registry's wire
+format (the value starts with byte ``0``, which neither format can start with): the
+frame is unwrapped by :mod:`app.core.sr_framing`, the message inside read as JSON or
+protobuf as above, and the frame's schema id kept with the timer
+(:attr:`app.core.timer.Timer.schema_id`).
+
 A JSON or protobuf request may be **recurring**: a cron expression (with a time zone)
 or an interval instead of a due time, with an optional start, end and count. Its first
 occurrence is fixed here, from the start and the record's timestamp, but never more
@@ -29,7 +35,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 from typing import Any
 
@@ -52,6 +58,7 @@ from app.core.errors import InvalidTimeSpec, RejectedRequest, RejectReason
 from app.core.late import LatePolicy
 from app.core.recurrence import ANCHOR_SLACK_SECONDS, Recurrence
 from app.core.spread import MAX_SPREAD_SECONDS
+from app.core.sr_framing import unframe
 from app.core.timer import Cancel, Header, Timer
 
 __all__ = ["RawRecord", "derived_id", "parse_request"]
@@ -141,6 +148,8 @@ def _parse(record: RawRecord, now: float | None) -> Timer | Cancel:
     value = record.value
     if value[:1] == b"{":
         return _from_json(record, now)
+    if value[:1] == b"\x00":  # Schema Registry's magic byte (sr_framing.is_framed, inline)
+        return _from_framed(record, now)
     if value.lstrip()[:1] == b"{":
         # JSON after leading whitespace, or protobuf whose first tag is a whitespace byte:
         # field 1 (the callback topic) is tag "\n", and a 123-byte topic's length is "{".
@@ -151,6 +160,29 @@ def _parse(record: RawRecord, now: float | None) -> Timer | Cancel:
                 raise
             return _from_protobuf(record, now)
     return _from_protobuf(record, now)
+
+
+def _from_framed(record: RawRecord, now: float | None) -> Timer | Cancel:
+    """A request in Schema Registry's wire format: its message read as JSON (no message
+    indexes; after whitespace, tried as protobuf too, as unframed values are) or as a
+    protobuf ``Future``; a timer keeps the frame's schema id."""
+    assert record.value is not None
+    body = record.value[5:]
+    if body.lstrip()[:1] == b"{":
+        framed = unframe(record.value, json=True)
+        try:
+            request = _from_json(replace(record, value=framed.message), now)
+        except RejectedRequest as not_json:
+            if not_json.reason is not RejectReason.MALFORMED or body[:1] == b"{":
+                raise
+            framed = unframe(record.value, json=False)
+            request = _from_protobuf(replace(record, value=framed.message), now)
+    else:
+        framed = unframe(record.value, json=False)
+        request = _from_protobuf(replace(record, value=framed.message), now)
+    if isinstance(request, Timer):
+        return replace(request, schema_id=framed.schema_id)
+    return request
 
 
 def _key_text(record: RawRecord) -> str:

@@ -19,6 +19,12 @@ that second, never early, and forgets it; only its ``timer-due`` says the fire s
 rather than the requested one (README: Releases, upgrades and rollbacks). Bytes after a
 layout's fields are the extension, in every layout to come.
 
+A timer whose request came in Schema Registry's wire format (:mod:`app.core.sr_framing`)
+also keeps its **schema id**: the spread extension (``0, 0`` for no spread) followed by
+the *schema extension*, the id as a signed 64-bit number. A release before it reads the
+spread extension and ignores what follows: it fires the timer as it would, and its fired
+record has no ``schema_id``.
+
 The rule for stores that outlive releases (README, Releases, upgrades and rollbacks):
 the first byte of every stored timer is its layout version, in every layout to come. A
 release that meets a version newer than it knows refuses to go on
@@ -55,6 +61,8 @@ _SERIES = struct.Struct(">qqBB")
 _NUMBERS = struct.Struct(">qqqqq")
 #: The spread extension: spread and offset, seconds (after the layout's fields).
 _SPREAD = struct.Struct(">qq")
+#: The schema extension, after the spread extension: the request's schema id.
+_SCHEMA = struct.Struct(">q")
 _RECURRENCE_NONE, _RECURRENCE_CRON, _RECURRENCE_INTERVAL = 0, 1, 2
 _CATCH_UP_CODES = {None: 0, CatchUp.COALESCE: 1, CatchUp.ALL: 2}
 _CATCH_UPS = {code: value for value, code in _CATCH_UP_CODES.items()}
@@ -123,8 +131,10 @@ def pack_timer(timer: Timer) -> bytes:
         _put(parts, value)
     if not plain:
         _pack_series(parts, timer)
-    if spread:
+    if spread or timer.schema_id is not None:
         parts.append(_SPREAD.pack(spread, fire_at - timer.due))
+    if timer.schema_id is not None:
+        parts.append(_SCHEMA.pack(timer.schema_id))
     return b"".join(parts)
 
 
@@ -187,6 +197,7 @@ def unpack_timer(data: bytes) -> Timer:
     seq = fired_before = 0
     late: LatePolicy | None = None
     spread = 0
+    schema_id: int | None = None
     if version == _V2:
         seq, fired_before, kind, flags = _SERIES.unpack_from(data, pos)
         pos += _SERIES.size
@@ -207,6 +218,9 @@ def unpack_timer(data: bytes) -> Timer:
     if pos < len(data):  # the spread extension: the head is the fire second
         spread, offset = _SPREAD.unpack_from(data, pos)
         due -= offset
+        pos += _SPREAD.size
+        if pos < len(data):  # the schema extension
+            (schema_id,) = _SCHEMA.unpack_from(data, pos)
     return Timer(
         id=timer_id,
         due=due,
@@ -220,4 +234,5 @@ def unpack_timer(data: bytes) -> Timer:
         fired_before=fired_before,
         late=late,
         spread=spread,
+        schema_id=schema_id,
     )

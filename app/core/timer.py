@@ -48,6 +48,9 @@ class Timer:
     #: Seconds past ``due`` over which the callback may be spread (0: none). It fires at
     #: :attr:`fire_at`, in ``[due, due + spread]``; ``due`` stays the requested second.
     spread: int = 0
+    #: The Schema Registry schema id of the request's frame (:mod:`app.core.sr_framing`),
+    #: or ``None`` for a request that came unframed. Kept for the fired record (audit).
+    schema_id: int | None = None
 
     @property
     def fire_at(self) -> int:

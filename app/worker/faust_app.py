@@ -61,6 +61,7 @@ from app.worker.tick_backlog import TickBacklog
 from app.worker.tick_intake import TickIntake
 from app.worker.topic_directory import TopicDirectory
 from app.worker.topic_gates import TopicGates
+from app.worker.tracing import tracing_for
 
 __all__ = ["WEB_VIEWS_OFF", "WorkerApp", "build_worker"]
 
@@ -232,6 +233,7 @@ def build_worker(
         clock=time.time,
     )
     policy = settings.request_policy()
+    tracing = tracing_for(settings)  # None unless OTEL_EXPORTER_OTLP_ENDPOINT is set
     output = OutputProducer(
         confluent_producer(
             settings, **{"client.id": f"kafka-timers-{settings.worker_id}", **LIBRDKAFKA_LOG}
@@ -243,6 +245,7 @@ def build_worker(
             f"{settings.app_id}-{settings.worker_id}" if settings.exactly_once else None
         ),
         max_record_bytes=max_record_bytes,
+        tracing=tracing,
     )
 
     catchup_conf = confluent_consumer(
@@ -296,6 +299,7 @@ def build_worker(
         # Rate limits per callback topic, shared as limit / N per partition; the
         # control path changes them (and pauses topics) through service.gates.
         gates=gates,
+        tracing=tracing,
     )
 
     # Bulk cancels on the control topic, run on the partitions this worker holds.

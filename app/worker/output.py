@@ -23,6 +23,7 @@ from app.core.fired import FiredRecord, SkipReason, fired_json, json_string
 from app.core.request_format import RawRecord
 from app.core.routing import HOP_HEADER, hop_value
 from app.core.timer import Timer
+from app.worker.tracing import Tracing
 
 __all__ = ["DeliveryFailure", "Output", "OutputProducer", "TransactionAborted"]
 
@@ -108,6 +109,7 @@ class OutputProducer:
         transactional_id: str | None = None,
         clock: Callable[[], float] = time.time,
         max_record_bytes: int | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         conf = dict(conf)
         # A request must never create a topic (Apache Kafka's broker default and the dev
@@ -150,6 +152,8 @@ class OutputProducer:
         #: Changelog records the broker refused: the table would diverge from its changelog.
         self._changelog_errors: list[str] = []
         self._worker_json = json_string(worker_id)
+        #: Records a fire span per callback and puts its traceparent on it; None: off.
+        self._tracing = tracing
         #: The ``timer-fired-at`` header of the last fire time seen: a tick's timers share one.
         self._fired_at: tuple[int, bytes] = (-1, b"")
         #: Audit records of callbacks produced since the unit's last flush or commit:
@@ -241,7 +245,8 @@ class OutputProducer:
         ahead a timestamp may be (Kafka 4's ``message.timestamp.after.max.ms``, 1 hour)
         when a test moves that clock, and would add nothing in production.
         A series occurrence also carries ``timer-seq``, and ``timer-coalesced`` when the
-        ``coalesce`` policy folded earlier occurrences into it.
+        ``coalesce`` policy folded earlier occurrences into it. With tracing on, its
+        ``traceparent`` is its fire span's (:mod:`app.worker.tracing`).
         """
         timer_id = timer.id.encode()
         if fired_at_ms != self._fired_at[0]:
@@ -257,6 +262,8 @@ class OutputProducer:
             if coalesced:
                 headers.append(("timer-coalesced", b"%d" % coalesced))
         headers.extend(timer.headers)
+        if self._tracing is not None:
+            self._tracing.fired(timer, headers, partition)
 
         def delivered(err: KafkaError | None, _msg: Message) -> None:
             if err is not None:

@@ -43,6 +43,7 @@ from app.worker.output import DeliveryFailure, Output, TransactionAborted
 from app.worker.stores import PartitionStore, StoreFactory
 from app.worker.topic_directory import TopicDirectory
 from app.worker.topic_gates import RELEASE_INTERVAL, TopicGates
+from app.worker.tracing import Tracing
 
 __all__ = ["KEY_KINDS", "TimerService"]
 
@@ -128,8 +129,11 @@ class TimerService:
         request_partitions: int | None = None,
         lease: GroupLease | None = None,
         gates: TopicGates | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self._policy = policy
+        #: Spans for schedules (here) and fires (the output's); None: tracing is off.
+        self._tracing = tracing
         #: Rate limits and pauses per callback topic (app.worker.topic_gates): timers of a
         #: gated topic are held in their wheel and delivered as its partition's bucket
         #: allows, by the tick rounds and by :meth:`run_gated_release` between ticks.
@@ -306,6 +310,8 @@ class TimerService:
                     if isinstance(request, Cancel):
                         self._cancel(part, record, request)
                         continue
+                    if self._tracing is not None:
+                        request = self._tracing.scheduled(record, request)
                     check(request, now)
                     check_fits(request, max_record)
                     accepted = part.wheel.schedule(request)
