@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
 from app.cli import _worker_urls
+from app.dev.demo import _stop_on
 from app.dev.discovery import DemoStack, read_demo_stack, remove_demo_stack, write_demo_stack
 from app.dev.lifetime import die_with_parent
 from app.settings import Settings, default_demo_file
@@ -109,3 +111,19 @@ def test_a_child_dies_with_the_thread_that_started_it_so_only_the_main_thread_ma
     worker.start()
     worker.join()
     assert seen == [None]
+
+
+def test_the_demo_stops_on_a_hangup_unless_nohup_ignores_it() -> None:
+    saved = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        stop = threading.Event()
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup leaves it
+        _stop_on(stop)
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        _stop_on(stop)
+        os.kill(os.getpid(), signal.SIGHUP)  # handled between two bytecodes, at once
+        assert stop.wait(10), "a hangup stops the demo as Ctrl-C does"
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
