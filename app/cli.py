@@ -13,7 +13,9 @@ import signal
 import sys
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from decimal import Decimal
+from pathlib import Path
 from typing import Any, NoReturn
 
 from app.core.errors import KafkaTimersError
@@ -57,7 +59,9 @@ def _settings(args: argparse.Namespace) -> Settings:
     )
 
 
-def _stop_on_signals() -> threading.Event:
+def _stop_on_signals(*, hangup: bool = False) -> threading.Event:
+    """An event set on Ctrl-C and SIGTERM, and with ``hangup`` on SIGHUP (the terminal
+    closed) unless ``nohup`` made the process ignore it."""
     stop = threading.Event()
 
     def handler(_signum: int, _frame: Any) -> None:
@@ -65,7 +69,44 @@ def _stop_on_signals() -> threading.Event:
 
     signal.signal(signal.SIGINT, handler)
     signal.signal(signal.SIGTERM, handler)
+    if hangup and signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, handler)
     return stop
+
+
+def _worker_urls(settings: Settings, args: argparse.Namespace) -> tuple[Settings, list[str]]:
+    """The worker URLs a command asks, and the settings to read Kafka with.
+
+    ``--url`` wins, then ``KAFKA_TIMERS_WEB_PORT`` (this host). Without either, a running
+    ``kafka-timers demo`` (its discovery file, :mod:`app.dev.discovery`) gives its
+    workers, and its broker, app id and operator credential unless the environment or
+    ``--bootstrap`` chose them; a chosen broker or app id other than the demo's means
+    another stack, and the demo is left out. Last comes the default port,
+    ``127.0.0.1:6066``.
+    """
+    from app.dev.discovery import read_demo_stack
+
+    given = [u.rstrip("/") for u in (getattr(args, "url", None) or [])]
+    if given:
+        return settings, given
+    local = [f"http://127.0.0.1:{settings.web_port}"]
+    if "KAFKA_TIMERS_WEB_PORT" in settings.chosen:
+        return settings, local
+    demo = read_demo_stack(Path(settings.demo_file))
+    if demo is None:
+        return settings, local
+    chosen = settings.chosen
+    if "KAFKA_BOOTSTRAP_SERVERS" in chosen and settings.bootstrap_servers != demo.bootstrap:
+        return settings, local
+    if "KAFKA_TIMERS_APP_ID" in chosen and settings.app_id != demo.app_id:
+        return settings, local
+    demo_settings = replace(
+        settings,
+        bootstrap_servers=demo.bootstrap,
+        app_id=demo.app_id,
+        operator_token=settings.operator_token or demo.operator_token,
+    )
+    return demo_settings, list(demo.workers)
 
 
 def cmd_broker(args: argparse.Namespace) -> int:
@@ -73,7 +114,7 @@ def cmd_broker(args: argparse.Namespace) -> int:
 
     broker = DevBroker(args.port, quiet=not args.verbose).start()
     print(f"dev broker listening; export KAFKA_BOOTSTRAP_SERVERS={broker.bootstrap}", flush=True)
-    stop = _stop_on_signals()
+    stop = _stop_on_signals(hangup=True)
     try:
         while not stop.wait(0.5):
             if broker.process is None or broker.process.poll() is not None:
@@ -320,19 +361,26 @@ def cmd_rate(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from app.dev.demo import run_demo
 
-    return run_demo(timers=args.timers, duration=args.duration, partitions=args.partitions)
+    return run_demo(
+        timers=args.timers,
+        duration=args.duration,
+        partitions=args.partitions,
+        demo_file=Path(_settings(args).demo_file),
+    )
 
 
 def cmd_status(args: argparse.Namespace) -> int:
     from app.status.cli import status_main
 
-    return status_main(_settings(args), args)
+    settings, args.url = _worker_urls(_settings(args), args)
+    return status_main(settings, args)
 
 
 def cmd_get(args: argparse.Namespace) -> int:
     from app.status.timer_state import get_main
 
-    return get_main(_settings(args), args)
+    settings, args.url = _worker_urls(_settings(args), args)
+    return get_main(settings, args)
 
 
 def _filter_from_args(args: argparse.Namespace) -> Any:
@@ -362,13 +410,12 @@ def _filter_from_args(args: argparse.Namespace) -> Any:
 def cmd_list(args: argparse.Namespace) -> int:
     from app.status.listing import list_workers
 
-    settings = _settings(args)
+    settings, urls = _worker_urls(_settings(args), args)
     flt = _filter_from_args(args)
     if settings.operator_token is None:
         raise KafkaTimersError(
             "listing timers needs the operator's credential: set KAFKA_TIMERS_OPERATOR_TOKEN"
         )
-    urls = [u.rstrip("/") for u in (args.url or [])] or [f"http://127.0.0.1:{settings.web_port}"]
     shown = 0
 
     def emit(timer: dict[str, Any]) -> None:

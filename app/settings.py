@@ -23,9 +23,11 @@ from app.core.policy import RequestPolicy, compile_topic_pattern, is_legal_topic
 from app.core.wheel import DEFAULT_MAX_CANCELS_IN_ADVANCE
 
 __all__ = [
+    "ENDPOINT_VARIABLES",
     "SecuritySettings",
     "Settings",
     "TopicNames",
+    "default_demo_file",
     "parse_topic_rate_limits",
     "split_allow_list",
 ]
@@ -69,6 +71,21 @@ MAX_SESSION_TIMEOUT = 3600.0
 MAX_WORKER_ID_CHARS = 200
 #: Longest app id: ``<app id>-timers-changelog`` must still be a legal topic name.
 MAX_APP_ID_CHARS = 249 - len(f"-{TABLE_NAME}-changelog")
+#: The variables that say where the service is. A command that may use the running
+#: demo's addresses (``kafka-timers status``, ``get``, ``list``) does so only for those
+#: not set (see :attr:`Settings.chosen`).
+ENDPOINT_VARIABLES = ("KAFKA_BOOTSTRAP_SERVERS", PREFIX + "APP_ID", PREFIX + "WEB_PORT")
+
+
+def default_demo_file(env: Mapping[str, str]) -> str:
+    """Where the demo's addresses go when ``KAFKA_TIMERS_DEMO_FILE`` is unset: the user's
+    runtime directory (per user, removed at logout, as systemd and XDG intend for such
+    files), else their cache directory."""
+    runtime = env.get("XDG_RUNTIME_DIR")
+    if runtime:
+        return os.path.join(runtime, "kafka-timers-demo.json")
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(cache, "kafka-timers", "demo.json")
 
 
 @dataclass(frozen=True)
@@ -229,6 +246,15 @@ class Settings:
     #: (``KAFKA_TIMERS_TOPIC_RATE_LIMITS="reminders=500/s,billing=50/s"``, also ``/m`` and
     #: ``/h``): see :mod:`app.worker.topic_gates`.
     topic_rate_limits: tuple[tuple[str, float], ...] = ()
+    #: Where ``kafka-timers demo`` writes the addresses of its stack (workers, broker)
+    #: and where ``status``, ``get`` and ``list`` look for them when told nothing else
+    #: (``KAFKA_TIMERS_DEMO_FILE``; by default ``$XDG_RUNTIME_DIR/kafka-timers-demo.json``,
+    #: else ``~/.cache/kafka-timers/demo.json``: a per-user place, not the working
+    #: directory, so another shell finds it from anywhere).
+    demo_file: str = field(default_factory=lambda: default_demo_file(os.environ))
+    #: The variables among :data:`ENDPOINT_VARIABLES` that the environment or a flag
+    #: set: a command that may fall back on the demo's addresses keeps those it was given.
+    chosen: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
 
     @property
     def partition_count(self) -> int:
@@ -331,6 +357,7 @@ class Settings:
             PREFIX + "STOP_GRACE_SECONDS": str(self.stop_grace_seconds),
             PREFIX + "CATCHUP_STALL_SECONDS": str(self.catchup_stall_seconds),
             PREFIX + "LATE_POLICY": self.late_policy,
+            PREFIX + "DEMO_FILE": self.demo_file,
             **({PREFIX + "OPERATOR_TOKEN": self.operator_token} if self.operator_token else {}),
             PREFIX + "SECURITY_PROTOCOL": self.security.protocol,
             PREFIX + "REMEMBER_SECONDS": str(self.remember_seconds),
@@ -531,6 +558,8 @@ class Settings:
             ),
             late_policy=read.text("LATE_POLICY") or defaults.late_policy,
             otlp_endpoint=read.url(OTLP_ENDPOINT),
+            demo_file=read.text("DEMO_FILE") or default_demo_file(env),
+            chosen=frozenset(name for name in ENDPOINT_VARIABLES if env.get(name)),
             operator_token=read.secret("OPERATOR_TOKEN"),
             security=security,
             remember_seconds=read.integer(

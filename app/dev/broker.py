@@ -12,6 +12,7 @@ import subprocess
 import time
 
 from app.core.errors import ConfigurationError
+from app.dev.lifetime import die_with_parent
 
 __all__ = ["DevBroker", "broker_binary", "free_port"]
 
@@ -56,7 +57,13 @@ def free_port() -> int:
 
 
 class DevBroker:
-    """A Tansu broker process on 127.0.0.1 (it listens on IPv4 only)."""
+    """A Tansu broker process on 127.0.0.1 (it listens on IPv4 only).
+
+    It runs in a session of its own, so a Ctrl-C reaches only the process that started
+    it, which stops it last (:meth:`stop`). On Linux the kernel kills it when that
+    process ends, even by ``kill -9`` (:func:`app.dev.lifetime.die_with_parent`; start it
+    from the main thread); elsewhere a parent killed that way leaves it running.
+    """
 
     def __init__(self, port: int = 0, *, quiet: bool = True) -> None:
         self.port = port or free_port()
@@ -83,6 +90,7 @@ class DevBroker:
             # Not in our process group: a Ctrl-C is ours to handle, and the broker must
             # outlive the workers' graceful leave, so it is stopped last, by stop().
             start_new_session=True,
+            preexec_fn=die_with_parent(),
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

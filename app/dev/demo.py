@@ -1,14 +1,21 @@
 """The demo behind ``make run``: a whole dev stack on this machine, and timers firing.
 
 Starts the embedded dev broker, two oscillators and two workers as separate processes,
-schedules a few dozen timers a few seconds out, and prints each callback as it arrives
-with its lateness. Ctrl-C stops everything (workers leave their group gracefully).
+prints where each worker's status page and metrics are, schedules a few dozen timers a
+few seconds out, and prints each callback as it arrives with its lateness. Ctrl-C,
+SIGTERM or a closed terminal (SIGHUP) stops everything (workers leave their group
+gracefully); on Linux a ``kill -9`` of the demo takes its children with it too
+(:mod:`app.dev.lifetime`). While it runs, a discovery file tells ``kafka-timers
+status``, ``get`` and ``list`` in another shell where its workers are
+(:mod:`app.dev.discovery`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import secrets
 import shutil
 import signal
 import statistics
@@ -20,7 +27,8 @@ from typing import Any
 
 from app.client import TimerClient
 from app.core.errors import KafkaTimersError
-from app.dev.broker import DevBroker
+from app.dev.broker import DevBroker, free_port
+from app.dev.discovery import DemoStack, remove_demo_stack, write_demo_stack
 from app.dev.stack import ServiceProcess, start_oscillator, start_worker, wait_until_firing
 from app.kafka.records import Record, TopicReader
 from app.kafka.topics import ensure_topics
@@ -29,11 +37,27 @@ from app.settings import Settings
 __all__ = ["run_demo"]
 
 DEMO_TOPIC = "demo-callbacks"
+DEMO_APP_ID = "kafka-timers-demo"
 BASE_DIR = Path(".kafka-timers/demo")
 
 
 def _say(text: str) -> None:
-    print(text, flush=True)
+    # After a SIGHUP the terminal is gone and a write fails (EIO): the stop goes on.
+    with contextlib.suppress(OSError):
+        print(text, flush=True)
+
+
+def _stop_on(stop: threading.Event) -> None:
+    """Set ``stop`` on Ctrl-C, SIGTERM and SIGHUP (the terminal closed), but leave a
+    SIGHUP that ``nohup`` ignores ignored: the user asked the demo to outlive the shell."""
+
+    def on_signal(_signum: int, _frame: Any) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    if signal.getsignal(signal.SIGHUP) is not signal.SIG_IGN:
+        signal.signal(signal.SIGHUP, on_signal)
 
 
 def _describe(record: Record) -> str:
@@ -46,15 +70,20 @@ def _describe(record: Record) -> str:
     )
 
 
-def run_demo(*, timers: int = 36, duration: float | None = None, partitions: int = 8) -> int:
-    """Run the demo; return 0 when every timer fired on time, 1 otherwise."""
+def run_demo(
+    *,
+    timers: int = 36,
+    duration: float | None = None,
+    partitions: int = 8,
+    demo_file: Path | None = None,
+) -> int:
+    """Run the demo; return 0 when every timer fired on time, 1 otherwise.
+
+    ``demo_file``: where to tell other commands the stack's addresses while it runs
+    (:attr:`app.settings.Settings.demo_file`); ``None`` tells nobody.
+    """
     stop = threading.Event()
-
-    def on_signal(_signum: int, _frame: Any) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
+    _stop_on(stop)
     shutil.rmtree(BASE_DIR, ignore_errors=True)
     BASE_DIR.mkdir(parents=True)
     services: list[ServiceProcess] = []
@@ -64,16 +93,31 @@ def run_demo(*, timers: int = 36, duration: float | None = None, partitions: int
             bootstrap_servers=broker.bootstrap,
             partitions=partitions,
             session_timeout=6.0,
-            app_id="kafka-timers-demo",
+            app_id=DEMO_APP_ID,
+            # Its own credential, so get and list can look timers up (the discovery file
+            # hands it to them); /status needs none.
+            operator_token=secrets.token_hex(24),
         )
         _say(f"dev broker on {broker.bootstrap}; logs in {BASE_DIR}/")
         ensure_topics(settings)
         ensure_topics(settings, [DEMO_TOPIC, DEMO_TOPIC + "-probe"])
         client: TimerClient | None = None
         try:
+            # From this (the main) thread: each child dies with the demo, even a kill -9.
             for n in (1, 2):
-                services.append(start_oscillator(settings, f"oscillator-{n}", BASE_DIR))
-                services.append(start_worker(settings, f"worker-{n}", BASE_DIR))
+                services.append(
+                    start_oscillator(settings, f"oscillator-{n}", BASE_DIR, die_with_parent=True)
+                )
+                services.append(
+                    start_worker(
+                        settings,
+                        f"worker-{n}",
+                        BASE_DIR,
+                        metrics_port=free_port(),
+                        die_with_parent=True,
+                    )
+                )
+            _announce(broker, settings, services, demo_file)
             _say("started 2 oscillators and 2 workers; waiting for them to join...")
             client = TimerClient(settings)
             try:
@@ -87,10 +131,42 @@ def run_demo(*, timers: int = 36, duration: float | None = None, partitions: int
             if client is not None:  # before the broker goes, or librdkafka logs it
                 with contextlib.suppress(KafkaTimersError):  # keep the first error
                     client.close()
+            if demo_file is not None:
+                remove_demo_stack(demo_file)
             _say("stopping workers and oscillators...")
             for service in services:
                 service.stop()
             _say("stopped.")
+
+
+def _announce(
+    broker: DevBroker, settings: Settings, services: list[ServiceProcess], demo_file: Path | None
+) -> None:
+    """Print where each worker's status page and metrics are, and write them to
+    ``demo_file`` for ``kafka-timers status``, ``get`` and ``list`` in another shell."""
+    workers = [s for s in services if s.settings is not None and s.name.startswith("worker")]
+    webs = [f"http://127.0.0.1:{s.settings.web_port}" for s in workers if s.settings]
+    scrapes = [f"http://127.0.0.1:{s.settings.metrics_port}/metrics" for s in workers if s.settings]
+    # The file first: whoever reads the addresses printed can already use them.
+    where = ""
+    if demo_file is not None:
+        stack = DemoStack(
+            pid=os.getpid(),
+            bootstrap=broker.bootstrap,
+            app_id=DEMO_APP_ID,
+            workers=tuple(webs),
+            metrics=tuple(scrapes),
+            operator_token=settings.operator_token,
+        )
+        try:
+            write_demo_stack(demo_file, stack)
+            where = f"kafka-timers status, get and list find these workers through {demo_file}"
+        except OSError as exc:  # the demo runs on; other commands then need --url
+            where = f"could not write {demo_file} ({exc}): give kafka-timers status --url"
+    for service, web, scrape in zip(workers, webs, scrapes, strict=True):
+        _say(f"{service.name}: status page {web}/status   metrics {scrape}")
+    if where:
+        _say(where)
 
 
 def _show_timers(
@@ -139,6 +215,7 @@ def _show_timers(
                 "stack keeps running; try in another shell:\n"
                 f"  KAFKA_BOOTSTRAP_SERVERS={settings.bootstrap_servers} .venv/bin/kafka-timers "
                 f"schedule --topic {DEMO_TOPIC} --key hello --value world --in 5s\n"
+                "  .venv/bin/kafka-timers status\n"
                 "Ctrl-C stops everything."
             )
             while not stop.is_set():

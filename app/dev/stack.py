@@ -19,6 +19,7 @@ from typing import IO, Any
 
 from app.client import TimerClient
 from app.dev.broker import free_port
+from app.dev.lifetime import die_with_parent as _die_with_parent
 from app.kafka.records import TopicReader
 from app.settings import Settings
 
@@ -36,7 +37,10 @@ class ServiceProcess:
 
     ``env`` is added to this process's environment; ``python_path`` directories go before
     the child's own ``PYTHONPATH`` entries (tests put a ``sitecustomize`` there that
-    moves the child's clock, see ``tests/support/clock.py``).
+    moves the child's clock, see ``tests/support/clock.py``). With ``die_with_parent``
+    the kernel kills it when this process ends, even by ``kill -9`` (Linux, from the
+    main thread: :func:`app.dev.lifetime.die_with_parent`); the demo asks for it, tests
+    that stop and kill children themselves need not.
     """
 
     #: The settings it was started with (its ports, data directory, id), where known.
@@ -51,6 +55,7 @@ class ServiceProcess:
         *,
         python_path: Sequence[str] = (),
         settings: Settings | None = None,
+        die_with_parent: bool = False,
     ) -> None:
         self.name = name
         self.settings = settings
@@ -63,6 +68,7 @@ class ServiceProcess:
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # a Ctrl-C reaches the parent, which stops us in order
+            preexec_fn=_die_with_parent() if die_with_parent else None,
         )
 
     @property
@@ -114,6 +120,7 @@ def start_worker(
     log_name: str | None = None,
     env: Mapping[str, str] | None = None,
     python_path: Sequence[str] = (),
+    die_with_parent: bool = False,
     **changes: Any,
 ) -> ServiceProcess:
     """A worker named ``name`` (its ``worker_id``): the one way a worker is started here.
@@ -129,7 +136,7 @@ def start_worker(
         metrics_port: serve Prometheus ``/metrics`` there; off by default.
         log_name: the process's name and log file, ``name`` by default: a restarted
             worker keeps its ``worker_id`` but not its predecessor's log.
-        env, python_path: see :class:`ServiceProcess`.
+        env, python_path, die_with_parent: see :class:`ServiceProcess`.
     """
     worker_settings = replace(
         settings,
@@ -147,6 +154,7 @@ def start_worker(
         base_dir / f"{log_name}.log",
         python_path=python_path,
         settings=worker_settings,
+        die_with_parent=die_with_parent,
     )
 
 
@@ -158,6 +166,7 @@ def start_oscillator(
     metrics_port: int | None = None,
     env: Mapping[str, str] | None = None,
     python_path: Sequence[str] = (),
+    die_with_parent: bool = False,
     **changes: Any,
 ) -> ServiceProcess:
     """An oscillator named ``name``; the options mean what they do for :func:`start_worker`."""
@@ -169,6 +178,7 @@ def start_oscillator(
         base_dir / f"{name}.log",
         python_path=python_path,
         settings=osc_settings,
+        die_with_parent=die_with_parent,
     )
 
 

@@ -10,6 +10,10 @@ Two sources, because neither knows everything:
   still knows it when the worker has forgotten the id, or no worker answers.
 
 So ``get`` asks the workers first, and a pending answer is final: no Kafka read at all.
+When no worker that answered holds the timer's partition, the fired topic tells what
+happened last, which is the state for a one-shot timer's fire and for a cancel, but not
+for a series: after a fire its next occurrence is pending, on a worker nobody reached.
+That is ``unknown``, with the ``reason`` and the ``last_fire``, never ``fired``.
 Otherwise it reads the one partition of the fired topic that holds the id's records —
 the partition the worker named, else murmur2 of the id over the request topic's
 partition count, as every producer placed it — newest first, and takes the record that
@@ -92,9 +96,28 @@ def describe(
     partition: int,
     answer: Mapping[str, Any] | None,
     record: FiredRecord | None,
+    *,
+    unheld: str | None = None,
 ) -> dict[str, Any]:
     """The state of ``timer_id`` from the worker's ``answer`` and the fired-topic
-    ``record`` found for it (either may be ``None``)."""
+    ``record`` found for it (either may be ``None``).
+
+    ``unheld`` says why no worker spoke for the timer's partition (``None``: its holder
+    answered): then a series' fire does not say the series is over (see the module
+    docstring), and an unknown state carries it as its ``reason``.
+    """
+    series_fire = record is not None and record.event is FiredKind.FIRED and bool(record.seq)
+    if answer is None and unheld is not None and record is not None and series_fire:
+        last = describe(timer_id, partition, None, record)
+        shown = ("due", "due_at", "fired_at", "fired_at_ms", "fired_by", "topic")
+        return {
+            "id": timer_id,
+            "state": UNKNOWN,
+            "partition": last["partition"],
+            "reason": f"{unheld}: the series may have an occurrence pending",
+            "last_fire": {k: last[k] for k in shown if k in last} | {"seq": record.seq},
+            "sources": ["fired-topic"],
+        }
     result: dict[str, Any] = {"id": timer_id, "state": UNKNOWN, "partition": partition}
     sources = []
     if answer is not None:
@@ -119,6 +142,8 @@ def describe(
                 result["cancelled_at"] = _utc(record.at_ms)
     if isinstance(result.get("due"), int) and result["due"] > 0:
         result["due_at"] = _utc(result["due"] * 1000)
+    if result["state"] == UNKNOWN and unheld is not None:
+        result["reason"] = unheld
     result["sources"] = sources
     return result
 
@@ -152,8 +177,9 @@ def _ask_workers(
 
 
 def get_main(settings: Settings, args: argparse.Namespace, out: TextIO | None = None) -> int:
-    """Print one timer's state as JSON: exit 0 when it is known, 1 when no source knows
-    the id (state ``unknown``). Workers that do not answer are warnings, not errors."""
+    """Print one timer's state as JSON: exit 0 when it is known, 1 when it is not (state
+    ``unknown``: no source knows the id, or it is a series and no worker holding it
+    answered). Workers that do not answer are warnings, not errors."""
     out = out or sys.stdout
     timer_id: str = args.timer_id
     urls = [u.rstrip("/") for u in (args.url or [])] or [f"http://127.0.0.1:{settings.web_port}"]
@@ -178,17 +204,18 @@ def get_main(settings: Settings, args: argparse.Namespace, out: TextIO | None = 
                     floor_ms=plan.floor_ms,
                     deadline=deadline,
                 )
+    unheld: str | None = None
     if answer is None and partition not in held:
-        who = (
+        unheld = (
             "no worker answered"
             if len(failed) == len(urls)
             else (f"no worker that answered holds partition {partition}")
         )
         print(
-            f"kafka-timers: warning: {who}: a pending timer would not show "
+            f"kafka-timers: warning: {unheld}: a pending timer would not show "
             "(--url of every worker?)",
             file=sys.stderr,
         )
-    result = describe(timer_id, partition, answer, record)
+    result = describe(timer_id, partition, answer, record, unheld=unheld)
     print(json.dumps(result), file=out)
     return 1 if result["state"] == UNKNOWN else 0

@@ -87,6 +87,7 @@ VARIABLES = (
             "MAX_TOPIC_LABELS",
             "OPERATOR_TOKEN",
             "TOPIC_RATE_LIMITS",
+            "DEMO_FILE",
         )
     ),
 )

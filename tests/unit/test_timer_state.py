@@ -80,3 +80,26 @@ def test_nothing_known_is_unknown_and_nothing_secret_is_shown() -> None:
     shown = describe("t1", 5, {"state": "pending", "token": "secret", "due": 9}, None)
     assert "token" not in shown
     assert "tok" not in str(describe("t1", 5, None, fired(7, 7000)))
+
+
+def series_fire(seq: int) -> FiredRecord:
+    return FiredRecord(
+        FiredKind.FIRED, "t1", "tok", 5, "w2", due=7, fired_at_ms=7020, topic="cb", seq=seq
+    )
+
+
+def test_a_series_fire_is_not_the_state_when_no_worker_holding_it_answered() -> None:
+    """Issue 25: after a fire a series has its next occurrence pending, on the worker
+    nobody reached; the fired topic cannot say it ended."""
+    shown = describe("t1", 5, None, series_fire(3), unheld="no worker answered")
+    assert shown["state"] == "unknown"
+    assert shown["reason"].startswith("no worker answered")
+    assert shown["last_fire"]["seq"] == 3 and shown["last_fire"]["fired_by"] == "w2"
+    # The worker holding the partition answered without it: the series is over.
+    assert describe("t1", 5, None, series_fire(3))["state"] == "fired"
+    # A one-shot fire and a cancel are final whoever answered.
+    assert describe("t1", 5, None, fired(7, 7000), unheld="no worker answered")["state"] == (
+        "fired"
+    )
+    nothing = describe("t1", 5, None, None, unheld="no worker answered")
+    assert nothing["state"] == "unknown" and nothing["reason"] == "no worker answered"
