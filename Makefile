@@ -8,10 +8,12 @@ STAMP := $(VENV)/.installed
 
 all: check
 
-$(STAMP): pyproject.toml
+# The slim client (clients/python) first, in the same pip run: the service depends on it
+# by name, and pip takes it from that path instead of looking for it on PyPI.
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,audit]'
+	$(BIN)/pip install --quiet -e ./clients/python -e '.[dev,audit]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -35,13 +37,13 @@ integration: install
 	$(BIN)/pytest tests/integration
 
 lint: install
-	$(BIN)/ruff check app oscillator spark_audit tests bench deploy fuzz
-	$(BIN)/ruff format --check app oscillator spark_audit tests bench deploy fuzz
+	$(BIN)/ruff check app oscillator spark_audit clients/python tests bench deploy fuzz
+	$(BIN)/ruff format --check app oscillator spark_audit clients/python tests bench deploy fuzz
 	$(BIN)/lint-imports
 
 format: install
-	$(BIN)/ruff format app oscillator spark_audit tests bench deploy fuzz
-	$(BIN)/ruff check --fix app oscillator spark_audit tests bench deploy fuzz
+	$(BIN)/ruff format app oscillator spark_audit clients/python tests bench deploy fuzz
+	$(BIN)/ruff check --fix app oscillator spark_audit clients/python tests bench deploy fuzz
 
 typecheck: install
 	$(BIN)/mypy
