@@ -286,11 +286,13 @@ class TimerClient:
     def tombstone(self, timer_id: str, wait: float) -> CancelOutcome: ...
 
     def tombstone(self, timer_id: str, wait: float | None = None) -> CancelOutcome | None:
-        """Cancel ``timer_id`` whatever its token, as kafka-message-scheduler (etf1)
-        producers do: a record with a null value keyed by the id.
+        """Cancel ``timer_id`` as kafka-message-scheduler (etf1) producers do: a record
+        with a null value keyed by the id.
 
-        Answers like :meth:`cancel`, except that there is no token to be wrong and an
-        unknown id is :attr:`CancelOutcome.NOT_FOUND` (nothing is remembered for later).
+        A tombstone carries no token, so it cancels only a timer scheduled without one
+        (etf1's, or ``token=""``): a timer its producer protected with a token answers
+        :attr:`CancelOutcome.WRONG_TOKEN`. Answers like :meth:`cancel` otherwise, except
+        that an unknown id is :attr:`CancelOutcome.NOT_FOUND` (nothing is remembered).
         """
         return self._cancel(timer_id, None, wait)
 
