@@ -37,6 +37,7 @@ FIRE_TIMEOUT = 60.0
 #: no PYTHONPATH: it can import only what `pip install ./clients/python` installed.
 SCRIPT = r"""
 import json, sys, time
+from importlib.resources import files
 import kafka_timers_client
 from kafka_timers_client import ClientConfig, TimerClient
 
@@ -61,6 +62,7 @@ with TimerClient(config) as client:
         record = client.lookup(soon.id, since=600, timeout=10)
 print(json.dumps({
     "module": kafka_timers_client.__file__,
+    "typed": files("kafka_timers_client").joinpath("py.typed").is_file(),
     "service_importable": service_importable,
     "soon": {"id": soon.id, "token": soon.token, "due": soon.due},
     "later": later.id,
@@ -164,6 +166,7 @@ def test_the_slim_client_installs_alone_and_schedules_cancels_and_looks_up(
     print(f"slim client script ran in {time.monotonic() - started:.1f} s")
     assert Path(result["module"]).resolve().is_relative_to(venv.resolve()), result["module"]
     assert not result["service_importable"]
+    assert result["typed"], "py.typed is not installed: the package's types would be ignored"
     assert result["outcome"] == CancelOutcome.CANCELLED.value
     soon = result["soon"]
     assert result["lookup"] == {"event": "fired", "due": soon["due"]}
