@@ -10,7 +10,10 @@ COPY pyproject.toml README.md ./
 COPY app ./app
 COPY oscillator ./oscillator
 COPY spark_audit ./spark_audit
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+COPY clients/python ./clients/python
+# Both in one run: the service depends on kafka-timers-client, which pip takes from
+# ./clients/python here (it is not on PyPI).
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ./clients/python .
 
 FROM python:3.11-slim
 # A fixed non-root user; /data is its RocksDB directory, a volume per worker.

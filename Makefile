@@ -4,22 +4,38 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all run install test-tools test unit integration lint format typecheck check bench fuzz proto clean
+.PHONY: all run install test-tools js-client test unit integration lint format typecheck check bench fuzz proto clean
 
 all: check
 
-$(STAMP): pyproject.toml
+# The slim client (clients/python) first, in the same pip run: the service depends on it
+# by name, and pip takes it from that path instead of looking for it on PyPI.
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,audit]'
+	$(BIN)/pip install --quiet -e ./clients/python -e '.[dev,audit]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
 # Chromium and promtool for the browser and Prometheus tests, from apt where the machine
 # allows it; otherwise those tests skip, each with one line saying what to install.
-test-tools:
+test-tools: js-client
 	deploy/install-test-tools.sh
+
+# The JavaScript client (clients/js): its npm packages from the lock file, then compiled
+# (tsc type-checks it); tests/integration/test_js_client.py runs it with node.
+JS := clients/js
+JS_DEPS := $(JS)/node_modules/.package-lock.json
+JS_BUILT := $(JS)/dist/.built
+js-client: $(JS_BUILT)
+
+$(JS_DEPS): $(JS)/package.json $(JS)/package-lock.json
+	cd $(JS) && npm ci --no-audit --no-fund --loglevel=error
+
+$(JS_BUILT): $(JS_DEPS) $(JS)/tsconfig.json $(wildcard $(JS)/src/*.ts $(JS)/test/*.ts)
+	cd $(JS) && npm run --silent build
+	touch $(JS_BUILT)
 
 run: install
 	$(BIN)/kafka-timers demo
@@ -31,20 +47,21 @@ test: install test-tools
 unit: install
 	$(BIN)/pytest tests/unit
 
-integration: install
+integration: install js-client
 	$(BIN)/pytest tests/integration
 
 lint: install
-	$(BIN)/ruff check app oscillator spark_audit tests bench deploy fuzz
-	$(BIN)/ruff format --check app oscillator spark_audit tests bench deploy fuzz
+	$(BIN)/ruff check app oscillator spark_audit clients/python tests bench deploy fuzz
+	$(BIN)/ruff format --check app oscillator spark_audit clients/python tests bench deploy fuzz
 	$(BIN)/lint-imports
 
 format: install
-	$(BIN)/ruff format app oscillator spark_audit tests bench deploy fuzz
-	$(BIN)/ruff check --fix app oscillator spark_audit tests bench deploy fuzz
+	$(BIN)/ruff format app oscillator spark_audit clients/python tests bench deploy fuzz
+	$(BIN)/ruff check --fix app oscillator spark_audit clients/python tests bench deploy fuzz
 
-typecheck: install
+typecheck: install js-client
 	$(BIN)/mypy
+	cd $(JS) && npm run --silent typecheck
 
 check: lint typecheck test
 
@@ -69,4 +86,4 @@ proto: install
 		--descriptor_set_out=$(PROTO_DIR)/future.binpb kafka_timers/v1/future.proto
 
 clean:
-	rm -rf $(VENV) .kafka-timers .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info
+	rm -rf $(VENV) $(JS)/node_modules $(JS)/dist .kafka-timers .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

@@ -21,6 +21,7 @@ from app.core.errors import ConfigurationError, KafkaTimersError
 from app.core.late import DEFAULT_POLICY, LatePolicy
 from app.core.policy import RequestPolicy, compile_topic_pattern, is_legal_topic
 from app.core.wheel import DEFAULT_MAX_CANCELS_IN_ADVANCE
+from kafka_timers_client.config import ClientConfig
 
 __all__ = [
     "ENDPOINT_VARIABLES",
@@ -285,6 +286,26 @@ class Settings:
         request path should refuse a request whose records would not fit.
         """
         return self.producer_message_max_bytes
+
+    def client_config(self) -> ClientConfig:
+        """What a :class:`kafka_timers_client.TimerClient` (and every librdkafka client of
+        the service) needs of these settings: the broker, the topics, the credentials."""
+        sec = self.security
+        return ClientConfig(
+            bootstrap_servers=self.bootstrap_servers,
+            request_topic=self.topics.requests,
+            fired_topic=self.topics.fired,
+            security_protocol=sec.protocol,
+            sasl_mechanism=sec.sasl_mechanism,
+            sasl_username=sec.sasl_username,
+            sasl_password=sec.sasl_password,
+            ssl_cafile=sec.ssl_cafile,
+            ssl_certfile=sec.ssl_certfile,
+            ssl_keyfile=sec.ssl_keyfile,
+            message_max_bytes=self.record_budget_bytes,
+            session_timeout=self.session_timeout,
+            heartbeat_interval=self.heartbeat_interval,
+        )
 
     @property
     def payload_limit_ceiling(self) -> int:

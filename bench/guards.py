@@ -22,7 +22,6 @@ from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
 
-from app.core import due as due_module
 from app.core import request_format
 from app.core.budget import DEFAULT_MAX_RECORD_BYTES, check_fits
 from app.core.policy import RequestPolicy
@@ -31,6 +30,7 @@ from app.core.timer import Timer
 from bench.context import RunContext, ScenarioResult
 from bench.load import TimerSpec, request_record, timer_ids
 from bench.report import Figure
+from kafka_timers_client import due as due_module
 
 __all__ = ["guard_cost_us", "run"]
 

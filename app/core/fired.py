@@ -1,30 +1,22 @@
-"""The record the worker writes to the fired topic: the one definition of that format.
-
-One JSON record per delivered callback (``event: fired``), per fire the late-fire policy
-did not deliver (``event: skipped``, with why) and per cancel request (``event:
-cancel``, with what the cancel did), keyed by timer id. A series' records carry the
-occurrence's ``seq``; ``coalesced`` counts the earlier occurrences a record also stands
-for (``seq - coalesced`` to ``seq - 1``), folded into it by the ``coalesce`` policy.
-The audit reconciles these against the requests; clients read a cancel's outcome back
-from them. Fields a kind does not use are left out of the JSON.
-
-Every record goes to the fired topic's partition numbered like the request partition
-that holds the timer (``partition``; all service topics have one partition count), so
-whoever knows a timer's request partition reads one partition of the fired topic. A
-cancel record also names the offset of the cancel request it answers
-(``request_offset``): a client that sent a cancel matches its answer exactly, never
-"the first record for this id", which could answer an earlier cancel.
+"""The fired topic's record, as the worker writes it: the format is
+:mod:`kafka_timers_client.fired` (clients read answers with it); what only the worker
+and the audit need lives here: the fast JSON of a fire and the Spark schema.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-from dataclasses import dataclass, fields
-from enum import Enum
-from typing import Any
+from dataclasses import fields
 
 from app.core.timer import Timer
+from kafka_timers_client.fired import (
+    TOKEN_DIGEST_PREFIX,
+    FiredKind,
+    FiredRecord,
+    SkipReason,
+    defines_state,
+    token_digest,
+)
 
 __all__ = [
     "FIRED_RECORD_DDL",
@@ -32,237 +24,11 @@ __all__ = [
     "FiredKind",
     "FiredRecord",
     "SkipReason",
+    "defines_state",
     "fired_json",
     "json_string",
     "token_digest",
 ]
-
-
-class FiredKind(str, Enum):
-    """What a record on the fired topic reports."""
-
-    #: A callback was delivered.
-    FIRED = "fired"
-    #: A cancel request was applied; ``outcome`` says what it did.
-    CANCEL = "cancel"
-    #: A fire the late-fire policy did not deliver; ``reason`` says why.
-    SKIPPED = "skipped"
-    #: A request accepted but not stored, answered like a cancel: ``outcome`` is
-    #: ``duplicate`` (that version already fired) or ``cancelled_earlier`` (a cancel with
-    #: its token came first). The audit reads it and judges nothing by it.
-    DROPPED = "dropped"
-    #: A partition's answer to an operator's bulk cancel (``kafka-timers cancel-bulk``):
-    #: ``id`` is ``cancel-bulk/<request id>``, ``outcome`` ``cancelled`` or ``dry_run``,
-    #: and the JSON adds ``request``, ``matched`` and ``cancelled`` (each cancelled
-    #: timer also has its own ``cancel`` record). The audit judges nothing by it.
-    BULK_CANCEL = "bulk_cancel"
-
-
-class SkipReason(str, Enum):
-    """Why a fire was not delivered (``reason`` of a skipped record)."""
-
-    #: Later than the timer's ``skip-after``.
-    LATE = "late"
-    #: Folded by ``coalesce`` into a fire of a later occurrence (reported on its own only
-    #: when catching up took more than one tick).
-    COALESCED = "coalesced"
-    #: Refused when it came due: its callback topic or size is no longer allowed (the
-    #: allow-list or the payload limit narrowed since it was stored), or its topic does
-    #: not exist. Dead-lettered (the dead letter's reason says which), and a series ends
-    #: with it.
-    NOT_ALLOWED = "not_allowed"
-
-
-#: Marks a token digest on the fired topic (records before it carry the token itself).
-TOKEN_DIGEST_PREFIX = "h1:"
-
-
-def token_digest(token: str) -> str:
-    """What the fired topic says of a token: ``h1:`` and the first 24 hex digits of its
-    SHA-256, or ``""`` for no token.
-
-    The fired topic is the audit's, read by more people than should cancel timers: with
-    the token itself there, anyone who reads it could cancel a running series. The audit
-    needs only to tell versions apart, and compares digests with digests (Spark's
-    ``sha2`` computes the same one, so records written before digests are compared too).
-    """
-    if not token:
-        return ""
-    return TOKEN_DIGEST_PREFIX + hashlib.sha256(token.encode()).hexdigest()[:24]
-
-
-@dataclass(frozen=True)
-class FiredRecord:
-    """One record of the fired topic."""
-
-    #: What happened.
-    event: FiredKind
-    #: The timer's id (also the record key).
-    id: str
-    #: :func:`token_digest` of the fired version's token, or of the token the cancel
-    #: presented ("" for none): never the token itself.
-    token: str
-    #: Partition of the request topic (and table) that holds the timer.
-    partition: int
-    #: ``KAFKA_TIMERS_WORKER_ID`` of the worker that wrote it.
-    worker: str
-    #: Due second of the fired timer (fired only).
-    due: int | None = None
-    #: The worker's clock when it produced the callback, epoch ms (fired only).
-    fired_at_ms: int | None = None
-    #: The callback topic (fired only).
-    topic: str | None = None
-    #: A :class:`app.core.wheel.CancelOutcome` value (cancel only).
-    outcome: str | None = None
-    #: The worker's clock when it applied the cancel or skipped the fire, epoch ms
-    #: (cancel and skipped only).
-    at_ms: int | None = None
-    #: Offset of the cancel request, on ``partition`` of the request topic (cancel only;
-    #: absent in records written before it existed).
-    request_offset: int | None = None
-    #: The occurrence's number in its series, from 1 (series only).
-    seq: int | None = None
-    #: Earlier occurrences folded into this record by ``coalesce`` (series, when any).
-    coalesced: int | None = None
-    #: A :class:`SkipReason` value (skipped only).
-    reason: str | None = None
-    #: The Schema Registry schema id the timer's request was framed with (fired and
-    #: skipped, only for a framed request; :mod:`app.core.sr_framing`).
-    schema_id: int | None = None
-
-    @classmethod
-    def fired(
-        cls, timer: Timer, *, partition: int, worker: str, fired_at_ms: int, coalesced: int = 0
-    ) -> FiredRecord:
-        """The record of ``timer``'s callback, produced at ``fired_at_ms``."""
-        return cls(
-            FiredKind.FIRED,
-            timer.id,
-            token_digest(timer.token),
-            partition,
-            worker,
-            due=timer.due,
-            fired_at_ms=fired_at_ms,
-            topic=timer.topic,
-            seq=timer.seq or None,
-            coalesced=coalesced or None,
-            schema_id=timer.schema_id,
-        )
-
-    @classmethod
-    def skipped(
-        cls,
-        timer: Timer,
-        reason: SkipReason,
-        *,
-        partition: int,
-        worker: str,
-        at_ms: int,
-        coalesced: int = 0,
-    ) -> FiredRecord:
-        """The record of a fire of ``timer`` that was not delivered, for ``reason``."""
-        return cls(
-            FiredKind.SKIPPED,
-            timer.id,
-            token_digest(timer.token),
-            partition,
-            worker,
-            due=timer.due,
-            topic=timer.topic,
-            at_ms=at_ms,
-            seq=timer.seq or None,
-            coalesced=coalesced or None,
-            reason=reason.value,
-            schema_id=timer.schema_id,
-        )
-
-    @classmethod
-    def dropped(
-        cls,
-        timer: Timer,
-        outcome: str,
-        *,
-        partition: int,
-        worker: str,
-        at_ms: int,
-        request_offset: int | None = None,
-    ) -> FiredRecord:
-        """The answer to a request for ``timer`` that was not stored, for ``outcome``
-        (``request_offset`` is the request's offset on ``partition``)."""
-        return cls(
-            FiredKind.DROPPED,
-            timer.id,
-            token_digest(timer.token),
-            partition,
-            worker,
-            due=timer.due,
-            outcome=outcome,
-            at_ms=at_ms,
-            request_offset=request_offset,
-        )
-
-    @classmethod
-    def cancel(
-        cls,
-        timer_id: str,
-        token: str,
-        outcome: str,
-        *,
-        partition: int,
-        worker: str,
-        at_ms: int,
-        request_offset: int | None = None,
-    ) -> FiredRecord:
-        """The record of a cancel of ``timer_id`` that did ``outcome``.
-
-        ``request_offset`` is the cancel request's offset on ``partition``.
-        """
-        return cls(
-            FiredKind.CANCEL,
-            timer_id,
-            token_digest(token),
-            partition,
-            worker,
-            outcome=outcome,
-            at_ms=at_ms,
-            request_offset=request_offset,
-        )
-
-    def answers(self, timer_id: str, partition: int, request_offset: int) -> bool:
-        """Whether this is the answer to the cancel of ``timer_id`` at that request offset.
-
-        Several records can share an id (earlier cancels, fires, a redelivered request's
-        second answer comes after the first): only the request's position identifies
-        the one that answers it.
-        """
-        return (
-            self.event is FiredKind.CANCEL
-            and self.id == timer_id
-            and self.partition == partition
-            and self.request_offset == request_offset
-        )
-
-    def to_json(self) -> bytes:
-        """The record's value: JSON, without the fields its kind does not use.
-
-        Read field by field rather than with ``dataclasses.asdict``, which deep-copies
-        every value: this runs once per callback, and asdict was most of its cost.
-        """
-        doc = {k: v for k in _FIELD_NAMES if (v := getattr(self, k)) is not None}
-        doc["event"] = self.event.value
-        return json.dumps(doc).encode()
-
-    @classmethod
-    def from_json(cls, data: bytes | str) -> FiredRecord:
-        """Parse a record's value; raise ``ValueError`` if it is not one."""
-        try:
-            doc: dict[str, Any] = json.loads(data)
-            known = {f.name for f in fields(cls)}
-            values = {k: v for k, v in doc.items() if k in known}
-            values["event"] = FiredKind(doc["event"])
-            return cls(**values)
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"not a fired-topic record: {exc}") from exc
 
 
 #: JSON-escapes a string exactly as ``json.dumps`` does (``ensure_ascii``).
@@ -293,9 +59,6 @@ def fired_json(
         text += f', "schema_id": {timer.schema_id}'
     return (text + "}").encode()
 
-
-#: The record's fields, in order (the JSON's keys).
-_FIELD_NAMES = tuple(f.name for f in fields(FiredRecord))
 
 #: Spark SQL type of each field type (``partition`` is an int, every other number a bigint).
 _SPARK_TYPES = {"str": "string", "int": "bigint", "FiredKind": "string"}

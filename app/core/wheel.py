@@ -70,6 +70,7 @@ from app.core.keys import (
 )
 from app.core.stored import check_layout, pack_timer, unpack_timer
 from app.core.timer import Cancel, Timer
+from kafka_timers_client.outcome import CancelOutcome
 
 __all__ = [
     "DEFAULT_MAX_CANCELS_IN_ADVANCE",
@@ -211,25 +212,6 @@ _WAS_PENDING = _IndexEntry(_PENDING, 0, "")
 def _pending_entry(due: int, token: str) -> bytes:
     """``_IndexEntry(_PENDING, due, token).encode()`` without building the dataclass."""
     return b"P%012d" % due + token.encode()
-
-
-class CancelOutcome(str, Enum):
-    """What a cancel did; reported on the fired topic so the audit can tell."""
-
-    #: The pending timer was removed and will not fire (also the answer to a repeat).
-    CANCELLED = "cancelled"
-    #: The token did not match the pending timer's: refused, the timer still fires.
-    WRONG_TOKEN = "wrong_token"
-    #: The timer has already fired (or is firing right now): nothing to cancel.
-    ALREADY_FIRED = "already_fired"
-    #: No such timer yet: remembered, so the request wins nothing when it arrives.
-    CANCELLED_IN_ADVANCE = "cancelled_in_advance"
-    #: No such timer and the cancel does not wait for one (etf1 tombstone).
-    NOT_FOUND = "not_found"
-    #: No such timer, and the partition already remembers as many cancels in advance as
-    #: it may (:data:`DEFAULT_MAX_CANCELS_IN_ADVANCE`): this one is not kept, so a
-    #: request for the id that comes later is stored.
-    NOT_REMEMBERED = "not_remembered"
 
 
 class PauseOutcome(str, Enum):

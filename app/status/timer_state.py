@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any, TextIO
 
 from app.core.due import parse_duration
-from app.core.fired import FiredKind, FiredRecord
+from app.core.fired import FiredKind, FiredRecord, defines_state
 from app.core.partitioner import partition_for
 from app.core.wheel import CancelOutcome
 from app.kafka.fired_reader import FiredPartitionReader
@@ -61,18 +61,12 @@ class SearchPlan:
     floor_ms: int
 
 
-def _defines_state(record: FiredRecord) -> bool:
-    """A fire, a cancel that removed the timer, or one that waits for it: the records
-    that say what state a timer is in. A refused or late cancel changes nothing."""
-    return record.event is FiredKind.FIRED or record.outcome in (_CANCELLED, _IN_ADVANCE)
-
-
 def search_plan(answer: Mapping[str, Any] | None, now_ms: int, since_ms: int) -> SearchPlan | None:
     """The fired-topic search that completes the worker's ``answer`` (``None``: no
     worker knew the id), or ``None`` when there is nothing to look for."""
     floor_ms = now_ms - since_ms
     if answer is None:
-        return SearchPlan(_defines_state, floor_ms)
+        return SearchPlan(defines_state, floor_ms)
     state, due = answer.get("state"), answer.get("due")
     if state == "fired" and isinstance(due, int):
         return SearchPlan(
@@ -192,7 +186,7 @@ def get_main(settings: Settings, args: argparse.Namespace, out: TextIO | None = 
     partition = answer.get("partition") if answer is not None else None
     if plan is not None or not isinstance(partition, int):
         deadline = time.monotonic() + args.timeout
-        with FiredPartitionReader(settings) as reader:
+        with FiredPartitionReader(settings.client_config()) as reader:
             if not isinstance(partition, int):
                 count = reader.partition_count(settings.topics.requests, args.timeout)
                 partition = partition_for(timer_id.encode(), count)

@@ -49,7 +49,7 @@ def test_partition_is_the_positive_hash_modulo_the_count() -> None:
 
 
 def test_the_c_murmur2_the_worker_places_requests_with_is_the_same_function() -> None:
-    from app.core import partitioner
+    from kafka_timers_client import partitioner
 
     assert partitioner._c_murmur2 is not None, "murmurhash2 is a dependency: install it"
     rng = random.Random(11)

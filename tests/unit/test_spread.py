@@ -53,7 +53,7 @@ def test_the_fire_second_is_in_the_window_and_the_same_every_time(
 @settings(max_examples=200, deadline=None)
 @given(IDS, st.integers(0, 100), st.integers(0, MAX_SPREAD_SECONDS))
 def test_the_c_and_python_hashes_give_the_same_second(timer_id: str, seq: int, spread: int) -> None:
-    from app.core import spread as module
+    from kafka_timers_client import spread as module
 
     c_offset = spread_offset(timer_id, seq, spread)
     saved, module._c_murmur2 = module._c_murmur2, None

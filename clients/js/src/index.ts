@@ -1,0 +1,456 @@
+/**
+ * The JavaScript client of kafka-timers: schedule, cancel and tombstone durable timers by
+ * producing JSON requests to the service's request topic, on kafkajs.
+ *
+ * Requests are keyed by timer id and placed by kafkajs' DefaultPartitioner, Kafka's
+ * murmur2 (as Java, Faust and the Python client place them), so a cancel lands on the
+ * partition that holds its timer. A cancel can wait for its answer: the worker writes it
+ * to the fired topic, on the partition numbered like the request's, naming the request's
+ * offset. The client takes the fired topic's ends before sending, learns the request's
+ * partition and offset from the broker's acknowledgement, and reads that partition from
+ * its old end until the record that names that offset (the Python client's protocol).
+ */
+
+import { randomBytes, randomUUID } from "node:crypto";
+import {
+  Admin,
+  Consumer,
+  Kafka,
+  KafkaConfig,
+  logLevel,
+  Partitioners,
+  PartitionMetadata,
+  Producer,
+} from "kafkajs";
+
+/** What a cancel did (the worker's answer on the fired topic). */
+export enum CancelOutcome {
+  /** The pending timer was removed and will not fire (also the answer to a repeat). */
+  Cancelled = "cancelled",
+  /** The token did not match the pending timer's: refused, the timer still fires. */
+  WrongToken = "wrong_token",
+  /** The timer has already fired (or is firing right now): nothing to cancel. */
+  AlreadyFired = "already_fired",
+  /** No such timer yet: remembered, so a request with this id and token that comes later is dropped. */
+  CancelledInAdvance = "cancelled_in_advance",
+  /** No such timer, and a tombstone waits for none. */
+  NotFound = "not_found",
+  /** No such timer, and the partition remembers as many cancels in advance as it may. */
+  NotRemembered = "not_remembered",
+}
+
+/** Root of the errors this client raises on purpose; `retriable` says whether trying again later may succeed. */
+export class KafkaTimersError extends Error {
+  readonly retriable: boolean = false;
+  constructor(message: string) {
+    super(message);
+    this.name = new.target.name;
+  }
+}
+
+/** A cancel was sent and acknowledged, but no worker answered it in time: it is still applied later. */
+export class CancelNotAnswered extends KafkaTimersError {
+  override readonly retriable = true;
+}
+
+/** Where the service is. The topic defaults are the service's defaults. */
+export interface ClientConfig {
+  /** Bootstrap brokers, `host:port`. */
+  brokers: string[];
+  /** The topic requests go to (`KAFKA_TIMERS_REQUEST_TOPIC`), default `timer-request`. */
+  requestTopic?: string;
+  /** The topic workers answer on (`KAFKA_TIMERS_FIRED_TOPIC`), default `timer-fired`. */
+  firedTopic?: string;
+  /** Anything else for kafkajs (ssl, sasl, clientId, logLevel...). */
+  kafka?: Omit<KafkaConfig, "brokers">;
+}
+
+/** A time: epoch seconds, a `Date`, or ISO 8601 text. */
+export type Instant = number | Date | string;
+
+export interface ScheduleOptions {
+  /** The callback's key (none: a keyless callback). */
+  key?: string | Buffer;
+  /** One-shot: fire at this time (a fraction of a second rounds up: never early). */
+  at?: Instant;
+  /** One-shot: fire this many seconds from now. */
+  delay?: number;
+  /** A series on a cron expression (5 fields, or 6 with the seconds first) in `tz`. */
+  cron?: string;
+  /** IANA time zone of `cron`, default UTC. */
+  tz?: string;
+  /** A series every so many seconds, or a duration such as `"30s"`. */
+  every?: number | string;
+  /** A series: no occurrence before it. */
+  start?: Instant;
+  /** A series: no occurrence after it. */
+  end?: Instant;
+  /** A series: at most this many occurrences. */
+  count?: number;
+  /** The late-fire policy, e.g. `"skip-after 5m"`, `"all"`. */
+  late?: string;
+  /** Fire at a second in [due, due + spread] fixed by the id: seconds or `"60s"`. */
+  spread?: number | string;
+  /** The timer's id (generated if absent); scheduling the same id again replaces it. */
+  id?: string;
+  /** The token cancels must present (generated if absent; `""`: none, a tombstone cancels it). */
+  token?: string;
+  /** Headers copied onto the callback (not `timer-*` or `scheduler-*`: those are the service's). */
+  headers?: Record<string, string>;
+}
+
+/** What `schedule` promises: keep `token` to cancel. */
+export interface ScheduledTimer {
+  id: string;
+  token: string;
+  /**
+   * Epoch second the callback is due (a series: its first occurrence). `undefined` for a
+   * cron series: its first occurrence is computed by the worker (cron and time zones).
+   */
+  due: number | undefined;
+}
+
+export interface WaitOptions {
+  /** Seconds to wait for the worker's answer; without it, the request is only sent. */
+  wait?: number;
+}
+
+const DEFAULT_REQUEST_TOPIC = "timer-request";
+const DEFAULT_FIRED_TOPIC = "timer-fired";
+/** The broker holds an empty fetch this long (ms): an answer waits at most this long there. */
+const FETCH_WAIT_MS = 50;
+
+/**
+ * The partition kafkajs' DefaultPartitioner gives `key` among `partitions`: Kafka's murmur2,
+ * `toPositive(murmur2(key)) % partitions`, as Java, Faust and the Python client compute it.
+ */
+export function partitionFor(key: string | Buffer, partitions: number): number {
+  const partitionMetadata: PartitionMetadata[] = Array.from({ length: partitions }, (_, i) => ({
+    partitionErrorCode: 0,
+    partitionId: i,
+    leader: 0,
+    replicas: [0],
+    isr: [0],
+  }));
+  return Partitioners.DefaultPartitioner()({
+    topic: "",
+    partitionMetadata,
+    message: { key, value: null },
+  });
+}
+
+function epochSeconds(instant: Instant): number {
+  if (instant instanceof Date) return instant.getTime() / 1000;
+  if (typeof instant === "number") return instant;
+  const asNumber = Number(instant);
+  if (instant.trim() !== "" && Number.isFinite(asNumber)) return asNumber;
+  const ms = Date.parse(instant);
+  if (Number.isNaN(ms)) throw new KafkaTimersError(`${JSON.stringify(instant)} is not a time`);
+  return ms / 1000;
+}
+
+const UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400, w: 604800 };
+
+/** Seconds of `30s`, `5m`, `2h`, `3d`, `1w`, `250ms` or bare seconds (the service's syntax). */
+export function parseDuration(text: number | string): number {
+  if (typeof text === "number") return text;
+  const match = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$/.exec(text);
+  if (match === null) throw new KafkaTimersError(`${JSON.stringify(text)} is not a duration`);
+  return Number(match[1]) * UNITS[match[2] ?? "s"];
+}
+
+function setPayload(request: Record<string, unknown>, name: string, data: string | Buffer): void {
+  if (typeof data === "string") request[name] = data;
+  else request[`${name}_b64`] = data.toString("base64");
+}
+
+/** Waits taken one at a time: one reader follows one partition's answers at a time. */
+class Turns {
+  private last: Promise<void> = Promise.resolve();
+
+  async run<T>(work: () => Promise<T>): Promise<T> {
+    const previous = this.last;
+    let done!: () => void;
+    this.last = new Promise<void>((resolve) => (done = resolve));
+    await previous;
+    try {
+      return await work();
+    } finally {
+      done();
+    }
+  }
+}
+
+interface Answer {
+  outcome: string;
+}
+
+/** Schedules and cancels timers; `close()` when done. */
+export class TimerClient {
+  readonly requestTopic: string;
+  readonly firedTopic: string;
+  private readonly kafka: Kafka;
+  private readonly producer: Producer;
+  private admin: Admin | undefined;
+  private answers: Consumer | undefined;
+  private joined: Promise<void> | undefined;
+  private readonly waiting = new Map<string, (answer: Answer) => void>();
+  private readonly turns = new Turns();
+  private connected: Promise<void> | undefined;
+
+  constructor(
+    config: ClientConfig,
+    private readonly clock: () => number = () => Date.now() / 1000,
+  ) {
+    this.requestTopic = config.requestTopic ?? DEFAULT_REQUEST_TOPIC;
+    this.firedTopic = config.firedTopic ?? DEFAULT_FIRED_TOPIC;
+    this.kafka = new Kafka({
+      clientId: "kafka-timers-client",
+      logLevel: logLevel.WARN,
+      ...config.kafka,
+      brokers: config.brokers,
+    });
+    this.producer = this.kafka.producer({
+      createPartitioner: Partitioners.DefaultPartitioner,
+      // The service creates its topics; a request topic created here would have the
+      // broker's default partition count, not the service's.
+      allowAutoTopicCreation: false,
+    });
+  }
+
+  /** Connect the producer (done by the first request if not called). */
+  connect(): Promise<void> {
+    this.connected ??= this.producer.connect();
+    return this.connected;
+  }
+
+  /**
+   * Ask for `value` to reach `topic` once (`at` or `delay`) or on every occurrence of a
+   * series (`cron` or `every`, with `start`, `end`, `count`). Resolves once the broker
+   * acknowledged the request. Sent as the service's JSON request format.
+   */
+  async schedule(
+    topic: string,
+    value: string | Buffer,
+    options: ScheduleOptions = {},
+  ): Promise<ScheduledTimer> {
+    const id = options.id ?? randomUUID().replace(/-/g, "");
+    const token = options.token ?? randomBytes(8).toString("hex");
+    const request: Record<string, unknown> = { topic, id, token };
+    setPayload(request, "value", value);
+    if (options.key !== undefined) setPayload(request, "key", options.key);
+    if (options.headers !== undefined) request.headers = options.headers;
+    if (options.late !== undefined) request.late = options.late;
+    if (options.spread !== undefined) request.spread = options.spread;
+    const series = options.cron !== undefined || options.every !== undefined;
+    // The worker anchors a series at the record's timestamp: set it, and anchor here too.
+    const sentMs = Math.floor(this.clock() * 1000);
+    let due: number | undefined;
+    if (!series) {
+      if (
+        options.start !== undefined ||
+        options.end !== undefined ||
+        options.count !== undefined ||
+        options.tz !== undefined
+      ) {
+        throw new KafkaTimersError("start, end, count and tz need cron or every");
+      }
+      if ((options.at === undefined) === (options.delay === undefined)) {
+        throw new KafkaTimersError("give exactly one of at, delay, cron or every");
+      }
+      const at =
+        options.at !== undefined ? epochSeconds(options.at) : sentMs / 1000 + options.delay!;
+      due = Math.ceil(at);
+      request.at = at;
+    } else {
+      if (options.at !== undefined || options.delay !== undefined) {
+        throw new KafkaTimersError("a recurring timer takes start, not at or delay");
+      }
+      if (options.cron !== undefined && options.every !== undefined) {
+        throw new KafkaTimersError("give cron or every, not both");
+      }
+      const start = options.start === undefined ? undefined : Math.ceil(epochSeconds(options.start));
+      if (start !== undefined) request.start = start;
+      if (options.end !== undefined) request.end = Math.floor(epochSeconds(options.end));
+      if (options.count !== undefined) request.count = options.count;
+      if (options.cron !== undefined) {
+        request.cron = options.cron;
+        if (options.tz !== undefined) request.tz = options.tz;
+      } else {
+        if (options.tz !== undefined) throw new KafkaTimersError("tz applies to cron, not to every");
+        const every = parseDuration(options.every!);
+        if (!Number.isInteger(every) || every < 1) {
+          throw new KafkaTimersError(`every ${JSON.stringify(options.every)}: whole seconds, at least 1`);
+        }
+        request.every = `${every}s`;
+        due = firstOfInterval(every, start, Math.ceil(sentMs / 1000));
+      }
+    }
+    await this.send(id, Buffer.from(JSON.stringify(request)), sentMs);
+    return { id, token, due };
+  }
+
+  /**
+   * Ask for timer `id` never to fire; refused unless `token` matches. With `wait`
+   * (seconds), resolves to what the worker did; rejects with `CancelNotAnswered` if no
+   * answer came in time (the cancel is still applied when a worker reads it).
+   */
+  cancel(id: string, token: string, options?: { wait?: undefined }): Promise<undefined>;
+  cancel(id: string, token: string, options: { wait: number }): Promise<CancelOutcome>;
+  cancel(id: string, token: string, options: WaitOptions = {}): Promise<CancelOutcome | undefined> {
+    return this.cancelWith(id, Buffer.from(JSON.stringify({ cancel: id, token })), options.wait);
+  }
+
+  /**
+   * Cancel `id` as etf1 producers do: a record with a null value keyed by the id. It
+   * carries no token, so it cancels only a timer scheduled without one (`token: ""`):
+   * a protected timer answers `WrongToken`; an unknown id `NotFound`.
+   */
+  tombstone(id: string, options?: { wait?: undefined }): Promise<undefined>;
+  tombstone(id: string, options: { wait: number }): Promise<CancelOutcome>;
+  tombstone(id: string, options: WaitOptions = {}): Promise<CancelOutcome | undefined> {
+    return this.cancelWith(id, null, options.wait);
+  }
+
+  /** Disconnect everything this client connected. */
+  async close(): Promise<void> {
+    await Promise.all([
+      this.connected ? this.producer.disconnect() : undefined,
+      this.answers?.disconnect(),
+      this.admin?.disconnect(),
+    ]);
+  }
+
+  private async send(
+    id: string,
+    value: Buffer | null,
+    timestampMs?: number,
+  ): Promise<{ partition: number; offset: string }> {
+    await this.connect();
+    const [meta] = await this.producer.send({
+      topic: this.requestTopic,
+      acks: -1,
+      messages: [{ key: id, value, timestamp: timestampMs?.toString() }],
+    });
+    if (meta === undefined || meta.baseOffset === undefined) {
+      throw new KafkaTimersError(`the broker did not say where the request for ${id} went`);
+    }
+    return { partition: meta.partition, offset: meta.baseOffset };
+  }
+
+  private async cancelWith(
+    id: string,
+    value: Buffer | null,
+    wait: number | undefined,
+  ): Promise<CancelOutcome | undefined> {
+    if (wait === undefined) {
+      await this.send(id, value);
+      return undefined;
+    }
+    if (!(wait > 0)) throw new KafkaTimersError(`wait must be a positive number of seconds, not ${wait}`);
+    const deadline = Date.now() + wait * 1000;
+    return this.turns.run(() => this.sendAndWait(id, value, deadline, wait));
+  }
+
+  private async sendAndWait(
+    id: string,
+    value: Buffer | null,
+    deadline: number,
+    wait: number,
+  ): Promise<CancelOutcome> {
+    const consumer = await this.follow(deadline);
+    // The ends before sending: the answer can only come after them.
+    const ends = await this.admin!.fetchTopicOffsets(this.firedTopic);
+    const { partition, offset } = await this.send(id, value);
+    const end = ends.find((e) => e.partition === partition);
+    if (end === undefined) {
+      throw new KafkaTimersError(`${this.firedTopic} has no partition ${partition}: same partition counts?`);
+    }
+    const key = `${partition}/${offset}/${id}`;
+    const answer = new Promise<Answer>((resolve) => this.waiting.set(key, resolve));
+    consumer.seek({ topic: this.firedTopic, partition, offset: end.high });
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<undefined>((resolve) => {
+      timer = setTimeout(() => resolve(undefined), Math.max(0, deadline - Date.now()));
+    });
+    try {
+      const got = await Promise.race([answer, timeout]);
+      if (got === undefined) {
+        throw new CancelNotAnswered(
+          `no answer to the cancel of timer ${JSON.stringify(id)} within ${wait}s ` +
+            `(${this.requestTopic}[${partition}] offset ${offset}); it was sent and will be ` +
+            "applied when a worker reads that partition: is one running?",
+        );
+      }
+      if (!(Object.values(CancelOutcome) as string[]).includes(got.outcome)) {
+        throw new KafkaTimersError(`the worker answered ${JSON.stringify(got.outcome)}: upgrade this client`);
+      }
+      return got.outcome as CancelOutcome;
+    } finally {
+      clearTimeout(timer);
+      this.waiting.delete(key);
+    }
+  }
+
+  /** The reader of the fired topic: made, and joined to its own group, on first use. */
+  private async follow(deadline: number): Promise<Consumer> {
+    if (this.answers === undefined) {
+      this.admin = this.kafka.admin();
+      const consumer = this.kafka.consumer({
+        groupId: `kafka-timers-client-${randomUUID()}`,
+        // Short sessions: the dev broker holds a join for half of it.
+        sessionTimeout: 6000,
+        heartbeatInterval: 1000,
+        maxWaitTimeInMs: FETCH_WAIT_MS,
+        allowAutoTopicCreation: false,
+      });
+      this.answers = consumer;
+      this.joined = new Promise<void>((resolve) => {
+        consumer.on(consumer.events.GROUP_JOIN, () => resolve());
+      });
+      await Promise.all([this.admin.connect(), consumer.connect()]);
+      await consumer.subscribe({ topics: [this.firedTopic], fromBeginning: false });
+      await consumer.run({
+        autoCommit: false,
+        eachMessage: async ({ partition, message }) => {
+          if (message.value === null || this.waiting.size === 0) return;
+          let doc: Record<string, unknown>;
+          try {
+            doc = JSON.parse(message.value.toString());
+          } catch {
+            return; // not ours to judge: the audit reports malformed records
+          }
+          if (doc.event !== "cancel" || typeof doc.request_offset !== "number") return;
+          const resolve = this.waiting.get(`${partition}/${doc.request_offset}/${doc.id}`);
+          if (resolve !== undefined && doc.partition === partition) {
+            resolve({ outcome: String(doc.outcome) });
+          }
+        },
+      });
+    }
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(
+        () => reject(new KafkaTimersError(`the reader of ${this.firedTopic} did not join in time`)),
+        Math.max(0, deadline - Date.now()),
+      );
+    });
+    try {
+      await Promise.race([this.joined, late]);
+    } finally {
+      clearTimeout(timer);
+    }
+    return this.answers;
+  }
+}
+
+/**
+ * The first occurrence of an interval series, as the worker computes it: `start` if not
+ * before the send, else the first second of its grid after the send; without a start,
+ * one interval after the send.
+ */
+export function firstOfInterval(every: number, start: number | undefined, sentSecond: number): number {
+  if (start === undefined) return sentSecond + every;
+  if (start >= sentSecond) return start;
+  return start + Math.ceil((sentSecond - start) / every) * every;
+}

@@ -1,0 +1,51 @@
+/**
+ * Run by tests/integration/test_js_client.py against a real worker: schedules a one-shot
+ * timer, cancels one and tombstones one with their answers, and schedules a series; prints
+ * one JSON line for the Python side to check against the callbacks that arrive.
+ *
+ * Usage: node dist/test/e2e.js BROKERS REQUEST_TOPIC FIRED_TOPIC CALLBACK_TOPIC ID...
+ */
+
+import { TimerClient, partitionFor } from "../src";
+
+async function main(): Promise<void> {
+  const [brokers, requestTopic, firedTopic, callbacks, partitionsText, ...ids] = process.argv.slice(2);
+  const client = new TimerClient({ brokers: brokers.split(","), requestTopic, firedTopic });
+  try {
+    const partitions = Number(partitionsText);
+    const placed = Object.fromEntries(ids.map((id) => [id, partitionFor(id, partitions)]));
+    const now = Date.now() / 1000;
+    const once = await client.schedule(callbacks, "from js", {
+      key: "k-js",
+      delay: 1,
+      headers: { trace: "js-1" },
+    });
+    const binary = await client.schedule(callbacks, Buffer.from([0, 1, 2, 255]), {
+      key: Buffer.from("k-bin"),
+      at: new Date((now + 1.5) * 1000),
+    });
+    const later = await client.schedule(callbacks, "never", { at: now + 3600 });
+    const cancelled = await client.cancel(later.id, later.token, { wait: 30 });
+    const wrong = await client.schedule(callbacks, "never either", { at: now + 3600 });
+    const refused = await client.cancel(wrong.id, "not-its-token", { wait: 30 });
+    const protectedOutcome = await client.tombstone(wrong.id, { wait: 30 });
+    const open = await client.schedule(callbacks, "no token", { at: now + 3600, token: "" });
+    const tombstoned = await client.tombstone(open.id, { wait: 30 });
+    const series = await client.schedule(callbacks, "tick", {
+      key: "k-series",
+      every: "1s",
+      count: 3,
+      late: "all",
+    });
+    console.log(
+      JSON.stringify({ placed, once, binary, later, cancelled, wrong, refused, protectedOutcome, tombstoned, series }),
+    );
+  } finally {
+    await client.close();
+  }
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});

@@ -1,0 +1,439 @@
+"""The Python client: schedule and cancel timers by producing to the request topic.
+
+A cancel can wait for its answer: the worker that applies it writes what it did to the
+fired topic (:class:`kafka_timers_client.fired.FiredRecord`), on the partition numbered like the
+request's, naming the request's offset. The client takes that partition's end *before*
+sending, sends the cancel to the partition it computed (murmur2, like every producer of
+the request topic), learns the request's offset from the delivery report, and reads on
+from that end until the record that names that offset.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from types import TracebackType
+from typing import Any, overload
+
+from confluent_kafka import KafkaError, Message, Producer
+
+from kafka_timers_client import protowire
+from kafka_timers_client.config import (
+    ClientConfig,
+    ClientConfigSource,
+    confluent_producer,
+)
+from kafka_timers_client.due import due_second, parse_at, parse_duration
+from kafka_timers_client.errors import BrokerUnavailable, CancelNotAnswered, KafkaTimersError
+from kafka_timers_client.fired import FiredRecord, defines_state
+from kafka_timers_client.fired_reader import FiredPartitionReader
+from kafka_timers_client.late import LatePolicy
+from kafka_timers_client.outcome import CancelOutcome
+from kafka_timers_client.partitioner import partition_for
+from kafka_timers_client.recurrence import Recurrence
+from kafka_timers_client.spread import MAX_SPREAD_SECONDS, spread_second
+
+__all__ = ["CancelOutcome", "ScheduledTimer", "TimerClient"]
+
+
+@dataclass(frozen=True)
+class ScheduledTimer:
+    """What :meth:`TimerClient.schedule` promises: keep ``token`` to cancel."""
+
+    #: The timer's id (generated unless given); the callback carries it as ``timer-id``.
+    id: str
+    #: The token this version was scheduled with; cancels must present it.
+    token: str
+    #: Epoch second at or after which the callback is produced (a series: its first).
+    due: int
+    #: The series, for a recurring timer (its ``start`` is ``due``).
+    recurrence: Recurrence | None = None
+    #: The spread asked for, seconds (0: none).
+    spread: int = 0
+
+    @property
+    def fire_at(self) -> int:
+        """The second the worker fires it at (its first occurrence, for a series):
+        ``due``, or for a spread timer the second in ``[due, due + spread]`` its id
+        fixes (:mod:`kafka_timers_client.spread`)."""
+        seq = 0 if self.recurrence is None else 1
+        return spread_second(self.id, seq, self.due, self.spread)
+
+
+class TimerClient:
+    """Schedules timers. Requests are keyed by timer id, so timers due in the same
+    second spread over all partitions, and a cancel or reschedule of an id lands on the
+    partition that holds it (murmur2, like Java and Faust).
+
+    Threads may share a client; cancels that wait for their answers take turns (one
+    reader of the fired topic per client), so give each busy thread its own client.
+    """
+
+    def __init__(
+        self,
+        config: ClientConfig | ClientConfigSource | str,
+        *,
+        clock: Callable[[], float] = time.time,
+        producer_conf: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``config``: where the service is, as a :class:`ClientConfig`, the service's
+        own settings (anything with ``client_config()``), or only a bootstrap address
+        (the service's default topics, no security)."""
+        if isinstance(config, str):
+            config = ClientConfig(bootstrap_servers=config)
+        elif not isinstance(config, ClientConfig):
+            config = config.client_config()
+        self.config = config
+        self._topic = config.request_topic
+        self._clock = clock
+        self._producer = Producer(confluent_producer(config, **dict(producer_conf or {})))
+        self._errors: list[str] = []
+        #: Made on the first cancel that waits for its answer, then reused.
+        self._answers: FiredPartitionReader | None = None
+        self._request_partitions: int | None = None
+        #: One reader, so one wait at a time: threads sharing a client take turns.
+        self._wait_lock = threading.Lock()
+
+    def _on_delivery(self, err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            self._errors.append(str(err))
+
+    def _send(
+        self,
+        key: str,
+        value: bytes | None,
+        partition: int | None = None,
+        on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
+        timestamp_ms: int | None = None,
+    ) -> None:
+        kwargs: dict[str, Any] = {"on_delivery": on_delivery or self._on_delivery}
+        if partition is not None:
+            kwargs["partition"] = partition
+        if timestamp_ms is not None:
+            kwargs["timestamp"] = timestamp_ms
+        while True:
+            try:
+                self._producer.produce(self._topic, value, key.encode(), **kwargs)
+                break
+            except BufferError:
+                self._producer.poll(0.05)
+        self._producer.poll(0)
+
+    def schedule(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | str | None = None,
+        *,
+        at: float | Decimal | None = None,
+        delay: float | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
+        every: float | str | None = None,
+        start: float | Decimal | str | None = None,
+        end: float | Decimal | str | None = None,
+        count: int | None = None,
+        late: str | LatePolicy | None = None,
+        spread: float | str | None = None,
+        timer_id: str | None = None,
+        token: str | None = None,
+        headers: Mapping[str, str | bytes] | Iterable[tuple[str, bytes]] | None = None,
+    ) -> ScheduledTimer:
+        """Ask for ``value`` to reach ``topic`` (with ``key``) at ``at`` or after ``delay``,
+        or on every occurrence of a recurrence.
+
+        A one-shot timer takes exactly one of ``at`` (epoch seconds) or ``delay``
+        (seconds). A recurring timer takes ``cron`` (5 fields, or 6 with the seconds
+        first, in time zone ``tz``, UTC by default) or ``every`` (seconds, or a duration
+        such as ``"30s"``), and optionally ``start`` and ``end`` (epoch seconds or ISO
+        8601) and ``count``; the first occurrence is computed here, exactly as the worker
+        will, and returned as ``due``. ``late`` is the timer's late-fire policy, e.g.
+        ``"skip-after 5m"`` or ``"all"`` (default: the service's). ``spread`` (seconds,
+        or a duration such as ``"60s"``, whole seconds up to a day) lets the callback
+        fire at a second in ``[due, due + spread]`` fixed by the timer id (and, for a
+        series, each occurrence's number): never early, the same second every time the
+        same request is sent; ``due`` and ``timer-due`` stay the requested second.
+
+        A due time with a fraction of a second is rounded up: a timer never fires early.
+        Scheduling again with the same ``timer_id`` replaces the pending version (a whole
+        series). Call :meth:`flush` (or use the client as a context manager) to be sure it
+        was accepted. A bad recurrence or policy raises :class:`KafkaTimersError` here.
+        """
+        timer_id = timer_id or uuid.uuid4().hex
+        token = token or secrets.token_hex(8)
+        if isinstance(headers, Mapping):
+            header_list = [(k, v.encode() if isinstance(v, str) else v) for k, v in headers.items()]
+        else:
+            header_list = list(headers or ())
+        policy = late.text() if isinstance(late, LatePolicy) else late
+        if policy:
+            LatePolicy.parse(policy)  # refused here, not dead-lettered later
+        spread_seconds = self.spread_seconds(spread, every)
+        future = protowire.Future(
+            callback_topic=topic,
+            callback_key=key.decode() if isinstance(key, bytes) else key,
+            callback=value,
+            id=timer_id,
+            token=token,
+            headers=header_list,
+            late=policy or None,
+            spread=spread_seconds or None,
+        )
+        if cron is None and every is None:
+            if start is not None or end is not None or count is not None or tz is not None:
+                raise KafkaTimersError("start, end, count and tz need cron= or every=")
+            if (at is None) == (delay is None):
+                raise KafkaTimersError("give exactly one of at=, delay=, cron= or every=")
+            when = (
+                Decimal(str(at))
+                if at is not None
+                else Decimal(str(self._clock())) + Decimal(str(delay))
+            )
+            future.due = due_second(when)
+            self._send(timer_id, protowire.encode(future))
+            return ScheduledTimer(id=timer_id, token=token, due=future.due, spread=spread_seconds)
+        if at is not None or delay is not None:
+            raise KafkaTimersError("a recurring timer takes start=, not at= or delay=")
+        recurrence = self.build_recurrence(cron, tz, every, start, end, count)
+        # The worker anchors the series at the request's timestamp: set it, and anchor
+        # here from the same millisecond, so both find the same first occurrence.
+        sent_ms = int(self._clock() * 1000)
+        anchored = recurrence.anchored(-(-sent_ms // 1000))
+        future.cron, future.every = recurrence.cron, recurrence.every
+        future.tz = recurrence.tz if recurrence.cron else None
+        future.start, future.end, future.count = recurrence.start, recurrence.end, count
+        self._send(timer_id, protowire.encode(future), timestamp_ms=sent_ms)
+        assert anchored.start is not None
+        return ScheduledTimer(
+            id=timer_id,
+            token=token,
+            due=anchored.start,
+            recurrence=anchored,
+            spread=spread_seconds,
+        )
+
+    @staticmethod
+    def spread_seconds(spread: float | str | None, every: float | str | None = None) -> int:
+        """``spread`` in whole seconds (0 for none), checked as the worker checks it:
+        raises :class:`KafkaTimersError` with one line if it would be dead-lettered."""
+        if spread is None:
+            return 0
+        seconds = parse_duration(str(spread))
+        if seconds != int(seconds) or not 0 <= seconds <= MAX_SPREAD_SECONDS:
+            raise KafkaTimersError(
+                f"spread {spread!r}: whole seconds from 0 to {MAX_SPREAD_SECONDS} (a day)"
+            )
+        interval = None if every is None else parse_duration(str(every))
+        if seconds and interval is not None and seconds >= interval:
+            raise KafkaTimersError(f"spread {spread!r}: less than the interval ({every})")
+        return int(seconds)
+
+    @staticmethod
+    def build_recurrence(
+        cron: str | None,
+        tz: str | None,
+        every: float | str | None,
+        start: float | Decimal | str | None,
+        end: float | Decimal | str | None,
+        count: int | None,
+    ) -> Recurrence:
+        """The recurrence :meth:`schedule` sends (not yet anchored); raises
+        :class:`KafkaTimersError` with one line if it is not valid."""
+        if cron is not None and every is not None:
+            raise KafkaTimersError("give cron= or every=, not both")
+        first = None if start is None else due_second(parse_at(str(start)))
+        last = None if end is None else int(parse_at(str(end)) // 1)
+        if cron is not None:
+            return Recurrence.cron_series(cron, tz, start=first, end=last, count=count)
+        if tz is not None:
+            raise KafkaTimersError("tz= applies to cron=, not to every=")
+        seconds = parse_duration(every) if isinstance(every, str) else float(every or 0)
+        if seconds != int(seconds):
+            raise KafkaTimersError(f"every={every!r}: use whole seconds")
+        return Recurrence.interval(int(seconds), start=first, end=last, count=count)
+
+    @overload
+    def cancel(self, timer_id: str, token: str, wait: None = None) -> None: ...
+
+    @overload
+    def cancel(self, timer_id: str, token: str, wait: float) -> CancelOutcome: ...
+
+    def cancel(self, timer_id: str, token: str, wait: float | None = None) -> CancelOutcome | None:
+        """Ask for timer ``timer_id`` never to fire; refused unless ``token`` matches.
+
+        Without ``wait`` the cancel is queued and this returns at once (:meth:`flush` to
+        be sure the broker took it). With ``wait`` (seconds) it blocks until the worker
+        answers and returns what the cancel did: :attr:`CancelOutcome.CANCELLED` (it
+        will not fire), ``ALREADY_FIRED`` (it lost the race with its tick: the callback
+        was or is being delivered), ``WRONG_TOKEN`` (refused: it still fires),
+        ``CANCELLED_IN_ADVANCE`` (no such timer yet: a request with this id and token
+        that comes later is dropped). Raises :class:`CancelNotAnswered` if no answer
+        came within ``wait`` (the cancel was sent and will still be applied), and
+        :class:`BrokerUnavailable` if the broker did not take it.
+        """
+        future = protowire.Future(id=timer_id, token=token, action=protowire.ACTION_CANCEL)
+        return self._cancel(timer_id, protowire.encode(future), wait)
+
+    @overload
+    def tombstone(self, timer_id: str, wait: None = None) -> None: ...
+
+    @overload
+    def tombstone(self, timer_id: str, wait: float) -> CancelOutcome: ...
+
+    def tombstone(self, timer_id: str, wait: float | None = None) -> CancelOutcome | None:
+        """Cancel ``timer_id`` as kafka-message-scheduler (etf1) producers do: a record
+        with a null value keyed by the id.
+
+        A tombstone carries no token, so it cancels only a timer scheduled without one
+        (etf1's, or ``token=""``): a timer its producer protected with a token answers
+        :attr:`CancelOutcome.WRONG_TOKEN`. Answers like :meth:`cancel` otherwise, except
+        that an unknown id is :attr:`CancelOutcome.NOT_FOUND` (nothing is remembered).
+        """
+        return self._cancel(timer_id, None, wait)
+
+    def _cancel(
+        self, timer_id: str, value: bytes | None, wait: float | None
+    ) -> CancelOutcome | None:
+        if wait is None:
+            self._send(timer_id, value)
+            return None
+        if wait <= 0:
+            raise KafkaTimersError(f"wait must be a positive number of seconds, not {wait}")
+        deadline = time.monotonic() + wait
+        if not self._wait_lock.acquire(timeout=wait):
+            raise KafkaTimersError(
+                f"the cancel of timer {timer_id!r} was not sent: other cancels of this "
+                f"client waited for their answers for all of {wait:g}s"
+            )
+        try:
+            return self._send_and_wait(timer_id, value, deadline, wait)
+        finally:
+            self._wait_lock.release()
+
+    def _send_and_wait(
+        self, timer_id: str, value: bytes | None, deadline: float, wait: float
+    ) -> CancelOutcome:
+        answers = self._reader(deadline)
+        assert self._request_partitions is not None
+        key = timer_id.encode()
+        # The partition every murmur2 producer (this client's schedule() among them) put
+        # the timer's requests on; sent there explicitly, so it is where we read.
+        partition = partition_for(key, self._request_partitions)
+        # The end is taken before sending: the answer can only come after it.
+        _, start = answers.watermarks(partition, deadline - time.monotonic())
+        answers.follow(partition, start)
+        offset = self._send_acknowledged(timer_id, value, partition, deadline)
+        answer = answers.wait_for(
+            key, lambda record: record.answers(timer_id, partition, offset), deadline
+        )
+        if answer is None:
+            raise CancelNotAnswered(
+                f"no answer to the cancel of timer {timer_id!r} within {wait:g}s "
+                f"({self._topic}[{partition}] offset {offset}); it was sent and will be "
+                "applied when a worker reads that partition: is one running?"
+            )
+        try:
+            return CancelOutcome(answer.outcome)
+        except ValueError:
+            raise KafkaTimersError(
+                f"the worker answered the cancel of {timer_id!r} with {answer.outcome!r}, "
+                "which this client does not know: upgrade it"
+            ) from None
+
+    def _send_acknowledged(
+        self, timer_id: str, value: bytes | None, partition: int, deadline: float
+    ) -> int:
+        """Send one request to ``partition``; its offset once the broker acknowledged it."""
+        report: list[tuple[KafkaError | None, int | None]] = []
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            report.append((err, msg.offset()))
+
+        self._send(timer_id, value, partition, delivered)
+        while not report and time.monotonic() < deadline:
+            self._producer.poll(min(0.05, max(0.0, deadline - time.monotonic())))
+        if not report:
+            raise BrokerUnavailable(
+                f"the cancel of timer {timer_id!r} was not acknowledged by the broker in time; "
+                "it is still queued and may yet be applied"
+            )
+        err, offset = report[0]
+        if err is not None or offset is None:
+            raise BrokerUnavailable(f"the broker refused the cancel of {timer_id!r}: {err}")
+        return offset
+
+    def lookup(
+        self, timer_id: str, *, since: float = 7 * 86400, timeout: float = 10.0
+    ) -> FiredRecord | None:
+        """What became of ``timer_id``, as the fired topic tells: the newest record of its
+        fire (``event`` ``fired``, with ``due``, ``fired_at_ms`` and the worker), or of a
+        cancel that removed it or waits for it (``event`` ``cancel``, ``outcome``), written
+        in the last ``since`` seconds; ``None`` when there is none: the timer is pending,
+        unknown, or older than that. Reads the one partition of the fired topic that holds
+        the id's records (murmur2 of the id, like its requests), newest first.
+
+        The worker holding the timer knows more (a pending timer's due second):
+        ``kafka-timers get`` asks it first, then reads the fired topic the same way.
+        Raises :class:`BrokerUnavailable` if the topic cannot be read within ``timeout``.
+        """
+        deadline = time.monotonic() + timeout
+        if not self._wait_lock.acquire(timeout=timeout):
+            raise KafkaTimersError(f"the lookup of {timer_id!r}: the client stayed busy")
+        try:
+            answers = self._reader(deadline)
+            assert self._request_partitions is not None
+            key = timer_id.encode()
+            return answers.newest(
+                partition_for(key, self._request_partitions),
+                key,
+                defines_state,
+                floor_ms=int((self._clock() - since) * 1000),
+                deadline=deadline,
+            )
+        finally:
+            self._wait_lock.release()
+
+    def _reader(self, deadline: float) -> FiredPartitionReader:
+        """The client's one reader of the fired topic, and the request topic's partition
+        count, both found on first use."""
+        if self._answers is None:
+            self._answers = FiredPartitionReader(self.config)
+        if self._request_partitions is None:
+            self._request_partitions = self._answers.partition_count(
+                self._topic, deadline - time.monotonic()
+            )
+        return self._answers
+
+    def flush(self, timeout: float = 15.0) -> None:
+        """Wait until every request is acknowledged; raise if the broker did not take them."""
+        remaining = self._producer.flush(timeout)
+        if remaining or self._errors:
+            detail = self._errors[0] if self._errors else f"{remaining} requests unacknowledged"
+            self._errors = []
+            raise BrokerUnavailable(f"timer requests not accepted by the broker: {detail}")
+
+    def close(self) -> None:
+        """Flush what is still queued, then release the producer's connections."""
+        try:
+            self.flush()
+        finally:
+            self._producer.close()
+            if self._answers is not None:
+                self._answers.close()
+
+    def __enter__(self) -> TimerClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is None:
+            self.close()

@@ -1,0 +1,79 @@
+"""The slim client (clients/python) and the service share one implementation: the
+service's modules are the client's, its settings configure the client, and the client's
+shared modules load no Kafka client (the worker's pure core imports them)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+
+import kafka_timers_client
+from app import client as service_client
+from app.core import due, errors, partitioner, protowire, recurrence
+from app.kafka.config import confluent_consumer, confluent_producer
+from app.settings import SecuritySettings, Settings, TopicNames
+from kafka_timers_client import ClientConfig, TimerClient
+from kafka_timers_client import due as client_due
+from kafka_timers_client import errors as client_errors
+from kafka_timers_client.config import confluent_producer as client_producer
+
+
+def test_the_service_uses_the_clients_code_not_a_copy() -> None:
+    assert service_client.TimerClient is kafka_timers_client.TimerClient
+    assert due.due_second is client_due.due_second
+    assert errors.KafkaTimersError is client_errors.KafkaTimersError
+    assert partitioner.partition_for.__module__ == "kafka_timers_client.partitioner"
+    assert protowire.encode.__module__ == "kafka_timers_client.protowire"
+    assert recurrence.Recurrence.__module__ == "kafka_timers_client.recurrence"
+
+
+def test_the_services_settings_become_the_clients_config() -> None:
+    settings = replace(
+        Settings(),
+        bootstrap_servers="k1:9093,k2:9093",
+        topics=TopicNames(requests="req", fired="fir"),
+        security=SecuritySettings(
+            protocol="SASL_SSL", sasl_mechanism="PLAIN", sasl_username="u", sasl_password="p"
+        ),
+        producer_message_max_bytes=2_000_000,
+        session_timeout=9.0,
+    )
+    config = settings.client_config()
+    assert (config.bootstrap_servers, config.request_topic, config.fired_topic) == (
+        "k1:9093,k2:9093",
+        "req",
+        "fir",
+    )
+    producer = confluent_producer(settings)
+    assert producer == client_producer(config)
+    assert producer["partitioner"] == "murmur2_random"  # where the worker expects each id
+    assert producer["message.max.bytes"] == 2_000_000
+    assert producer["sasl.username"] == "u" and producer["security.protocol"] == "SASL_SSL"
+    assert confluent_consumer(settings, "g")["session.timeout.ms"] == 9000
+
+
+def test_a_bare_address_is_a_config_with_the_services_default_topics() -> None:
+    client = TimerClient("127.0.0.1:1")
+    try:
+        assert client.config == ClientConfig(bootstrap_servers="127.0.0.1:1")
+        assert (client.config.request_topic, client.config.fired_topic) == (
+            Settings().topics.requests,
+            Settings().topics.fired,
+        )
+    finally:
+        client._producer.close()  # nothing was sent: no flush against a missing broker
+
+
+def test_the_shared_modules_load_no_kafka_client() -> None:
+    """The worker's core imports them: ``import kafka_timers_client.due`` must not load
+    librdkafka (the package's top level names the client lazily)."""
+    code = (
+        "import sys, kafka_timers_client.due, kafka_timers_client.recurrence, "
+        "kafka_timers_client.protowire, kafka_timers_client.fired, app.core.wheel\n"
+        "print('confluent_kafka' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "False"
