@@ -314,11 +314,45 @@ def _operator_name() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
+def _pause_timer(args: argparse.Namespace, action: str) -> int:
+    """``pause`` / ``resume --id --token``: the timer's owner, through the request topic
+    (answered on the fired topic like a cancel)."""
+    from app.client import TimerClient
+    from app.kafka.topics import wait_for_broker
+
+    if args.token is None:
+        raise KafkaTimersError(f"{action} --id needs --token (the token it was scheduled with)")
+    settings = _settings(args)
+    wait_for_broker(settings, timeout=args.timeout)
+    client = TimerClient(settings)
+    send = client.pause if action == "pause" else client.resume
+    if args.wait is None:
+        send(args.timer_id, args.token)
+        client.flush(args.timeout)
+        print(json.dumps({"id": args.timer_id, action: "sent"}))
+        return 0
+    outcome = send(args.timer_id, args.token, wait=args.wait)
+    client.close()
+    print(json.dumps({"id": args.timer_id, "outcome": outcome.value}))
+    return 0
+
+
+def _one_target(args: argparse.Namespace, action: str) -> None:
+    if (args.topic is None) == (args.timer_id is None):
+        raise KafkaTimersError(
+            f"{action} needs either --topic (an operator, every callback to it) or --id "
+            "with --token (a timer's owner, that timer)"
+        )
+
+
 def cmd_pause(args: argparse.Namespace) -> int:
     import time
 
     from app.core.control import pause_record
 
+    _one_target(args, "pause")
+    if args.timer_id is not None:
+        return _pause_timer(args, "pause")
     topic = _control_topic_name(args.topic)
     key, value = pause_record(topic, by=_operator_name(), at_ms=int(time.time() * 1000))
     print(json.dumps({"topic": topic, "paused": True, **_send_control(args, key, value)}))
@@ -328,10 +362,29 @@ def cmd_pause(args: argparse.Namespace) -> int:
 def cmd_resume(args: argparse.Namespace) -> int:
     from app.core.control import PAUSE
 
+    _one_target(args, "resume")
+    if args.timer_id is not None:
+        return _pause_timer(args, "resume")
     topic = _control_topic_name(args.topic)
     out = _send_control(args, f"{PAUSE}{topic}".encode(), None)  # a tombstone clears it
     print(json.dumps({"topic": topic, "paused": False, **out}))
     return 0
+
+
+def _pause_arguments(p: argparse.ArgumentParser, done: str, refused: str) -> None:
+    p.add_argument("--topic", help="callback topic (an operator: every timer to it)")
+    p.add_argument("--id", dest="timer_id", help="one timer or series (its owner)")
+    p.add_argument("--token", help="with --id: the token it was scheduled with")
+    p.add_argument(
+        "--wait",
+        nargs="?",
+        type=float,
+        const=DEFAULT_CANCEL_WAIT,
+        metavar="SECONDS",
+        help=f"with --id: wait for the answer and print it: {done}, {refused} "
+        f"(default {DEFAULT_CANCEL_WAIT:g} s; exit 3 if none came)",
+    )
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to reach the broker")
 
 
 def cmd_rate(args: argparse.Namespace) -> int:
@@ -682,16 +735,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "pause",
-        help="hold every callback to a topic (timers wait, pending) until resume; "
-        "writes the control topic (Kafka's ACLs on it decide who may)",
+        help="--topic: hold every callback to a topic (timers wait, pending) until resume, "
+        "through the control topic (Kafka's ACLs on it decide who may); --id --token: a "
+        "timer's owner holds that timer or series",
     )
-    p.add_argument("--topic", required=True, help="callback topic")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds to reach the broker")
+    _pause_arguments(p, "paused", "wrong_token, already_fired or not_found")
     p.set_defaults(func=cmd_pause)
 
-    p = sub.add_parser("resume", help="deliver a paused topic again (its held timers first)")
-    p.add_argument("--topic", required=True, help="callback topic")
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds to reach the broker")
+    p = sub.add_parser(
+        "resume",
+        help="deliver a paused topic (--topic) or timer (--id --token) again: what came due "
+        "meanwhile goes out first, by its late policy",
+    )
+    _pause_arguments(p, "resumed", "wrong_token, already_fired or not_found")
     p.set_defaults(func=cmd_resume)
 
     p = sub.add_parser(

@@ -5,6 +5,6 @@ implementation, re-exported here for the service's CLI, demo, benchmarks and tes
 from __future__ import annotations
 
 from kafka_timers_client.client import ScheduledTimer, TimerClient
-from kafka_timers_client.outcome import CancelOutcome
+from kafka_timers_client.outcome import CancelOutcome, PauseOutcome
 
-__all__ = ["CancelOutcome", "ScheduledTimer", "TimerClient"]
+__all__ = ["CancelOutcome", "PauseOutcome", "ScheduledTimer", "TimerClient"]

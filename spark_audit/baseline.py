@@ -30,7 +30,7 @@ from spark_audit.judging import (
     SOURCE_SKIP,
     judge_one,
 )
-from spark_audit.parsing import ParsedColumns, judge_request, policy_for
+from spark_audit.parsing import RECONCILED_KINDS, ParsedColumns, judge_request, policy_for
 from spark_audit.reconcile import Rules
 
 __all__ = ["BaselineResult", "reconcile_in_process"]
@@ -92,6 +92,8 @@ def reconcile_in_process(settings: Settings, rules: Rules) -> BaselineResult:
         out = ParsedColumns.empty()
         judge_request(record, policy, out)
         if out.reject[0] is not None or out.id[0] is None:
+            continue
+        if out.kind[0] not in RECONCILED_KINDS:
             continue
         events[(record.partition, out.id[0])].append(
             (

@@ -27,13 +27,14 @@ from app.core.fired import token_digest
 from app.core.policy import RequestPolicy
 from app.core.recurrence import Recurrence
 from app.core.request_format import RawRecord, parse_request
-from app.core.timer import Cancel
+from app.core.timer import Cancel, TokenAction
 from app.settings import Settings
 
 __all__ = [
     "CANCEL",
     "PARSED_REQUEST_DDL",
     "PARSED_REQUEST_TYPE",
+    "RECONCILED_KINDS",
     "SCHEDULE",
     "ParsedColumns",
     "internal_error",
@@ -53,6 +54,9 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 SCHEDULE = "schedule"
 #: ``kind`` of a request that cancels one.
 CANCEL = "cancel"
+#: The kinds the audit reconciles; ``pause`` and ``resume`` (a timer's owner holding
+#: it back) are accepted requests it judges nothing by.
+RECONCILED_KINDS = (SCHEDULE, CANCEL)
 
 #: What one request record means; ``reject`` is set (and the rest null) when refused.
 PARSED_REQUEST_TYPE = pa.struct(
@@ -206,6 +210,11 @@ def judge_request(record: RawRecord, policy: RequestPolicy, out: ParsedColumns) 
     """
     try:
         request = parse_request(record)
+        if isinstance(request, Cancel) and request.action is not TokenAction.CANCEL:
+            # A pause or resume changes when a timer fires, not whether: accepted, and
+            # left out of the events the audit reconciles (RECONCILED_KINDS).
+            out.add(None, None, request.action.value, request.id, None, None, True)
+            return
         if isinstance(request, Cancel):
             token = token_digest(request.token)
             if not _encodable(request.id):

@@ -31,7 +31,7 @@ from spark_audit.judging import (
     VERDICT_DDL,
     judge_arrays,
 )
-from spark_audit.parsing import PARSED_REQUEST_DDL, parse_request_arrays
+from spark_audit.parsing import PARSED_REQUEST_DDL, RECONCILED_KINDS, parse_request_arrays
 from spark_audit.reconcile import Rules
 
 __all__ = ["FIRED_JSON_DDL", "judge_timers", "parse_fired", "parse_requests", "timer_events"]
@@ -151,7 +151,7 @@ def _event(
 def timer_events(requests: DataFrame, fired: DataFrame) -> DataFrame:
     """(partition, id, ev): every accepted request and readable fired record as an event."""
     null = F.lit(None)
-    accepted = requests.where(F.col("reject").isNull())
+    accepted = requests.where(F.col("reject").isNull() & F.col("kind").isin(*RECONCILED_KINDS))
     request_events = accepted.select(
         "partition",
         "id",

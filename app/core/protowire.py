@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from kafka_timers_client.protowire import (
     ACTION_CANCEL,
+    ACTION_PAUSE,
+    ACTION_RESUME,
     ACTION_SCHEDULE,
     DecodeError,
     Future,
@@ -15,6 +17,8 @@ from kafka_timers_client.protowire import (
 
 __all__ = [
     "ACTION_CANCEL",
+    "ACTION_PAUSE",
+    "ACTION_RESUME",
     "ACTION_SCHEDULE",
     "DecodeError",
     "Future",

@@ -59,7 +59,7 @@ from app.core.late import LatePolicy
 from app.core.recurrence import ANCHOR_SLACK_SECONDS, Recurrence
 from app.core.spread import MAX_SPREAD_SECONDS
 from app.core.sr_framing import unframe
-from app.core.timer import Cancel, Header, Timer
+from app.core.timer import Cancel, Header, Timer, TokenAction
 
 __all__ = ["RawRecord", "derived_id", "parse_request"]
 
@@ -242,6 +242,14 @@ def _utf8(raw: bytes, name: str) -> str:
         raise RejectedRequest(RejectReason.INVALID_TOPIC, f"{name} is not UTF-8") from exc
 
 
+#: The protobuf actions that name a pending timer by id and token.
+_TOKEN_ACTIONS = {
+    proto.CANCEL: TokenAction.CANCEL,
+    proto.PAUSE: TokenAction.PAUSE,
+    proto.RESUME: TokenAction.RESUME,
+}
+
+
 def _from_protobuf(record: RawRecord, now: float | None) -> Timer | Cancel:
     assert record.value is not None
     try:
@@ -251,10 +259,11 @@ def _from_protobuf(record: RawRecord, now: float | None) -> Timer | Cancel:
     if len(UnknownFieldSet(future)):
         _refuse_misread_fields(future, proto.LAST_FIELD_NUMBER)
     action = future.action  # an open enum: values other than 0 and 1 come through
-    if action == proto.CANCEL:
+    if action in _TOKEN_ACTIONS:
+        asked = _TOKEN_ACTIONS[action]
         if not future.id:
-            raise RejectedRequest(RejectReason.MALFORMED, "cancel without a timer id")
-        return Cancel(id=future.id, token=future.token)
+            raise RejectedRequest(RejectReason.MALFORMED, f"{asked.value} without a timer id")
+        return Cancel(id=future.id, token=future.token, action=asked)
     if action != proto.SCHEDULE:
         raise RejectedRequest(RejectReason.UNKNOWN_FORMAT, f"unknown action {action}")
     headers = future.headers
@@ -474,6 +483,15 @@ def _from_json(record: RawRecord, now: float | None) -> Timer | Cancel:
     try:
         if "cancel" in doc:
             return Cancel(id=_json_str(doc, "cancel"), token=_json_str(doc, "token", ""))
+        if "pause" in doc or "resume" in doc:
+            asked = TokenAction.PAUSE if "pause" in doc else TokenAction.RESUME
+            if "pause" in doc and "resume" in doc:
+                raise TypeError("a request pauses or resumes, not both")
+            return Cancel(
+                id=_json_str(doc, asked.value),
+                token=_json_str(doc, "token", ""),
+                action=asked,
+            )
         recurrence = _json_recurrence(doc, _sent_second(record, now))
         late = doc.get("late")
         if late is not None and not isinstance(late, str):

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 from app.core.late import LatePolicy
 from app.core.recurrence import Recurrence
 from app.core.spread import spread_second
 
-__all__ = ["Cancel", "Header", "Timer"]
+__all__ = ["Cancel", "Header", "Timer", "TokenAction"]
 
 #: One Kafka record header: a name and raw bytes.
 Header = tuple[str, bytes]
@@ -69,9 +70,22 @@ class Timer:
         return self.due
 
 
+class TokenAction(str, Enum):
+    """What a request that names a pending timer by id and token asks of it."""
+
+    #: Remove it: it never fires.
+    CANCEL = "cancel"
+    #: Hold its occurrences when due until resumed (``PartitionWheel.pause``).
+    PAUSE = "pause"
+    #: Release a paused timer: what came due fires now, by its late policy.
+    RESUME = "resume"
+
+
 @dataclass(frozen=True)
 class Cancel:
-    """A request to remove the pending timer ``id``, authorised by its ``token``."""
+    """A request about the pending timer ``id``, authorised by its ``token``: to cancel
+    it (the default), or to pause or resume it (:attr:`action`). All three travel the
+    same way: routed by id, answered on the fired topic at the request's offset."""
 
     #: Id of the timer to cancel.
     id: str
@@ -81,3 +95,5 @@ class Cancel:
     #: tombstone for an id with no timer is ``not_found``, never remembered). It cancels
     #: only a timer stored without a token, as every cancel needs the timer's token.
     check_token: bool = True
+    #: What is asked: cancel, pause or resume.
+    action: TokenAction = TokenAction.CANCEL

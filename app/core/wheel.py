@@ -70,7 +70,7 @@ from app.core.keys import (
 )
 from app.core.stored import check_layout, pack_timer, unpack_timer
 from app.core.timer import Cancel, Timer
-from kafka_timers_client.outcome import CancelOutcome
+from kafka_timers_client.outcome import CancelOutcome, PauseOutcome
 
 __all__ = [
     "DEFAULT_MAX_CANCELS_IN_ADVANCE",
@@ -212,21 +212,6 @@ _WAS_PENDING = _IndexEntry(_PENDING, 0, "")
 def _pending_entry(due: int, token: str) -> bytes:
     """``_IndexEntry(_PENDING, due, token).encode()`` without building the dataclass."""
     return b"P%012d" % due + token.encode()
-
-
-class PauseOutcome(str, Enum):
-    """What a pause or a resume did; answered on the fired topic like a cancel."""
-
-    #: Paused: its occurrences wait when due (also the answer to a repeat).
-    PAUSED = "paused"
-    #: Resumed: what came due while paused fires now, by its late policy.
-    RESUMED = "resumed"
-    #: The token did not match the pending timer's: refused, nothing changed.
-    WRONG_TOKEN = "wrong_token"
-    #: The timer has fired (a one-shot, or a series that ended) or is firing right now.
-    ALREADY_FIRED = "already_fired"
-    #: No pending timer with that id (never scheduled, cancelled, or forgotten).
-    NOT_FOUND = "not_found"
 
 
 class _Parked(NamedTuple):

@@ -77,6 +77,17 @@ class WorkerMetrics:
             "kafka_timers_fired", "Callbacks delivered.", ["callback_topic"], registry=r
         )
         self.cancelled = Counter("kafka_timers_cancelled", "Timers cancelled.", registry=r)
+        self.timer_pauses = Counter(
+            "kafka_timers_timer_pauses",
+            "Pause and resume requests of timers' owners, by what they did.",
+            ["action", "outcome"],
+            registry=r,
+        )
+        self.timers_paused = Gauge(
+            "kafka_timers_timers_paused",
+            "Timers paused by their owners on this worker's partitions (due or not).",
+            registry=r,
+        )
         self.rejected = Counter(
             "kafka_timers_rejected", "Requests dead-lettered.", ["reason"], registry=r
         )

@@ -19,7 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from app.core.backoff import Backoff
 from app.core.budget import DEFAULT_MAX_RECORD_BYTES, fits, record_bytes
 from app.core.errors import RejectReason, SystemicFailure
-from app.core.fired import FiredRecord, SkipReason, fired_json, json_string
+from app.core.fired import FiredKind, FiredRecord, SkipReason, fired_json, json_string
 from app.core.request_format import RawRecord
 from app.core.routing import HOP_HEADER, hop_value
 from app.core.timer import Timer
@@ -70,6 +70,16 @@ class Output(Protocol):
         self,
         timer_id: str,
         token: str,
+        outcome: str,
+        partition: int,
+        request_offset: int | None = None,
+    ) -> None: ...
+
+    def pause_outcome(
+        self,
+        timer_id: str,
+        token: str,
+        action: str,
         outcome: str,
         partition: int,
         request_offset: int | None = None,
@@ -358,6 +368,29 @@ class OutputProducer:
             worker=self._worker_id,
             at_ms=int(self._clock() * 1000),
             request_offset=request_offset,
+        )
+        self._produce(self._fired_topic, record.to_json(), timer_id.encode(), partition=partition)
+
+    def pause_outcome(
+        self,
+        timer_id: str,
+        token: str,
+        action: str,
+        outcome: str,
+        partition: int,
+        request_offset: int | None = None,
+    ) -> None:
+        """Report what a pause or resume (``action``) did, as the answer a client waits
+        for: like :meth:`cancel_outcome`, with the event ``pause`` or ``resume``."""
+        record = FiredRecord.cancel(
+            timer_id,
+            token,
+            outcome,
+            partition=partition,
+            worker=self._worker_id,
+            at_ms=int(self._clock() * 1000),
+            request_offset=request_offset,
+            kind=FiredKind(action),
         )
         self._produce(self._fired_topic, record.to_json(), timer_id.encode(), partition=partition)
 

@@ -28,12 +28,13 @@ from app.core.policy import RequestPolicy
 from app.core.request_format import RawRecord, derived_id, parse_request
 from app.core.routing import check_forwardable, owner_of, without_hop
 from app.core.tick_gate import MAX_AHEAD_SECONDS, TickGate
-from app.core.timer import Cancel, Timer
+from app.core.timer import Cancel, Timer, TokenAction
 from app.core.wheel import (
     DEFAULT_MAX_CANCELS_IN_ADVANCE,
     DEFAULT_MEMORY_SECONDS,
     CancelOutcome,
     PartitionWheel,
+    PauseOutcome,
     Scheduled,
 )
 from app.worker.group_lease import GroupLease
@@ -205,6 +206,7 @@ class TimerService:
                 with contextlib.suppress(KeyError):
                     self._metrics.store_keys.remove(str(p), kind)
         self._metrics.pending.set(sum(self._pending.values()))
+        self._export_paused()
         if self._backlog_topics:
             self._export_backlog()
 
@@ -238,6 +240,7 @@ class TimerService:
                 self._metrics.pending.set(sum(self._pending.values()))
                 self._partitions[p] = part
                 self._export_keys(p, part)
+                self._export_paused()
         return part
 
     # -- requests -------------------------------------------------------------------
@@ -420,6 +423,9 @@ class TimerService:
         )
 
     def _cancel(self, part: _Partition, record: RawRecord, cancel: Cancel) -> None:
+        if cancel.action is not TokenAction.CANCEL:
+            self._pause_or_resume(part, record, cancel)
+            return
         outcome = part.wheel.cancel(cancel)
         self._output.cancel_outcome(
             cancel.id, cancel.token, outcome.value, record.partition, record.offset
@@ -432,6 +438,31 @@ class TimerService:
         elif outcome is CancelOutcome.WRONG_TOKEN:
             self._reject(
                 record, RejectReason.WRONG_TOKEN, f"token does not match timer {cancel.id!r}"
+            )
+
+    def _pause_or_resume(self, part: _Partition, record: RawRecord, request: Cancel) -> None:
+        """Apply a timer owner's pause or resume and answer it on the fired topic (as a
+        cancel is answered: at the request's offset, so a client can wait for it)."""
+        wheel = part.wheel
+        if request.action is TokenAction.PAUSE:
+            outcome = wheel.pause(request)
+        else:
+            outcome = wheel.resume(request)
+            if wheel.holding:
+                self._release_wanted.set()  # what came due while paused goes out now
+        self._output.pause_outcome(
+            request.id,
+            request.token,
+            request.action.value,
+            outcome.value,
+            record.partition,
+            record.offset,
+        )
+        self._metrics.timer_pauses.labels(action=request.action.value, outcome=outcome.value).inc()
+        self._export_paused()
+        if outcome is PauseOutcome.WRONG_TOKEN:
+            self._reject(
+                record, RejectReason.WRONG_TOKEN, f"token does not match timer {request.id!r}"
             )
 
     def _reject(self, record: RawRecord, reason: RejectReason, detail: str) -> None:
@@ -964,6 +995,11 @@ class TimerService:
         """Store keys per held partition, by kind (for status): counted once when the
         partition loaded, then kept up to date by the wheel, never by a scan."""
         return {p: self._key_counts(part) for p, part in self._partitions.items()}
+
+    def _export_paused(self) -> None:
+        self._metrics.timers_paused.set(
+            sum(part.wheel.paused_count for part in self._partitions.values())
+        )
 
     def _adjust_pending(self, partition: int, delta: int) -> None:
         self._pending[partition] = self._pending.get(partition, 0) + delta

@@ -245,9 +245,9 @@ class Outcome:
         return [r for r in self.produced if r.topic == DLQ_TOPIC]
 
     def answers(self) -> list[dict[str, object]]:
-        """The cancel outcomes on the fired topic."""
+        """The answers on the fired topic: of a cancel, a pause or a resume."""
         docs = [json.loads(r.value or b"{}") for r in self.produced if r.topic == FIRED_TOPIC]
-        return [d for d in docs if d.get("event") == "cancel"]
+        return [d for d in docs if d.get("event") in ("cancel", "pause", "resume")]
 
 
 @contextlib.contextmanager

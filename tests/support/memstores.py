@@ -35,6 +35,8 @@ class Produced:
     cancels: list[tuple[str, str, str, int]] = field(default_factory=list)
     #: ``(id, partition, request offset)`` of each cancel answered, in the same order.
     cancel_requests: list[tuple[str, int, int | None]] = field(default_factory=list)
+    #: Pauses and resumes answered: (id, action, outcome, partition, request offset).
+    pauses: list[tuple[str, str, str, int, int | None]] = field(default_factory=list)
     dead_letters: list[tuple[bytes | None, RejectReason, str]] = field(default_factory=list)
     dead_timers: list[tuple[str, RejectReason]] = field(default_factory=list)
     changelog: list[tuple[int, bytes, bytes | None]] = field(default_factory=list)
@@ -92,6 +94,17 @@ class FakeOutput:
         self.pending.cancels.append((timer_id, token, outcome, partition))
         self.pending.cancel_requests.append((timer_id, partition, request_offset))
 
+    def pause_outcome(
+        self,
+        timer_id: str,
+        token: str,
+        action: str,
+        outcome: str,
+        partition: int,
+        request_offset: int | None = None,
+    ) -> None:
+        self.pending.pauses.append((timer_id, action, outcome, partition, request_offset))
+
     def dead_letter(self, record: RawRecord, reason: RejectReason, detail: str) -> None:
         self.pending.dead_letters.append((record.value, reason, detail))
 
@@ -121,6 +134,7 @@ class FakeOutput:
             "skipped",
             "cancels",
             "cancel_requests",
+            "pauses",
             "dead_letters",
             "dead_timers",
             "changelog",

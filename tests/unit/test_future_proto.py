@@ -36,7 +36,7 @@ from app.core.due import due_second
 from app.core.errors import RejectedRequest, RejectReason
 from app.core.proto import DESCRIPTOR_SET, PROTO_FILE
 from app.core.request_format import RawRecord, derived_id, parse_request
-from app.core.timer import Cancel, Timer
+from app.core.timer import Cancel, Timer, TokenAction
 
 MANY = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -148,8 +148,15 @@ FIELDS = [
 
 def meant(future: protowire.Future, record: RawRecord) -> Timer | Cancel | RejectReason:
     """What a request means, straight from the schema's comments."""
-    if future.action == protowire.ACTION_CANCEL:
-        return Cancel(future.id, future.token or "") if future.id else RejectReason.MALFORMED
+    actions = {
+        protowire.ACTION_CANCEL: TokenAction.CANCEL,
+        protowire.ACTION_PAUSE: TokenAction.PAUSE,
+        protowire.ACTION_RESUME: TokenAction.RESUME,
+    }
+    if future.action in actions:
+        if not future.id:
+            return RejectReason.MALFORMED
+        return Cancel(future.id, future.token or "", action=actions[future.action])
     if future.action != protowire.ACTION_SCHEDULE:
         return RejectReason.UNKNOWN_FORMAT
     if any(name.lower().startswith(("timer-", "scheduler-")) for name, _ in future.headers):

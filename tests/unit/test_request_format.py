@@ -5,7 +5,7 @@ import pytest
 from app.core import protowire
 from app.core.errors import RejectedRequest, RejectReason
 from app.core.request_format import RawRecord, parse_request
-from app.core.timer import Cancel, Timer
+from app.core.timer import Cancel, Timer, TokenAction
 
 
 def record(
@@ -89,6 +89,20 @@ def test_json_iso_and_base64() -> None:
 
 def test_json_cancel() -> None:
     assert parse_request(record(b'{"cancel": "j1", "token": "t"}')) == Cancel("j1", "t")
+
+
+def test_pause_and_resume_in_json_and_protobuf() -> None:
+    pause = Cancel("j1", "t", action=TokenAction.PAUSE)
+    resume = Cancel("j1", "t", action=TokenAction.RESUME)
+    assert parse_request(record(b'{"pause": "j1", "token": "t"}')) == pause
+    assert parse_request(record(b'{"resume": "j1", "token": "t"}')) == resume
+    for action, expected in ((protowire.ACTION_PAUSE, pause), (protowire.ACTION_RESUME, resume)):
+        value = protowire.encode(protowire.Future(id="j1", token="t", action=action))
+        assert parse_request(record(value)) == expected
+    with pytest.raises(RejectedRequest):
+        parse_request(record(b'{"pause": "j1", "resume": "j1", "token": "t"}'))
+    with pytest.raises(RejectedRequest):  # an id is required
+        parse_request(record(protowire.encode(protowire.Future(action=protowire.ACTION_PAUSE))))
 
 
 @pytest.mark.parametrize(

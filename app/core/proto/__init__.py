@@ -33,7 +33,9 @@ __all__ = [
     "CANCEL",
     "IMPLEMENTATION",
     "LAST_FIELD_NUMBER",
+    "PAUSE",
     "PROTO_FILE",
+    "RESUME",
     "SCHEDULE",
     "Future",
     "Header",
@@ -60,6 +62,8 @@ Future, Header = _message_classes()
 #: ``Future.Action`` values.
 SCHEDULE: int = Future.DESCRIPTOR.enum_values_by_name["SCHEDULE"].number
 CANCEL: int = Future.DESCRIPTOR.enum_values_by_name["CANCEL"].number
+PAUSE: int = Future.DESCRIPTOR.enum_values_by_name["PAUSE"].number
+RESUME: int = Future.DESCRIPTOR.enum_values_by_name["RESUME"].number
 #: The protobuf runtime in use: ``upb`` (C) wherever protobuf ships a wheel; ``python``
 #: (pure Python) decodes requests about four times slower than upb.
 IMPLEMENTATION: str = api_implementation.Type()

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     )
     from kafka_timers_client.fired import FiredRecord
     from kafka_timers_client.late import LatePolicy
-    from kafka_timers_client.outcome import CancelOutcome
+    from kafka_timers_client.outcome import CancelOutcome, PauseOutcome
     from kafka_timers_client.recurrence import Recurrence
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "FiredRecord",
     "KafkaTimersError",
     "LatePolicy",
+    "PauseOutcome",
     "Recurrence",
     "ScheduledTimer",
     "TimerClient",
@@ -48,6 +49,7 @@ _HOMES = {
     "FiredRecord": "fired",
     "KafkaTimersError": "errors",
     "LatePolicy": "late",
+    "PauseOutcome": "outcome",
     "Recurrence": "recurrence",
     "ScheduledTimer": "client",
     "TimerClient": "client",

@@ -33,7 +33,7 @@ from kafka_timers_client.errors import BrokerUnavailable, CancelNotAnswered, Kaf
 from kafka_timers_client.fired import FiredRecord, defines_state
 from kafka_timers_client.fired_reader import FiredPartitionReader
 from kafka_timers_client.late import LatePolicy
-from kafka_timers_client.outcome import CancelOutcome
+from kafka_timers_client.outcome import CancelOutcome, PauseOutcome
 from kafka_timers_client.partitioner import partition_for
 from kafka_timers_client.recurrence import Recurrence
 from kafka_timers_client.spread import MAX_SPREAD_SECONDS, spread_second
@@ -296,28 +296,68 @@ class TimerClient:
         """
         return self._cancel(timer_id, None, wait)
 
+    @overload
+    def pause(self, timer_id: str, token: str, wait: None = None) -> None: ...
+
+    @overload
+    def pause(self, timer_id: str, token: str, wait: float) -> PauseOutcome: ...
+
+    def pause(self, timer_id: str, token: str, wait: float | None = None) -> PauseOutcome | None:
+        """Pause timer ``timer_id`` (a one-shot or a series; refused unless ``token``
+        matches): its occurrences wait when due, durably, until :meth:`resume`. An
+        occurrence already on its way goes out. Scheduling the id again (a new version)
+        ends the pause. ``wait``: as for :meth:`cancel`, the worker's answer."""
+        return self._pause_or_resume(timer_id, token, protowire.ACTION_PAUSE, wait)
+
+    @overload
+    def resume(self, timer_id: str, token: str, wait: None = None) -> None: ...
+
+    @overload
+    def resume(self, timer_id: str, token: str, wait: float) -> PauseOutcome: ...
+
+    def resume(self, timer_id: str, token: str, wait: float | None = None) -> PauseOutcome | None:
+        """Resume the paused timer ``timer_id``: what came due meanwhile fires at once,
+        by its late policy (a series' missed occurrences coalesce by default), then it
+        goes on on schedule. ``wait``: as for :meth:`cancel`."""
+        return self._pause_or_resume(timer_id, token, protowire.ACTION_RESUME, wait)
+
+    def _pause_or_resume(
+        self, timer_id: str, token: str, action: int, wait: float | None
+    ) -> PauseOutcome | None:
+        value = protowire.encode(protowire.Future(id=timer_id, token=token, action=action))
+        if wait is None:
+            self._send(timer_id, value)
+            return None
+        what = "pause" if action == protowire.ACTION_PAUSE else "resume"
+        return PauseOutcome(self._answer(timer_id, value, wait, what))
+
     def _cancel(
         self, timer_id: str, value: bytes | None, wait: float | None
     ) -> CancelOutcome | None:
         if wait is None:
             self._send(timer_id, value)
             return None
+        return CancelOutcome(self._answer(timer_id, value, wait, "cancel"))
+
+    def _answer(self, timer_id: str, value: bytes | None, wait: float, what: str) -> str:
+        """Send a request naming ``timer_id`` and wait up to ``wait`` s for the worker's
+        answer (its ``outcome``)."""
         if wait <= 0:
             raise KafkaTimersError(f"wait must be a positive number of seconds, not {wait}")
         deadline = time.monotonic() + wait
         if not self._wait_lock.acquire(timeout=wait):
             raise KafkaTimersError(
-                f"the cancel of timer {timer_id!r} was not sent: other cancels of this "
+                f"the {what} of timer {timer_id!r} was not sent: other requests of this "
                 f"client waited for their answers for all of {wait:g}s"
             )
         try:
-            return self._send_and_wait(timer_id, value, deadline, wait)
+            return self._send_and_wait(timer_id, value, deadline, wait, what)
         finally:
             self._wait_lock.release()
 
     def _send_and_wait(
-        self, timer_id: str, value: bytes | None, deadline: float, wait: float
-    ) -> CancelOutcome:
+        self, timer_id: str, value: bytes | None, deadline: float, wait: float, what: str
+    ) -> str:
         answers = self._reader(deadline)
         assert self._request_partitions is not None
         key = timer_id.encode()
@@ -333,15 +373,16 @@ class TimerClient:
         )
         if answer is None:
             raise CancelNotAnswered(
-                f"no answer to the cancel of timer {timer_id!r} within {wait:g}s "
+                f"no answer to the {what} of timer {timer_id!r} within {wait:g}s "
                 f"({self._topic}[{partition}] offset {offset}); it was sent and will be "
                 "applied when a worker reads that partition: is one running?"
             )
+        known = CancelOutcome if what == "cancel" else PauseOutcome
         try:
-            return CancelOutcome(answer.outcome)
+            return str(known(answer.outcome).value)
         except ValueError:
             raise KafkaTimersError(
-                f"the worker answered the cancel of {timer_id!r} with {answer.outcome!r}, "
+                f"the worker answered the {what} of {timer_id!r} with {answer.outcome!r}, "
                 "which this client does not know: upgrade it"
             ) from None
 

@@ -71,6 +71,12 @@ class FiredKind(str, Enum):
     #: and the JSON adds ``request``, ``matched`` and ``cancelled`` (each cancelled
     #: timer also has its own ``cancel`` record). The audit judges nothing by it.
     BULK_CANCEL = "bulk_cancel"
+    #: A timer's owner paused it (``outcome``: ``paused``, ``wrong_token``,
+    #: ``already_fired`` or ``not_found``); answered at the request's offset like a
+    #: cancel. The audit judges nothing by it.
+    PAUSE = "pause"
+    #: A timer's owner resumed it (``outcome``: ``resumed`` or as for a pause).
+    RESUME = "resume"
 
 
 class SkipReason(str, Enum):
@@ -90,6 +96,10 @@ class SkipReason(str, Enum):
 
 #: Marks a token digest on the fired topic (records before it carry the token itself).
 TOKEN_DIGEST_PREFIX = "h1:"
+
+
+#: The events that answer a request naming a timer by id and token.
+_ANSWERS = frozenset({FiredKind.CANCEL, FiredKind.PAUSE, FiredKind.RESUME})
 
 
 def token_digest(token: str) -> str:
@@ -227,13 +237,15 @@ class FiredRecord:
         worker: str,
         at_ms: int,
         request_offset: int | None = None,
+        kind: FiredKind = FiredKind.CANCEL,
     ) -> FiredRecord:
-        """The record of a cancel of ``timer_id`` that did ``outcome``.
+        """The record of a cancel of ``timer_id`` that did ``outcome`` (or of a pause or
+        resume: ``kind``).
 
         ``request_offset`` is the cancel request's offset on ``partition``.
         """
         return cls(
-            FiredKind.CANCEL,
+            kind,
             timer_id,
             token_digest(token),
             partition,
@@ -251,7 +263,7 @@ class FiredRecord:
         the one that answers it.
         """
         return (
-            self.event is FiredKind.CANCEL
+            self.event in _ANSWERS
             and self.id == timer_id
             and self.partition == partition
             and self.request_offset == request_offset

@@ -1,10 +1,11 @@
-"""What a cancel did: the answer a worker writes to the fired topic, and a client reads."""
+"""What a cancel, a pause or a resume did: the answer a worker writes to the fired topic,
+and a client reads."""
 
 from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["CancelOutcome"]
+__all__ = ["CancelOutcome", "PauseOutcome"]
 
 
 class CancelOutcome(str, Enum):
@@ -24,3 +25,18 @@ class CancelOutcome(str, Enum):
     #: it may (the worker's ``DEFAULT_MAX_CANCELS_IN_ADVANCE``): this one is not kept,
     #: so a request for the id that comes later is stored.
     NOT_REMEMBERED = "not_remembered"
+
+
+class PauseOutcome(str, Enum):
+    """What a pause or a resume did; answered on the fired topic like a cancel."""
+
+    #: Paused: its occurrences wait when due (also the answer to a repeat).
+    PAUSED = "paused"
+    #: Resumed: what came due while paused fires now, by its late policy.
+    RESUMED = "resumed"
+    #: The token did not match the pending timer's: refused, nothing changed.
+    WRONG_TOKEN = "wrong_token"
+    #: The timer has fired (a one-shot, or a series that ended) or is firing right now.
+    ALREADY_FIRED = "already_fired"
+    #: No pending timer with that id (never scheduled, cancelled, or forgotten).
+    NOT_FOUND = "not_found"

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "ACTION_CANCEL",
+    "ACTION_PAUSE",
+    "ACTION_RESUME",
     "ACTION_SCHEDULE",
     "DecodeError",
     "Future",
@@ -28,6 +30,8 @@ __all__ = [
 
 ACTION_SCHEDULE = 0
 ACTION_CANCEL = 1
+ACTION_PAUSE = 2
+ACTION_RESUME = 3
 
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 
