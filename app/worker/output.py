@@ -360,16 +360,7 @@ class OutputProducer:
         ``partition`` and ``request_offset`` locate the cancel request; the record goes
         to that partition number of the fired topic, where the client reads it back.
         """
-        record = FiredRecord.cancel(
-            timer_id,
-            token,
-            outcome,
-            partition=partition,
-            worker=self._worker_id,
-            at_ms=int(self._clock() * 1000),
-            request_offset=request_offset,
-        )
-        self._produce(self._fired_topic, record.to_json(), timer_id.encode(), partition=partition)
+        self._answer(FiredKind.CANCEL, timer_id, token, outcome, partition, request_offset)
 
     def pause_outcome(
         self,
@@ -382,6 +373,19 @@ class OutputProducer:
     ) -> None:
         """Report what a pause or resume (``action``) did, as the answer a client waits
         for: like :meth:`cancel_outcome`, with the event ``pause`` or ``resume``."""
+        self._answer(FiredKind(action), timer_id, token, outcome, partition, request_offset)
+
+    def _answer(
+        self,
+        kind: FiredKind,
+        timer_id: str,
+        token: str,
+        outcome: str,
+        partition: int,
+        request_offset: int | None,
+    ) -> None:
+        """The fired-topic record answering a request that named ``timer_id`` with its
+        token, on the request's partition number, where its client reads it back."""
         record = FiredRecord.cancel(
             timer_id,
             token,
@@ -390,7 +394,7 @@ class OutputProducer:
             worker=self._worker_id,
             at_ms=int(self._clock() * 1000),
             request_offset=request_offset,
-            kind=FiredKind(action),
+            kind=kind,
         )
         self._produce(self._fired_topic, record.to_json(), timer_id.encode(), partition=partition)
 

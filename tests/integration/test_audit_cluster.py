@@ -23,6 +23,7 @@ import pytest
 
 from app.settings import Settings
 from tests.integration.test_audit import History
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
 
@@ -100,11 +101,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                     [spark_class, *args], env=env, stdout=log, stderr=subprocess.STDOUT, cwd=work
                 )
             )
-        deadline = time.monotonic() + 90
-        while alive_workers(ui) < 1:
+
+        def joined() -> bool:
             assert all(p.poll() is None for p in procs), "master or worker exited"
-            assert time.monotonic() < deadline, "no worker joined the master within 90 s"
-            time.sleep(0.5)
+            return alive_workers(ui) >= 1
+
+        wait_until(joined, 90, "no worker joined the master within 90 s", interval=0.5)
         yield url
     finally:
         for proc in reversed(procs):
