@@ -183,9 +183,7 @@ def test_requests_to_topics_that_do_not_exist_create_none(stack: Stack) -> None:
     worker = start_probed(stack, "worker", "w-topics", max_topic_labels=5)
     # Ready first: the bound below is for the missing topics, not for a worker's start
     # (on a loaded machine a start alone can pass the 4 s to the due second).
-    wait_until(
-        lambda: get_json(f"{worker.web}/readyz")[0] == 200, 60, "the worker ready"
-    )
+    wait_until(lambda: get_json(f"{worker.web}/readyz")[0] == 200, 60, "the worker ready")
     names = [f"nowhere-{settings.app_id}-{i}" for i in range(200)]
     producer = stack.producer()
     due = int(time.time()) + 4
