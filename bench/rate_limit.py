@@ -33,6 +33,7 @@ import time
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 from confluent_kafka import Message
 
@@ -159,6 +160,43 @@ def _set_limit(stack: BenchStack, topic: str, per_second: int) -> None:
     send_control(stack.settings, key, value, timeout=10)
 
 
+class Delivery(NamedTuple):
+    """What one limited burst's callbacks (record timestamps) show against its limit.
+    The rate is the rate once delivering: from the first callback to the last (the scan
+    of the due second's bucket comes before the first, as for any burst)."""
+
+    timers: int
+    limit_per_second: int
+    due: int
+    stored_before_due: bool
+    callbacks: int
+    early: int
+    last_after_due_seconds: float
+    first_after_due_seconds: float
+    delivered_per_second: float
+    busiest_second: int
+    per_second: dict[str, int]
+
+    @classmethod
+    def of(
+        cls, count: int, limit: int, due: int, stamps: list[int], stored_before_due: bool
+    ) -> Delivery:
+        per_second = Counter(ms // 1000 for ms in stamps)
+        return cls(
+            timers=count,
+            limit_per_second=limit,
+            due=due,
+            stored_before_due=stored_before_due,
+            callbacks=len(stamps),
+            early=sum(1 for ms in stamps if ms < due * 1000),
+            last_after_due_seconds=max(stamps) / 1000 - due,
+            first_after_due_seconds=min(stamps) / 1000 - due,
+            delivered_per_second=_rate(count, stamps),
+            busiest_second=max(per_second.values()),
+            per_second={str(s - due): n for s, n in sorted(per_second.items())},
+        )
+
+
 def _rate(count: int, stamps: list[int]) -> float:
     """Callbacks a second from the first callback to the last."""
     span = (max(stamps) - min(stamps)) / 1000
@@ -198,76 +236,55 @@ def run(ctx: RunContext) -> ScenarioResult:
         within_due, within_stamps, within_stored, _ = _burst(
             ctx, stack, workers, within_topic, within_count, lead, 3 * within_count / within + 120
         )
-    took = max(stamps) / 1000 - due
-    # The rate once delivering: from the first callback to the last (the scan of the due
-    # second's bucket comes before the first, as for any burst).
-    delivered = _rate(count, stamps)
-    per_second = Counter(ms // 1000 for ms in stamps)
-    busiest = max(per_second.values())
-    early = sum(1 for ms in stamps if ms < due * 1000)
+    limited = Delivery.of(count, limit, due, stamps, stored_before_due)
+    held = Delivery.of(within_count, within, within_due, within_stamps, within_stored)
     detail = {
-        "timers": count,
-        "limit_per_second": limit,
-        "due": due,
-        "stored_before_due": stored_before_due,
-        "callbacks": len(stamps),
-        "early": early,
-        "last_after_due_seconds": took,
-        "first_after_due_seconds": min(stamps) / 1000 - due,
-        "delivered_per_second": delivered,
-        "per_second": {str(s - due): n for s, n in sorted(per_second.items())},
+        **limited._asdict(),
         "unlimited_same_burst_per_second": free_rate,
         "unlimited_sustained_per_second": free_sustained,
+        "within_capacity": held._asdict(),
     }
-    within_rate = _rate(within_count, within_stamps)
-    within_busiest = max(Counter(ms // 1000 for ms in within_stamps).values())
-    within_early = sum(1 for ms in within_stamps if ms < within_due * 1000)
-    within_detail = {
-        "timers": within_count,
-        "limit_per_second": within,
-        "delivered_per_second": within_rate,
-        "busiest_second": within_busiest,
-        "early": within_early,
-        "stored_before_due": within_stored,
-    }
-    detail["within_capacity"] = within_detail
     cost = fire_path_cost()
     figures = [
         Figure(
             "rate-limit",
             f"{count:,} due in one second, limited to {limit:,}/s, 2 workers: delivered at",
-            f"{delivered:,.0f}/s",
-            f"limit {limit:,}/s ({delivered / limit:.2f}x); the same burst unlimited "
-            f"{free_rate:,.0f}/s first to last callback, {free_sustained:,.0f}/s to the last "
-            f"forgotten (what these workers sustain here); the last {fmt_seconds(took)} after due",
+            f"{limited.delivered_per_second:,.0f}/s",
+            f"limit {limit:,}/s ({limited.delivered_per_second / limit:.2f}x); the same burst "
+            f"unlimited {free_rate:,.0f}/s first to last callback, {free_sustained:,.0f}/s to "
+            "the last forgotten (what these workers sustain here); the last "
+            f"{fmt_seconds(limited.last_after_due_seconds)} after due",
             f"{limit:,}/s ± {TOLERANCE:.0%}",
-            abs(delivered / limit - 1) <= TOLERANCE and stored_before_due and not early,
-            value=delivered,
+            abs(limited.delivered_per_second / limit - 1) <= TOLERANCE
+            and stored_before_due
+            and not limited.early,
+            value=limited.delivered_per_second,
             detail=detail,
         ),
         Figure(
             "rate-limit",
             f"{within_count:,} due in one second, limited to {within:,}/s (half what the "
             "workers sustain unlimited), 2 workers: delivered at",
-            f"{within_rate:,.0f}/s",
-            f"limit {within:,}/s ({within_rate / within:.2f}x); busiest second "
-            f"{within_busiest:,}; {len(within_stamps):,} callbacks, {within_early} early",
+            f"{held.delivered_per_second:,.0f}/s",
+            f"limit {within:,}/s ({held.delivered_per_second / within:.2f}x); busiest second "
+            f"{held.busiest_second:,}; {held.callbacks:,} callbacks, {held.early} early",
             f"{within:,}/s ± {TOLERANCE:.0%}",
-            abs(within_rate / within - 1) <= TOLERANCE
+            abs(held.delivered_per_second / within - 1) <= TOLERANCE
             and within_stored
-            and not within_early
-            and within_busiest <= within * (1 + BURST_SHARE),
-            value=within_rate,
-            detail=within_detail,
+            and not held.early
+            and held.busiest_second <= within * (1 + BURST_SHARE),
+            value=held.delivered_per_second,
+            detail=held._asdict(),
         ),
         Figure(
             "rate-limit",
             "busiest second (callbacks by record timestamp)",
-            f"{busiest:,}",
-            f"limit {limit:,}/s; {len(stamps):,} callbacks for {count:,} timers, {early} early",
+            f"{limited.busiest_second:,}",
+            f"limit {limit:,}/s; {limited.callbacks:,} callbacks for {count:,} timers, "
+            f"{limited.early} early",
             f"≤ {limit * (1 + BURST_SHARE):,.0f}",
-            busiest <= limit * (1 + BURST_SHARE),
-            value=float(busiest),
+            limited.busiest_second <= limit * (1 + BURST_SHARE),
+            value=float(limited.busiest_second),
         ),
     ]
     if cost is not None:
