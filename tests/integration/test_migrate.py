@@ -26,19 +26,16 @@ from typing import Any
 
 import pytest
 from confluent_kafka import (
-    ConsumerGroupTopicPartitions,
     KafkaError,
     Message,
     Producer,
-    TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
 
 from app.client import TimerClient
 from app.core import protowire
 from app.core.fired import FiredKind, FiredRecord
 from app.dev.stack import ServiceProcess, wait_until_firing
-from app.kafka.config import confluent_common, confluent_producer
+from app.kafka.config import confluent_producer
 from app.kafka.records import Record, TopicReader
 from app.kafka.topics import ensure_topics
 from app.ops.migrate import bridge_group
@@ -48,6 +45,7 @@ from spark_audit.reading import read_parsed_topic
 from spark_audit.session import audit_session
 from tests.conftest import fresh_settings
 from tests.support.broker import BrokerInfo
+from tests.support.probes import committed_offsets
 from tests.support.stack import Stack, running_stack
 from tests.support.waiting import wait_until
 
@@ -157,14 +155,7 @@ def markers(settings: Settings) -> dict[int, int]:
 
 def bridged(settings: Settings, target: Settings) -> dict[int, int]:
     """The bridge's committed offsets on the old request topic."""
-    admin = AdminClient(confluent_common(settings))
-    group = bridge_group(settings, target)
-    request = ConsumerGroupTopicPartitions(
-        group,
-        [TopicPartition(settings.topics.requests, p) for p in range(settings.partition_count)],
-    )
-    result = admin.list_consumer_group_offsets([request])[group].result(10)
-    return {tp.partition: tp.offset for tp in result.topic_partitions}
+    return committed_offsets(settings, bridge_group(settings, target), settings.topics.requests)
 
 
 def start_migrate(old: Settings, new: Settings, log: Path) -> ServiceProcess:

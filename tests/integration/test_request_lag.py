@@ -18,14 +18,13 @@ import time
 from dataclasses import replace
 
 import pytest
-from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka import Producer
 
 from app.core import protowire
 from app.core.routing import owner_of
-from app.kafka.config import confluent_common, confluent_producer
+from app.kafka.config import confluent_producer
 from app.settings import Settings
-from tests.support.probes import get_json, metric_by_partition, start_probed
+from tests.support.probes import committed_offsets, get_json, metric_by_partition, start_probed
 from tests.support.stack import Stack, running_stack
 from tests.support.waiting import wait_until
 
@@ -86,14 +85,9 @@ class Requests:
             self.stop()
 
 
-def committed(admin: AdminClient, settings: Settings) -> dict[int, int]:
+def committed(settings: Settings) -> dict[int, int]:
     """The informational group's committed offsets, as ``kafka-consumer-groups`` reads them."""
-    group = settings.request_group
-    request = ConsumerGroupTopicPartitions(
-        group, [TopicPartition(settings.topics.requests, p) for p in range(settings.partitions)]
-    )
-    result = admin.list_consumer_group_offsets([request])[group].result(10)
-    return {tp.partition: tp.offset for tp in result.topic_partitions}
+    return committed_offsets(settings, settings.request_group, settings.topics.requests)
 
 
 @pytest.fixture
@@ -108,7 +102,6 @@ def test_a_frozen_workers_backlog_shows_in_metrics_and_group_offsets_then_drains
     stack = slow_stack
     settings = stack.settings
     topic = stack.callback_topic(f"cb-lag-{settings.app_id}")
-    admin = AdminClient(confluent_common(settings))
     a = start_probed(stack, "worker", "w-a")
     b = start_probed(stack, "worker", "w-b")
 
@@ -126,9 +119,7 @@ def test_a_frozen_workers_backlog_shows_in_metrics_and_group_offsets_then_drains
     frozen = set(held(b))
     with Requests(settings, topic, per_second=80) as requests:
         wait_until(
-            lambda: all(
-                committed(admin, settings).get(p, -1) > 0 for p in range(settings.partitions)
-            ),
+            lambda: all(committed(settings).get(p, -1) > 0 for p in range(settings.partitions)),
             30,
             "every partition's applied offset committed to the informational group",
         )
@@ -138,7 +129,7 @@ def test_a_frozen_workers_backlog_shows_in_metrics_and_group_offsets_then_drains
 
             def backlog_seen() -> bool:
                 lag = metric_by_partition(a.metrics, GROUP_LAG)
-                offsets, end = committed(admin, settings), dict(requests.end)
+                offsets, end = committed(settings), dict(requests.end)
                 return all(lag.get(p, 0) >= 20 for p in frozen) and all(
                     end.get(p, 0) - offsets.get(p, 0) >= 20 for p in frozen
                 )
@@ -150,7 +141,7 @@ def test_a_frozen_workers_backlog_shows_in_metrics_and_group_offsets_then_drains
             )
             seen_after = time.monotonic() - stopped_at
             lag_seen = metric_by_partition(a.metrics, GROUP_LAG)
-            offsets, end = committed(admin, settings), dict(requests.end)
+            offsets, end = committed(settings), dict(requests.end)
             # The running worker's partitions keep up: its own lag stays small.
             own = metric_by_partition(a.metrics, OWN_LAG)
             assert set(own) == set(range(settings.partitions)) - frozen
@@ -162,7 +153,7 @@ def test_a_frozen_workers_backlog_shows_in_metrics_and_group_offsets_then_drains
         end = requests.stop()
 
     def drained() -> bool:
-        offsets = committed(admin, settings)
+        offsets = committed(settings)
         lags = [metric_by_partition(w.metrics, GROUP_LAG) for w in (a, b)]
         own = {**metric_by_partition(a.metrics, OWN_LAG), **metric_by_partition(b.metrics, OWN_LAG)}
         return (

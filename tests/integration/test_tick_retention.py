@@ -14,14 +14,14 @@ from __future__ import annotations
 import time
 from collections import Counter, defaultdict
 
-from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka import TopicPartition
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
 from app.kafka.config import confluent_common
 from app.kafka.topic_config import topic_specs
 from app.kafka.topics import describe_topic_configs, ensure_topics, partition_count
 from tests.support.faults import FireWatch, deliberate_fault_window, schedule_spread
-from tests.support.probes import metric_total, start_probed
+from tests.support.probes import committed_offsets, metric_total, start_probed
 from tests.support.stack import Stack
 from tests.support.waiting import wait_until
 
@@ -31,13 +31,8 @@ FIRE_TIMEOUT = 120.0
 def committed_tick_offsets(stack: Stack) -> dict[int, int]:
     """The workers' group's committed offsets on the tick topic (absent ones left out)."""
     settings = stack.settings
-    admin = AdminClient(confluent_common(settings))
-    request = ConsumerGroupTopicPartitions(
-        settings.app_id,
-        [TopicPartition(settings.topics.ticks, p) for p in range(settings.partition_count)],
-    )
-    result = admin.list_consumer_group_offsets([request])[settings.app_id].result(15)
-    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.offset >= 0}
+    offsets = committed_offsets(settings, settings.app_id, settings.topics.ticks)
+    return {p: offset for p, offset in offsets.items() if offset >= 0}
 
 
 def requests_all_durable(stack: Stack) -> bool:
@@ -48,13 +43,10 @@ def requests_all_durable(stack: Stack) -> bool:
     from confluent_kafka import Consumer
 
     settings = stack.settings
-    admin = AdminClient(confluent_common(settings))
     partitions = [
         TopicPartition(settings.topics.requests, p) for p in range(settings.partition_count)
     ]
-    request = ConsumerGroupTopicPartitions(settings.request_group, partitions)
-    result = admin.list_consumer_group_offsets([request])[settings.request_group].result(15)
-    committed = {tp.partition: tp.offset for tp in result.topic_partitions}
+    committed = committed_offsets(settings, settings.request_group, settings.topics.requests)
     consumer = Consumer({**confluent_common(settings), "group.id": f"{settings.app_id}-probe"})
     try:
         ends = {

@@ -11,14 +11,24 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from confluent_kafka import ConsumerGroupTopicPartitions, TopicPartition
+from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.dev.broker import free_port
 from app.dev.stack import ServiceProcess
+from app.kafka.config import confluent_common
 from app.settings import Settings
 from tests.support.stack import Stack
 
-__all__ = ["Probed", "get_json", "metric_by_partition", "metric_total", "start_probed"]
+__all__ = [
+    "Probed",
+    "committed_offsets",
+    "get_json",
+    "metric_by_partition",
+    "metric_total",
+    "start_probed",
+]
 
 
 class Probed:
@@ -90,3 +100,16 @@ def metric_total(base_url: str, name: str) -> float:
         for sample in family.samples
         if not sample.name.endswith("_created")  # a counter's creation time, not a count
     )
+
+
+def committed_offsets(
+    settings: Settings, group: str, topic: str, timeout: float = 15.0
+) -> dict[int, int]:
+    """The offsets ``group`` committed on each partition of ``topic``, as
+    ``kafka-consumer-groups --describe`` reads them (negative: none committed)."""
+    admin = AdminClient(confluent_common(settings))
+    request = ConsumerGroupTopicPartitions(
+        group, [TopicPartition(topic, p) for p in range(settings.partition_count)]
+    )
+    result = admin.list_consumer_group_offsets([request])[group].result(timeout)
+    return {tp.partition: tp.offset for tp in result.topic_partitions}
