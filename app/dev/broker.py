@@ -14,7 +14,7 @@ import time
 from app.core.errors import ConfigurationError
 from app.dev.lifetime import die_with_parent
 
-__all__ = ["DevBroker", "broker_binary", "free_port"]
+__all__ = ["DevBroker", "accepts_connections", "broker_binary", "free_port"]
 
 
 def broker_binary() -> str:
@@ -35,6 +35,15 @@ def broker_binary() -> str:
 #: died with EADDRINUSE.
 SERVER_PORTS = range(20000, 32768)
 _handed_out: set[int] = set()
+
+
+def accepts_connections(port: int) -> bool:
+    """Whether something listens on ``port`` of 127.0.0.1 now (one try, 0.2 s at most)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
 
 
 def free_port() -> int:
@@ -96,11 +105,9 @@ class DevBroker:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise ConfigurationError(f"dev broker exited at start (port {self.port} in use?)")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                time.sleep(0.02)  # startup takes milliseconds; poll the port until it listens
+            if accepts_connections(self.port):
+                return self
+            time.sleep(0.02)  # startup takes milliseconds; poll the port until it listens
         self.stop()
         raise ConfigurationError(f"dev broker did not listen on {self.bootstrap} within {timeout}s")
 

@@ -22,11 +22,11 @@ import socket
 import struct
 import subprocess
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from app.dev.broker import broker_binary, free_port
+from app.dev.broker import accepts_connections, broker_binary, free_port
+from tests.support.waiting import wait_until
 
 __all__ = ["KafkaProxy", "proxied_broker"]
 
@@ -186,15 +186,13 @@ def proxied_broker() -> Iterator[KafkaProxy]:
         start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 10
-        while True:
+
+        def listening() -> bool:
             assert process.poll() is None, "the dev broker exited at start"
-            try:
-                with socket.create_connection(("127.0.0.1", broker_port), timeout=0.2):
-                    break
-            except OSError:
-                assert time.monotonic() < deadline, "the dev broker did not listen in 10 s"
-                time.sleep(0.02)  # startup takes milliseconds: poll the port until it listens
+            return accepts_connections(broker_port)
+
+        # startup takes milliseconds: poll the port until it listens
+        wait_until(listening, 10, "the dev broker to listen", interval=0.02)
         yield proxy
     finally:
         proxy.close()

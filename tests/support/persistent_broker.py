@@ -12,16 +12,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from app.dev.broker import broker_binary, free_port
+from app.dev.broker import accepts_connections, broker_binary, free_port
+from tests.support.waiting import wait_until
 
 __all__ = ["PersistentBroker"]
 
@@ -31,17 +30,14 @@ BUCKET = "tansu"
 
 def _wait_listening(port: int, process: subprocess.Popen[bytes], what: str, timeout: float) -> None:
     """Poll until ``port`` accepts a connection; fail at once if ``process`` exits."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def listening() -> bool:
         if process.poll() is not None:
             raise RuntimeError(f"{what} exited ({process.returncode}) before listening on {port}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            if time.monotonic() >= deadline:
-                raise RuntimeError(f"{what} not listening on {port} after {timeout} s") from None
-            time.sleep(0.01)  # poll interval: both start in milliseconds
+        return accepts_connections(port)
+
+    # both start in milliseconds: poll the port until it listens
+    wait_until(listening, timeout, f"{what} listening on {port}", interval=0.01)
 
 
 class PersistentBroker:
