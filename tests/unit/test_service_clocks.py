@@ -164,7 +164,7 @@ def test_ticks_and_releases_never_fire_at_the_same_time() -> None:
         nonlocal active, most
         active += 1
         most = max(most, active)
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)  # a flush that takes a while: what the test overlaps, not a wait
         await flush(timeout)
         active -= 1
 
