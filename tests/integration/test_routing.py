@@ -85,8 +85,9 @@ def test_requests_from_any_producer_meet_by_id(stack: Stack) -> None:
     assert set(outcomes.values()) == {CancelOutcome.CANCELLED}, outcomes
 
     # Reschedules: the first version from a producer that places it elsewhere, the second
-    # from TimerClient (at the owner), once the first is stored.
-    soon = int(time.time()) + 6
+    # from TimerClient (at the owner), once the first is stored. Twelve seconds leave room
+    # for a loaded machine's forwarding before the first version would come due.
+    soon = int(time.time()) + 12
     rescheduled = astray[30:40]
     for timer_id in rescheduled:
         plain.produce(settings.topics.requests, json_request(timer_id, soon), timer_id.encode())
@@ -103,9 +104,12 @@ def test_requests_from_any_producer_meet_by_id(stack: Stack) -> None:
         client.schedule(topic, f"{timer_id}@{later}".encode(), at=later, timer_id=timer_id)
     client.flush()
     # And one cancel produced by the plain producer keyed by a business key, on the
-    # timer's wrong partition: forwarded, it cancels too.
+    # timer's wrong partition: forwarded, it cancels too. Its timer is due far ahead, so
+    # that only the cancel can end it (a near due raced the forwarding on a slow machine).
     stray_cancel = astray[40]
-    plain.produce(settings.topics.requests, json_request(stray_cancel, soon), stray_cancel.encode())
+    plain.produce(
+        settings.topics.requests, json_request(stray_cancel, due_far), stray_cancel.encode()
+    )
     assert plain.flush(10) == 0
     wait_until(
         lambda: get(settings, stray_cancel, worker.web)[1].get("state") == "pending", 30, "stored"
@@ -113,6 +117,11 @@ def test_requests_from_any_producer_meet_by_id(stack: Stack) -> None:
     cancel = json.dumps({"cancel": stray_cancel, "token": "tok"}).encode()
     plain.produce(settings.topics.requests, cancel, b"customer-x")
     assert plain.flush(10) == 0
+    wait_until(
+        lambda: get(settings, stray_cancel, worker.web)[1].get("state") == "cancelled",
+        30,
+        "the stray cancel forwarded to its timer's owner",
+    )
 
     with stack.reader(topic) as reader:
         records = reader.wait_for(lambda rs: set(fired_ids(rs)) >= set(rescheduled), 60)
