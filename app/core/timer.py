@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 from app.core.late import LatePolicy
@@ -15,12 +15,17 @@ __all__ = ["Cancel", "Header", "Timer", "TokenAction"]
 Header = tuple[str, bytes]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Timer:
     """A request to deliver one record to ``topic`` at (or after) epoch second ``due``.
 
     A recurring timer (``recurrence`` set) is stored as its next occurrence: ``due`` and
     ``seq`` are that occurrence's, and after each fire the next one replaces it.
+
+    Frozen, with its own ``__init__``: the one a frozen dataclass generates sets each of
+    the thirteen fields through ``object.__setattr__``, which made building a Timer cost
+    more than parsing it (3.1 µs of an 8.5 µs unpack). Every request parsed and every
+    timer fired builds one.
     """
 
     #: Stable id of the timer; receivers de-duplicate callbacks on it.
@@ -36,7 +41,7 @@ class Timer:
     #: Token of this version of the timer; cancels must present it.
     token: str = ""
     #: Headers copied onto the callback, after the service's own ``timer-*`` headers.
-    headers: tuple[Header, ...] = field(default_factory=tuple)
+    headers: tuple[Header, ...] = ()
     #: The series this timer is an occurrence of; ``None`` for a one-shot timer. Its
     #: ``start`` is occurrence 1's due second: with the token, the version's identity.
     recurrence: Recurrence | None = None
@@ -52,6 +57,39 @@ class Timer:
     #: The Schema Registry schema id of the request's frame (:mod:`app.core.sr_framing`),
     #: or ``None`` for a request that came unframed. Kept for the fired record (audit).
     schema_id: int | None = None
+
+    def __init__(
+        self,
+        id: str,
+        due: int,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        token: str = "",
+        headers: tuple[Header, ...] = (),
+        recurrence: Recurrence | None = None,
+        seq: int = 0,
+        fired_before: int = 0,
+        late: LatePolicy | None = None,
+        spread: int = 0,
+        schema_id: int | None = None,
+    ) -> None:
+        # Straight into the instance's dict: frozen stops assignment, not construction.
+        self.__dict__.update(
+            id=id,
+            due=due,
+            topic=topic,
+            key=key,
+            value=value,
+            token=token,
+            headers=headers,
+            recurrence=recurrence,
+            seq=seq,
+            fired_before=fired_before,
+            late=late,
+            spread=spread,
+            schema_id=schema_id,
+        )
 
     @property
     def fire_at(self) -> int:
