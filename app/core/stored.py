@@ -46,6 +46,7 @@ __all__ = [
     "StoredLayoutTooNew",
     "check_layout",
     "pack_timer",
+    "stored_topic",
     "unpack_timer",
 ]
 
@@ -162,6 +163,23 @@ def _pack_series(parts: list[bytes], timer: Timer) -> None:
         assert rec is not None and rec.cron is not None
         _put(parts, rec.cron.encode())
         _put(parts, rec.tz.encode())
+
+
+def stored_topic(data: bytes) -> str:
+    """The callback topic of a stored timer, read without unpacking the rest: a tick
+    holds the timers of a rate-limited or paused topic back by their topic alone, and
+    unpacks each once, when it is released (:meth:`PartitionWheel.take_held`)."""
+    version = data[0]
+    if version not in (_V1, _V2):
+        unpack_timer(data)  # raises what a full read raises
+    unpack_len = _LEN.unpack_from
+    pos = _HEAD.size
+    for _ in range(2):  # id and token
+        (length,) = unpack_len(data, pos)
+        pos += 4 + max(length, 0)
+    (length,) = unpack_len(data, pos)
+    pos += 4
+    return data[pos : pos + max(length, 0)].decode()
 
 
 def unpack_timer(data: bytes) -> Timer:

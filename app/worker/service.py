@@ -586,7 +586,7 @@ class TimerService:
         gated = self.gates.gated
         for partition, second in newest.items():
             part = await self._partition(partition)
-            timers = part.wheel.begin_tick(second)
+            timers = part.wheel.begin_tick(second, hold=gated, since=self._clock())
             if timers is not None:
                 if gated or part.wheel.holding:  # one check per round without limits
                     timers = self._through_gates(partition, part.wheel, timers)
@@ -609,7 +609,11 @@ class TimerService:
         """What of a round's due ``timers`` (and of the timers held before) ``partition``
         delivers now: those of topics no gate holds, and per gated topic as many as its
         bucket allows, oldest first. The rest is held in the wheel (pending, in the
-        store) for a later round."""
+        store) for a later round.
+
+        A tick's scan holds the timers of gated topics itself
+        (:meth:`PartitionWheel.begin_tick`'s ``hold``); one of a topic gated since is
+        held here."""
         gated = self.gates.gated
         now = self._clock()
         if gated:
@@ -619,9 +623,10 @@ class TimerService:
                 (held if timer.topic in gated else free).append(timer)
             if held:
                 wheel.hold(held, now)
-                self._release_wanted.set()
         else:
             free = timers
+        if wheel.holding:
+            self._release_wanted.set()
         for topic in wheel.held_topics():
             budget = self.gates.budget(partition, topic)
             if budget == 0:
@@ -879,7 +884,7 @@ class TimerService:
         """One tick as one transaction; 0 if aborted (the next tick retries it)."""
         async with self._unit_lock:
             part = await self._partition(partition)
-            timers = part.wheel.begin_tick(second)
+            timers = part.wheel.begin_tick(second, hold=self.gates.gated, since=self._clock())
             if timers is None:
                 return 0
             if self.gates.gated or part.wheel.holding:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import re
 import subprocess
@@ -12,6 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.core.errors import SystemicFailure
 from app.core.keys import timer_key
@@ -22,6 +25,7 @@ from app.core.stored import (
     StoredLayoutTooNew,
     check_layout,
     pack_timer,
+    stored_topic,
     unpack_timer,
 )
 from app.core.timer import Timer
@@ -29,6 +33,7 @@ from app.core.wheel import PartitionWheel
 from app.worker import layout_refusal
 from app.worker.isolation import is_systemic
 from tests.support.memkv import MemoryKV
+from tests.unit.test_ops_jsonl import stored_timers
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -208,3 +213,21 @@ def test_tags_where_present_name_the_recorded_commits() -> None:
         )
         if tagged.returncode == 0:
             assert tagged.stdout.strip() == commit
+
+
+@settings(max_examples=300, deadline=None)
+@given(stored_timers(), st.integers(0, 120), st.none() | st.integers(1, 2**40))
+def test_the_topic_reads_without_unpacking_in_every_layout(
+    timer: Timer, spread: int, schema_id: int | None
+) -> None:
+    """A tick holds a gated topic's timers by :func:`stored_topic` alone: it must read
+    the topic every layout and extension stores, as a full unpack does."""
+    timer = dataclasses.replace(timer, spread=spread, schema_id=schema_id)
+    packed = pack_timer(timer)
+    assert stored_topic(packed) == unpack_timer(packed).topic == timer.topic
+
+
+def test_reading_the_topic_of_a_too_new_layout_refuses_as_a_full_read_does() -> None:
+    packed = bytes([NEWEST_LAYOUT + 1]) + pack_timer(ONE_SHOT)[1:]
+    with pytest.raises(StoredLayoutTooNew):
+        stored_topic(packed)
