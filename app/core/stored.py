@@ -55,6 +55,8 @@ _V1, _V2 = 1, 2
 NEWEST_LAYOUT = _V2
 _HEAD = struct.Struct(">Bq")
 _LEN = struct.Struct(">i")
+#: The length of an absent key or value.
+_NONE = _LEN.pack(-1)
 #: seq, fired_before, recurrence kind (0 none, 1 cron, 2 interval), late-policy flags
 #: (bit 0: skip_after_ms present, bits 1-2: catch_up 0 none / 1 coalesce / 2 all).
 _SERIES = struct.Struct(">qqBB")
@@ -121,15 +123,27 @@ def pack_timer(timer: Timer) -> bytes:
     plain = timer.recurrence is None and timer.seq == 0 and timer.late is None
     spread = timer.spread
     fire_at = timer.fire_at if spread else timer.due
-    parts = [_HEAD.pack(_V1 if plain else _V2, fire_at)]
-    for text in (timer.id, timer.token, timer.topic):
-        _put(parts, text.encode())
-    _put(parts, timer.key)
-    _put(parts, timer.value)
-    parts.append(_LEN.pack(len(timer.headers)))
-    for name, value in timer.headers:
+    # The five leading fields inline, not through _put (every request stored packs one).
+    pack_len = _LEN.pack
+    timer_id, token, topic = timer.id.encode(), timer.token.encode(), timer.topic.encode()
+    key, value = timer.key, timer.value
+    parts = [
+        _HEAD.pack(_V1 if plain else _V2, fire_at),
+        pack_len(len(timer_id)),
+        timer_id,
+        pack_len(len(token)),
+        token,
+        pack_len(len(topic)),
+        topic,
+        _NONE if key is None else pack_len(len(key)),
+        key or b"",
+        _NONE if value is None else pack_len(len(value)),
+        value or b"",
+        pack_len(len(timer.headers)),
+    ]
+    for name, header in timer.headers:
         _put(parts, name.encode())
-        _put(parts, value)
+        _put(parts, header)
     if not plain:
         _pack_series(parts, timer)
     if spread or timer.schema_id is not None:
