@@ -83,6 +83,9 @@ class BatchKV:
     def get(self, key: bytes) -> bytes | None:
         return None
 
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        return [None] * len(keys)
+
     def put(self, key: bytes, value: bytes) -> None:
         self._batch.put(key, value)
         self.size += 1

@@ -22,7 +22,7 @@ import gc
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from rocksdict import Options, Rdict, WriteBatch
@@ -51,6 +51,9 @@ class RocksKV:
     def get(self, key: bytes) -> bytes | None:
         value = self.db.get(key)
         return value if value is None else bytes(value)
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        return [self.get(key) for key in keys]
 
     def put(self, key: bytes, value: bytes) -> None:
         self.db.put(key, value)

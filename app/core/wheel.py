@@ -106,6 +106,8 @@ EXPIRY_SWEEP_PER_TICK = 1000
 #: never extends its window.
 DEFAULT_MAX_CANCELS_IN_ADVANCE = 100_000
 _PENDING, _FIRED, _CANCELLED = b"P", b"F", b"C"
+#: Held timers :meth:`PartitionWheel.take_held` reads with one multi-get, at most.
+TAKE_BATCH = 1000
 #: How an index entry of a cancel in advance starts: cancelled, due second 0.
 _IN_ADVANCE_PREFIX = b"C%012d" % 0
 
@@ -114,6 +116,11 @@ class OrderedKV(Protocol):
     """The store a wheel needs: point reads and writes, and ordered range scans."""
 
     def get(self, key: bytes) -> bytes | None: ...
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """``[get(key) for key in keys]``, in one call: RocksDB's multi-get reads a batch
+        for about half of what as many point reads cost."""
+        ...
 
     def put(self, key: bytes, value: bytes) -> None: ...
 
@@ -650,12 +657,15 @@ class PartitionWheel:
         """
         kv = self._kv
         forecast = self.forecast
-        for timer in fired:
+        # Every fired timer's index entry in one multi-get (each id is fired once in a
+        # round, and the loop writes only the index entries of ids it has read already).
+        entries = kv.get_many([index_key(timer.id) for timer in fired]) if fired else []
+        for timer, indexed in zip(fired, entries, strict=True):
             slot = self._slots.get((timer.id, timer.due), timer.due)
             key = timer_key(slot, timer.id)
             # Still the entry this occurrence was stored with, compared as bytes (the
             # entry is always written by _pending_entry): no decode per fired timer.
-            current = kv.get(index_key(timer.id)) == _pending_entry(slot, timer.token)
+            current = indexed == _pending_entry(slot, timer.token)
             # else a reschedule or cancel while it was being delivered already removed it
             successor = successors.get(timer.id) if current and successors else None
             if forecast is not None:  # its key goes now (unless a cancel took it already)
@@ -752,32 +762,44 @@ class PartitionWheel:
         key it pointed at, so a key still there is the pending version, exactly as
         :meth:`begin_tick`'s scan finds it; :meth:`finish_tick` checks the index once
         more), and an id held twice (a request sent again while held) goes out once.
-        One read per timer, not two: this is the whole cost of a limited topic's
-        delivery beyond an unlimited one's.
+        One read per timer, in multi-gets of up to :data:`TAKE_BATCH`, and one unpack.
         """
         heap = self._held.get(topic)
         if not heap:
             return []
         taken: list[HeldTimer] = []
         kv = self._kv
+        in_flight = self._in_flight
         while heap and (n is None or len(taken) < n):
-            entry = heapq.heappop(heap)
-            timer_id = entry.timer_id
-            if timer_id in self._in_flight:
-                continue
-            if timer_id in self._paused:  # paused while held: it waits for its resume
-                self._park(timer_id, entry.slot, topic, entry.since)
-                continue
-            raw = kv.get(timer_key(entry.slot, timer_id))
-            if raw is None:
-                continue  # cancelled or rescheduled while held
-            timer = unpack_timer(raw)
-            taken.append(HeldTimer(timer, entry.since))
-            self._in_flight.add(timer_id)
-            if timer.recurrence is not None:
-                self._in_flight_series.add(timer.id)
-            if entry.slot != timer.due:
-                self._slots[(timer.id, timer.due)] = entry.slot
+            # A batch of candidates, read with one multi-get: as many as are still wanted
+            # (each may turn out cancelled), at most TAKE_BATCH at once.
+            want = TAKE_BATCH if n is None else min(TAKE_BATCH, n - len(taken))
+            batch: list[_Held] = []
+            chosen: set[str] = set()
+            while heap and len(batch) < want:
+                entry = heapq.heappop(heap)
+                timer_id = entry.timer_id
+                if timer_id in in_flight:
+                    continue  # held twice: it goes out once
+                if timer_id in chosen:  # decided once the batch's read tells which is live
+                    heapq.heappush(heap, entry)
+                    break
+                if timer_id in self._paused:  # paused while held: it waits for its resume
+                    self._park(timer_id, entry.slot, topic, entry.since)
+                    continue
+                batch.append(entry)
+                chosen.add(timer_id)
+            raws = kv.get_many([timer_key(entry.slot, entry.timer_id) for entry in batch])
+            for entry, raw in zip(batch, raws, strict=True):
+                if raw is None:
+                    continue  # cancelled or rescheduled while held
+                timer = unpack_timer(raw)
+                taken.append(HeldTimer(timer, entry.since))
+                in_flight.add(timer.id)
+                if timer.recurrence is not None:
+                    self._in_flight_series.add(timer.id)
+                if entry.slot != timer.due:
+                    self._slots[(timer.id, timer.due)] = entry.slot
         if not heap:
             del self._held[topic]
         if taken:

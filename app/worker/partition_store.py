@@ -161,6 +161,13 @@ class ChangeloggedKV:
         value: bytes | None = self._db.get(key)
         return value
 
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        values: list[bytes | None] = self._db.get(list(keys)) or []  # RocksDB's multi-get
+        deferred = self._deferred
+        if deferred:
+            return [deferred.get(k, v) for k, v in zip(keys, values, strict=True)]
+        return values
+
     def put(self, key: bytes, value: bytes) -> None:
         self._write_local(key, value)
         self._output.changelog(self._topic, self._partition, key, value)

@@ -9,7 +9,7 @@ an in-memory one, so the orchestration above runs without RocksDB or a broker.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Protocol
 
 __all__ = ["PartitionStore", "StoreFactory"]
@@ -22,6 +22,10 @@ class PartitionStore(Protocol):
     """
 
     def get(self, key: bytes) -> bytes | None: ...
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        """Each key's value, as :meth:`get` would read it, in one call."""
+        ...
 
     def put(self, key: bytes, value: bytes) -> None: ...
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 
 class MemoryKV:
@@ -17,6 +17,9 @@ class MemoryKV:
 
     def get(self, key: bytes) -> bytes | None:
         return self.data.get(key)
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        return [self.get(key) for key in keys]
 
     def put(self, key: bytes, value: bytes) -> None:
         if key not in self.data:
