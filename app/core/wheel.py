@@ -551,17 +551,26 @@ class PartitionWheel:
             if was.state == _CANCELLED and was.due == 0:
                 counts.in_advance -= 1
 
-    def _terminal(self, timer_id: str, entry: _IndexEntry, was: _IndexEntry | None) -> None:
+    def _terminal(
+        self,
+        timer_id: str,
+        entry: _IndexEntry,
+        was: _IndexEntry | None,
+        expiry_stored: bool | None = None,
+    ) -> None:
         """Write the terminal index ``entry`` of ``timer_id`` and the key that expires it.
 
-        ``was`` is the index entry it replaces (for the key counts).
+        ``was`` is the index entry it replaces (for the key counts); ``expiry_stored``
+        whether that expiry key exists already, if the caller read it (else it is read).
         """
         if timer_id in self._paused:  # a paused timer's key goes with the timer
             self._unpause(timer_id)
         encoded = entry.encode()
         expiry = expiry_key(self._now() + self._memory, timer_id)
         counts = self.counts
-        if self._kv.get(expiry) is None:  # two versions can end in one second: one key
+        if expiry_stored is None:
+            expiry_stored = self._kv.get(expiry) is not None
+        if not expiry_stored:  # two versions can end in one second: one key
             counts.remembered += 1
         if was is None:
             counts.remembered += 1
@@ -660,7 +669,11 @@ class PartitionWheel:
         # Every fired timer's index entry in one multi-get (each id is fired once in a
         # round, and the loop writes only the index entries of ids it has read already).
         entries = kv.get_many([index_key(timer.id) for timer in fired]) if fired else []
-        for timer, indexed in zip(fired, entries, strict=True):
+        # And whether each one's expiry key exists (for the key counts), likewise: every
+        # one a terminal timer of this round would write is under the same second.
+        expires = self._now() + self._memory
+        expiries = kv.get_many([expiry_key(expires, timer.id) for timer in fired]) if fired else []
+        for timer, indexed, expiry in zip(fired, entries, expiries, strict=True):
             slot = self._slots.get((timer.id, timer.due), timer.due)
             key = timer_key(slot, timer.id)
             # Still the entry this occurrence was stored with, compared as bytes (the
@@ -686,7 +699,7 @@ class PartitionWheel:
                 # A one-shot timer, or a series that ended: terminal, remembered for the
                 # window under its version's due second, then expired.
                 entry = _IndexEntry(_FIRED, timer.version_due, timer.token)
-                self._terminal(timer.id, entry, was=_WAS_PENDING)
+                self._terminal(timer.id, entry, _WAS_PENDING, expiry is not None)
         self._sweep(second)
         if forecast is not None:
             forecast.advance(second, kv.scan)
