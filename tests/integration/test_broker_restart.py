@@ -22,7 +22,7 @@ import re
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -33,6 +33,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewTopic,
 )
 
+from app.kafka.records import Record
 from app.kafka.topics import ensure_topics
 from app.worker.health import Phase
 from tests.conftest import fresh_settings
@@ -168,6 +169,33 @@ def test_the_persistent_broker_keeps_topics_records_and_offsets(
     assert read == sent
 
 
+def cut_off_by_the_broker(
+    callbacks: list[Record], extra: Iterable[str], gone_ms: int, back_ms: int
+) -> set[str]:
+    """Duplicates the broker's going away explains: every copy but the last was produced
+    in the round in flight when it went (at most :data:`AT_LEAST_ONCE_WINDOW_MS` before,
+    or while it was away), the last after it came back. That round had some callbacks
+    written when the broker died, its flush failed and nothing of it was forgotten, so
+    the worker delivered it again: at-least-once (the first copies' audit records,
+    produced at the flush, may be missing). Seen in one CI run of several: 4 such timers
+    of 500, one audit record each.
+    """
+    stamps: dict[str, list[int]] = {}
+    for record in callbacks:
+        timer_id = (record.header("timer-id") or b"").decode()
+        stamps.setdefault(timer_id, []).append(record.timestamp_ms)
+    explained = set()
+    for timer_id in extra:
+        *before, last = sorted(stamps.get(timer_id, []))
+        if (
+            before
+            and all(gone_ms - AT_LEAST_ONCE_WINDOW_MS <= t < back_ms for t in before)
+            and last >= back_ms
+        ):
+            explained.add(timer_id)
+    return explained
+
+
 def first_fire_per_partition(fires: list[Fire], after_ms: int) -> dict[int, int]:
     """Per partition, the first fire at or after ``after_ms`` (its worker's clock, ms)."""
     first: dict[int, int] = {}
@@ -229,8 +257,9 @@ def test_a_broker_restart_mid_fire_loses_nothing_and_fires_nothing_early(
             )
             first = first_fire_per_partition(watch.fires(), back_ms)
             verdict = settle(watch, plan)
+            cut_off = cut_off_by_the_broker(verdict.callbacks, verdict.extra, gone_ms, back_ms)
             bad_duplicates = unexplained_duplicates(
-                watch.fires(), verdict.extra, AT_LEAST_ONCE_WINDOW_MS
+                watch.fires(), set(verdict.extra) - cut_off, AT_LEAST_ONCE_WINDOW_MS
             )
             workers_alive = {name: w.alive for name, w in scene.workers.items()}
             stats = broker.endpoint_stats()
@@ -243,7 +272,8 @@ def test_a_broker_restart_mid_fire_loses_nothing_and_fires_nothing_early(
                 f"owners before {dict(sorted(owners_before.items()))}, after "
                 f"{dict(sorted(owners(watch.fires()).items()))}; changelog catch-ups after "
                 f"the fault {catch_ups(scene) - catch_ups_before}; workers alive "
-                f"{workers_alive}; S3 endpoint {stats}"
+                f"{workers_alive}; duplicates of the round the broker cut off {len(cut_off)}; "
+                f"S3 endpoint {stats}"
             )
             print(report)
             verdict.assert_none_lost_early_or_unknown(report)
