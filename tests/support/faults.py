@@ -353,18 +353,18 @@ def unexplained_duplicates(fires: list[Fire], extra: Iterable[str], window_ms: i
     """Duplicates outside the at-least-once window.
 
     A duplicate is explained only when a partition changed hands: the first fire was by
-    the old owner, within ``window_ms`` of its last fire on that partition (the tick in
-    flight when it lost the partition), and the second by another worker. Anything else
+    the old owner, within ``window_ms`` of its last fire on that partition before the
+    second (the tick in flight when it lost the partition), and the second by another
+    worker. Anything else
     — the same worker firing twice, or a refire of something fired long before the
     handover — is a bug, not at-least-once.
     """
     by_id: dict[str, list[Fire]] = defaultdict(list)
     for fire in fires:
         by_id[fire.id].append(fire)
-    last_by_owner: dict[tuple[str, int], int] = {}
+    times_by_owner: dict[tuple[str, int], list[int]] = defaultdict(list)
     for fire in fires:
-        key = (fire.worker, fire.partition)
-        last_by_owner[key] = max(last_by_owner.get(key, 0), fire.fired_at_ms)
+        times_by_owner[(fire.worker, fire.partition)].append(fire.fired_at_ms)
     bad = []
     for timer_id in extra:
         seen = sorted(by_id[timer_id], key=lambda f: f.fired_at_ms)
@@ -372,7 +372,13 @@ def unexplained_duplicates(fires: list[Fire], extra: Iterable[str], window_ms: i
             bad.append(f"{timer_id}: {len(seen)} audit record(s) for a duplicated callback")
             continue
         first, rest = seen[0], seen[1:]
-        handover_end = last_by_owner[(first.worker, first.partition)]
+        # The old owner's last fire on that partition before the new owner fired it again:
+        # a worker may get the partition back later (a thawed one, after the rebalance),
+        # and its fires after that say nothing of the handover.
+        handover_end = max(
+            (t for t in times_by_owner[(first.worker, first.partition)] if t < rest[0].fired_at_ms),
+            default=first.fired_at_ms,
+        )
         if any(f.worker == first.worker for f in rest):
             bad.append(f"{timer_id}: fired twice by {first.worker}")
         elif handover_end - first.fired_at_ms > window_ms:
