@@ -70,9 +70,14 @@ ETF1_TARGET_KEY = "scheduler-target-key"
 _parse_future = proto.Future.FromString
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class RawRecord:
-    """A record as consumed from the request topic, before any interpretation."""
+    """A record as consumed from the request topic, before any interpretation.
+
+    Frozen, with its own ``__init__`` for the reason :class:`~app.core.timer.Timer`
+    has one: the generated one sets each field through ``object.__setattr__``, and every
+    record consumed builds one.
+    """
 
     topic: str
     partition: int
@@ -85,6 +90,29 @@ class RawRecord:
     #: Why the record could not even be read as a record (a header name that is not
     #: UTF-8, say), or None: such a record is dead-lettered as ``malformed``.
     defect: str | None = None
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        timestamp_ms: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: tuple[Header, ...] = (),
+        defect: str | None = None,
+    ) -> None:
+        # Straight into the instance's dict: frozen stops assignment, not construction.
+        self.__dict__.update(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            timestamp_ms=timestamp_ms,
+            key=key,
+            value=value,
+            headers=headers,
+            defect=defect,
+        )
 
     def header(self, name: str) -> bytes | None:
         """The first header called ``name``."""
