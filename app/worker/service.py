@@ -262,12 +262,19 @@ class TimerService:
                 rest = await self._handle_requests(rest)
 
     async def _handle_requests(self, records: Sequence[RawRecord]) -> Sequence[RawRecord]:
-        """Apply records of the batch as one unit, until :data:`UNIT_BUDGET_SECONDS` of
-        work; return those left for the next unit.
+        """Apply records of the batch as one unit; return those left for the next unit.
 
-        A unit holds the event loop until its flush: a batch of large records (2,000
-        cancels with 1 KB ids took 0.4 s) would otherwise hold back ticks, heartbeats
-        and HTTP, so the unit ends early and the rest follows in the next one.
+        Work between two awaits holds the event loop: a batch of large records (2,000
+        cancels with 1 KB ids took 0.4 s) would hold back ticks, heartbeats and HTTP. So
+        after each :data:`UNIT_BUDGET_SECONDS` of work the loop runs in between. In
+        at-least-once mode the unit goes on after that pause: its local writes so far
+        are applied first, as at a unit's end (a tick that runs meanwhile scans them),
+        and the whole batch is still one flush. Ending the unit there instead cost a
+        flush and its broker round trip per 20 ms of work (about six per 2,000-request
+        batch: 439 flushes for 150,000 requests against 76, and 1.45 against 0.75 s of
+        waiting in the quick ingest bench). In exactly-once mode a unit is a transaction
+        holding the unit lock that ticks take, so it ends at the budget and the rest
+        follows in the next one.
         """
         fired_now: list[tuple[_Partition, Timer]] = []
         delivered: list[Timer] = []
@@ -290,12 +297,16 @@ class TimerService:
         for part in parts.values():
             part.kv.defer_local_writes()
         deadline = time.perf_counter() + UNIT_BUDGET_SECONDS
+        pause_within = not self._output.transactional
         handled = len(records)
         try:
             for i, record in enumerate(records):
                 if not i & 15 and i and time.perf_counter() > deadline:
-                    handled = i
-                    break
+                    if not pause_within:
+                        handled = i
+                        break
+                    await self._let_the_loop_run(parts.values())
+                    deadline = time.perf_counter() + UNIT_BUDGET_SECONDS
                 part = parts[record.partition]
                 # Everything one record causes happens inside this try: whatever it
                 # raises, the record is dead-lettered and the next one is read, unless
@@ -391,6 +402,18 @@ class TimerService:
         for p, part in parts.items():
             self._export_keys(p, part)
         return rest
+
+    @staticmethod
+    async def _let_the_loop_run(parts: Iterable[_Partition]) -> None:
+        """Pause a unit so the event loop runs (ticks, heartbeats, HTTP), its partitions'
+        local writes applied first: a tick that runs meanwhile scans them, and reads of
+        the unit's own writes are the same before and after."""
+        parts = list(parts)
+        for part in parts:
+            part.kv.apply_deferred()
+        await asyncio.sleep(0)
+        for part in parts:
+            part.kv.defer_local_writes()
 
     def _forwarded(self, part: _Partition, record: RawRecord, request: Timer | Cancel) -> bool:
         """Forward ``request``, read off its id's owner partition, to the owner; False

@@ -19,6 +19,7 @@ from app.kafka.records import to_record
 from app.worker import service as service_module
 from app.worker.isolation import is_systemic, rejection_for
 from app.worker.output import DeliveryFailure
+from app.worker.service import TimerService
 from tests.unit.test_service import NOW, Harness
 
 POISON = b"poison"
@@ -249,26 +250,69 @@ def test_a_request_whose_records_would_not_fit_is_refused_whole_before_it_is_sto
     assert h.fired() == ["fits"]
 
 
-def test_a_batch_that_takes_long_is_applied_in_several_units_none_lost(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(service_module, "UNIT_BUDGET_SECONDS", 0.0)
-    h = Harness()
-    units = 0
+def _count_commits(h: Harness, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A one-item list counting the units ``h``'s service commits."""
+    units = [0]
     commit = h.output.commit
 
     async def counting_commit(timeout: float = 60.0) -> None:
-        nonlocal units
-        units += 1
+        units[0] += 1
         await commit(timeout)
 
     monkeypatch.setattr(h.output, "commit", counting_commit)
+    return units
+
+
+@pytest.mark.parametrize("transactional", [False, True])
+def test_a_batch_that_takes_long_lets_the_loop_run_and_loses_nothing(
+    monkeypatch: pytest.MonkeyPatch, transactional: bool
+) -> None:
+    """Past the budget the loop runs: in exactly-once mode the unit (a transaction) ends
+    and the rest follows in the next; otherwise the unit pauses and stays one flush."""
+    monkeypatch.setattr(service_module, "UNIT_BUDGET_SECONDS", 0.0)
+    h = Harness(transactional=transactional)
+    units = _count_commits(h, monkeypatch)
+    pauses = 0
+    let_run = TimerService._let_the_loop_run
+
+    async def counting_pause(parts: Any) -> None:
+        nonlocal pauses
+        pauses += 1
+        await let_run(parts)
+
+    monkeypatch.setattr(TimerService, "_let_the_loop_run", staticmethod(counting_pause))
     h.requests(*(h.schedule(f"t{i}", NOW + 5, partition=i % 2) for i in range(100)))
-    assert units == 7  # a unit ends after each 16 records once the budget is spent
+    # The budget is checked after each 16 records: 6 times in 100.
+    assert (units[0], pauses) == ((7, 0) if transactional else (1, 6))
     wheels = h.service.wheels()
     assert all(wheels[i % 2].lookup(f"t{i}") is not None for i in range(100))
     assert h.stores.stores[0].get(REQUEST_OFFSET) == b"49"
     assert h.stores.stores[1].get(REQUEST_OFFSET) == b"49"
+
+
+def test_a_tick_that_runs_while_a_unit_pauses_fires_what_the_unit_stored_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The unit's writes are applied before it pauses: a tick then scans them, and the
+    records after the pause meet a ticked second (fired at once). Each fires once."""
+    monkeypatch.setattr(service_module, "UNIT_BUDGET_SECONDS", 0.0)
+    h = Harness()
+    units = _count_commits(h, monkeypatch)
+    ticked: list[int] = []
+    let_run = TimerService._let_the_loop_run
+
+    async def tick_in_the_pause(parts: Any) -> None:
+        await let_run(parts)
+        if not ticked:
+            h.clock.now = NOW + 5.01
+            ticked.append(await h.service.handle_ticks([(0, NOW + 5, None, "osc")]))
+
+    monkeypatch.setattr(TimerService, "_let_the_loop_run", staticmethod(tick_in_the_pause))
+    h.requests(*(h.schedule(f"t{i}", NOW + 5) for i in range(40)))
+    assert ticked == [16]  # the 16 records before the first pause, fired by the tick
+    assert sorted(h.fired()) == sorted(f"t{i}" for i in range(40))
+    assert units[0] == 1
+    assert h.pending() == 0
 
 
 def test_timers_stored_under_wider_rules_are_refused_when_due_and_a_series_ends() -> None:

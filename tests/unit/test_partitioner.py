@@ -48,14 +48,27 @@ def test_partition_is_the_positive_hash_modulo_the_count() -> None:
         partition_for(b"21", 0)
 
 
-def test_the_c_murmur2_the_worker_places_requests_with_is_the_same_function() -> None:
+def test_librdkafkas_murmur2_the_worker_places_requests_with_is_the_same_function() -> None:
     from kafka_timers_client import partitioner
 
-    assert partitioner._c_murmur2 is not None, "murmurhash2 is a dependency: install it"
+    native = partitioner._native_placement
+    assert native is not None, "librdkafka (confluent-kafka's) not found: see _find_librdkafka"
     rng = random.Random(11)
     for length in range(0, 200):
         for _ in range(10):
             data = rng.randbytes(length)
-            assert partitioner._fast_murmur2(data) & 0xFFFFFFFF == murmur2(data) & 0xFFFFFFFF
+            n = rng.choice((1, 2, 8, 12, 86_401, 2**31 - 1))
+            assert native(data, n) == (murmur2(data) & 0x7FFFFFFF) % n
     for key, expected in JAVA_MURMUR2.items():
-        assert partitioner._fast_murmur2(key) & 0xFFFFFFFF == expected & 0xFFFFFFFF
+        assert native(key, 2**31 - 1) == (expected & 0x7FFFFFFF) % (2**31 - 1)
+
+
+def test_placement_falls_back_to_python_where_librdkafka_is_missing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kafka_timers_client import partitioner
+
+    monkeypatch.setattr(partitioner, "_find_librdkafka", lambda: None)
+    assert partitioner._librdkafka_placement() is None
+    monkeypatch.setattr(partitioner, "_native_placement", None)
+    assert partition_for(b"21", 8) == 1173551340 % 8

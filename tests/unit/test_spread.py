@@ -52,15 +52,17 @@ def test_the_fire_second_is_in_the_window_and_the_same_every_time(
 
 @settings(max_examples=200, deadline=None)
 @given(IDS, st.integers(0, 100), st.integers(0, MAX_SPREAD_SECONDS))
-def test_the_c_and_python_hashes_give_the_same_second(timer_id: str, seq: int, spread: int) -> None:
-    from kafka_timers_client import spread as module
+def test_the_native_and_python_hashes_give_the_same_second(
+    timer_id: str, seq: int, spread: int
+) -> None:
+    from kafka_timers_client import partitioner
 
-    c_offset = spread_offset(timer_id, seq, spread)
-    saved, module._c_murmur2 = module._c_murmur2, None
+    native_offset = spread_offset(timer_id, seq, spread)
+    saved, partitioner._native_placement = partitioner._native_placement, None
     try:
-        assert spread_offset(timer_id, seq, spread) == c_offset
+        assert spread_offset(timer_id, seq, spread) == native_offset
     finally:
-        module._c_murmur2 = saved
+        partitioner._native_placement = saved
 
 
 def test_the_offsets_are_pinned_across_releases() -> None:

@@ -14,10 +14,8 @@ the fired record's ``due``, the version's identity) stays the requested second.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from kafka_timers_client.bounds import MAX_SECONDS
-from kafka_timers_client.partitioner import murmur2
+from kafka_timers_client.partitioner import placement
 
 __all__ = ["MAX_SPREAD_SECONDS", "spread_offset", "spread_second"]
 
@@ -25,22 +23,13 @@ __all__ = ["MAX_SPREAD_SECONDS", "spread_offset", "spread_second"]
 #: a burst, not a way to postpone; wider ones are refused (``invalid_spread``).
 MAX_SPREAD_SECONDS = 86_400
 
-_SEED = 0x9747B28C
-_c_murmur2: Callable[[bytes, int], int] | None
-try:  # the C function the partitioner uses too (equal to murmur2 on every input)
-    from murmurhash2 import murmurhash2 as _c_murmur2
-except ImportError:  # pragma: no cover - the dependency is declared
-    _c_murmur2 = None
-
 
 def spread_offset(timer_id: str, seq: int, spread: int) -> int:
     """The offset, ``0 <= offset <= spread``, of occurrence ``seq`` (0: a one-shot
     timer) of timer ``timer_id``: the same on every process, release and run."""
     if spread <= 0:
         return 0
-    data = b"%s\x00%d" % (timer_id.encode(), seq)
-    h = _c_murmur2(data, _SEED) if _c_murmur2 is not None else murmur2(data)
-    return (h & 0x7FFFFFFF) % (spread + 1)
+    return placement(b"%s\x00%d" % (timer_id.encode(), seq), spread + 1)
 
 
 def spread_second(timer_id: str, seq: int, due: int, spread: int) -> int:
