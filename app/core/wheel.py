@@ -212,11 +212,6 @@ _CANCELLED_EARLIER = Accepted(Scheduled.CANCELLED_EARLIER)
 _DUPLICATE = Accepted(Scheduled.DUPLICATE)
 
 
-#: Stands for "a pending entry" where only the state of the replaced entry matters
-#: (:meth:`PartitionWheel._terminal`'s key counts).
-_WAS_PENDING = _IndexEntry(_PENDING, 0, "")
-
-
 def _pending_entry(due: int, token: str) -> bytes:
     """``_IndexEntry(_PENDING, due, token).encode()`` without building the dataclass."""
     return b"P%012d" % due + token.encode()
@@ -672,8 +667,12 @@ class PartitionWheel:
         # And whether each one's expiry key exists (for the key counts), likewise: every
         # one a terminal timer of this round would write is under the same second.
         expires = self._now() + self._memory
-        expiries = kv.get_many([expiry_key(expires, timer.id) for timer in fired]) if fired else []
-        for timer, indexed, expiry in zip(fired, entries, expiries, strict=True):
+        expiry_keys = [expiry_key(expires, timer.id) for timer in fired]
+        expiries = kv.get_many(expiry_keys) if fired else []
+        counts, paused, put, delete = self.counts, self._paused, kv.put, kv.delete
+        for timer, indexed, expiry, expiry_at in zip(
+            fired, entries, expiries, expiry_keys, strict=True
+        ):
             slot = self._slots.get((timer.id, timer.due), timer.due)
             key = timer_key(slot, timer.id)
             # Still the entry this occurrence was stored with, compared as bytes (the
@@ -690,16 +689,22 @@ class PartitionWheel:
                 # A series goes on: its next occurrence replaces this one, the index entry
                 # stays pending (and is never remembered or expired while the series lives).
                 self._store_occurrence(successor, max(successor.fire_at, second + 1))
-                self._kv.delete(key)  # after its successor is written: never neither
+                delete(key)  # after its successor is written: never neither
                 continue
-            self._kv.delete(key)
+            delete(key)
             if current:
-                self.counts.timers -= 1
-                self.counts.pending -= 1
                 # A one-shot timer, or a series that ended: terminal, remembered for the
-                # window under its version's due second, then expired.
-                entry = _IndexEntry(_FIRED, timer.version_due, timer.token)
-                self._terminal(timer.id, entry, _WAS_PENDING, expiry is not None)
+                # window under its version's due second, then expired. What _terminal
+                # does for an entry that was pending, inline: this runs once a timer.
+                timer_id = timer.id
+                if timer_id in paused:  # a paused timer's key goes with the timer
+                    self._unpause(timer_id)
+                counts.timers -= 1
+                counts.pending -= 2
+                counts.remembered += 1 if expiry is not None else 2
+                encoded = b"F%012d" % timer.version_due + timer.token.encode()
+                put(index_key(timer_id), encoded)
+                put(expiry_at, encoded)
         self._sweep(second)
         if forecast is not None:
             forecast.advance(second, kv.scan)
