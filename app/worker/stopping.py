@@ -40,10 +40,17 @@ EXIT_MARGIN_SECONDS = 0.5
 
 
 class TimersWorker(faust.Worker):  # type: ignore[misc]
-    """Faust's worker, with a bounded stop and a bounded log."""
+    """Faust's worker, with a bounded stop and a bounded log, and no terminal spinner."""
 
     def __init__(self, *args: Any, stop_grace: float = DEFAULT_STOP_GRACE_SECONDS, **kw: Any):
         super().__init__(*args, **kw)
+        # Faust's spinner turns once per log record of any level: at --loglevel warning
+        # or above it puts the root logger at DEBUG (so that it has records to turn on)
+        # and each library's debug call then builds, formats and filters a record that
+        # no handler prints. An idle worker spent 0.4-0.6% of a core on that alone
+        # (aiokafka formats a FetchRequest per fetch), and the spinner's escape codes
+        # ended up in log files. Without it the root logger keeps the level asked for.
+        self.spinner = None
         self._stop_grace = stop_grace
         self._watchdog: threading.Timer | None = None
 

@@ -1,0 +1,111 @@
+"""The request reader against a real broker: a long idle read never holds up a rebalance.
+
+An idle read waits up to its idle wait (here 5 s) for a first record, holding the
+reader's lock, so a revoke or an assignment must end it early (it polls in slices and
+gives up when an assignment change waits) rather than wait it out. Through revokes,
+new partitions and a partition taken back, every partition's requests are applied in
+offset order, each once, and only while held.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+
+from confluent_kafka import Producer
+
+from app.core.request_format import RawRecord
+from app.kafka.config import confluent_consumer, confluent_producer
+from app.settings import Settings
+from app.worker.request_reader import RequestReader
+
+IDLE_WAIT = 5.0
+
+
+def _produce(settings: Settings, counts: dict[int, int]) -> None:
+    producer = Producer(confluent_producer(settings))
+    for partition, n in counts.items():
+        for i in range(n):
+            producer.produce(settings.topics.requests, b"%d" % i, key=b"k", partition=partition)
+    assert producer.flush(30) == 0
+
+
+async def _until(condition: object, what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)  # polling interval of a condition, not a wait for a result
+
+
+async def _scenario(settings: Settings) -> dict[int, list[int]]:
+    applied: dict[int, list[int]] = defaultdict(list)
+    held: set[int] = set()
+    stored: dict[int, int] = {}  # the offset a store would hold (key R): last applied
+
+    async def handle(records: list[RawRecord]) -> None:
+        for record in records:
+            assert record.partition in held, f"applied a request of {record.partition}"
+            applied[record.partition].append(record.offset)
+            stored[record.partition] = record.offset
+
+    async def resume_offset(partition: int) -> int | None:
+        return stored.get(partition)
+
+    reader = RequestReader(
+        confluent_consumer(settings, group_id=settings.app_id, **{"fetch.wait.max.ms": 50}),
+        settings.topics.requests,
+        handle=handle,
+        resume_offset=resume_offset,
+        batch_size=100,
+        batch_wait=0.02,
+        idle_wait=IDLE_WAIT,
+    )
+
+    async def assign(partitions: set[int]) -> float:
+        held.update(partitions)  # before: a new partition's records may come at once
+        began = time.monotonic()
+        await reader.assign(partitions)
+        held.intersection_update(partitions)
+        return time.monotonic() - began
+
+    _produce(settings, {0: 50, 1: 50, 2: 50})
+    task = asyncio.create_task(reader.run())
+    try:
+        await assign({0, 1})
+        # assign() returns once the waiting requests of its new partitions are applied.
+        assert len(applied[0]) == 50 and len(applied[1]) == 50, dict(applied)
+
+        await asyncio.sleep(0.5)  # the reader is now in an idle read of IDLE_WAIT
+        revoke_took = await assign({0})
+        assert revoke_took < IDLE_WAIT / 2, f"the revoke waited {revoke_took:.1f} s for a read"
+
+        _produce(settings, {0: 10, 1: 10})
+        await _until(lambda: len(applied[0]) == 60, "partition 0's new requests")
+
+        # 1 taken back and 2 new, while an idle read waits: it ends early, and both are
+        # read to their end before assign() returns.
+        await asyncio.sleep(0.5)
+        took = await assign({0, 1, 2})
+        assert took < IDLE_WAIT / 2, f"the assignment waited {took:.1f} s for an idle read"
+        assert len(applied[1]) == 60 and len(applied[2]) == 50, dict(applied)
+
+        # Given up and taken back at once: nothing is applied twice or out of order.
+        await asyncio.sleep(0.5)
+        await assign({0, 1})
+        await assign({0, 1, 2})
+        _produce(settings, {2: 5})
+        await _until(lambda: len(applied[2]) == 55, "partition 2's new requests")
+    finally:
+        reader.stop()
+        await task
+        reader.close()
+    return dict(applied)
+
+
+def test_assignment_changes_end_an_idle_read_and_keep_order(settings: Settings) -> None:
+    applied = asyncio.run(_scenario(settings))
+    for partition, offsets in applied.items():
+        assert offsets == sorted(set(offsets)), f"partition {partition}: {offsets}"
+    assert {p: len(o) for p, o in applied.items()} == {0: 60, 1: 60, 2: 55}
