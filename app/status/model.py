@@ -98,6 +98,25 @@ class CounterSample:
         return self.lateness_buckets[-1][1] if self.lateness_buckets else 0.0
 
 
+#: The samples :func:`read_sample` reads: the registry collects only the metrics that
+#: hold them (every one of the worker's took 1.7 ms, once a second: 0.17% of an idle
+#: worker's core).
+SAMPLED = frozenset(
+    {
+        "kafka_timers_scheduled_total",
+        "kafka_timers_cancelled_total",
+        "kafka_timers_pending",
+        "kafka_timers_fired_total",
+        "kafka_timers_rejected_total",
+        "kafka_timers_fire_lateness_seconds_bucket",
+        "kafka_timers_fire_lateness_seconds_sum",
+        "kafka_timers_last_tick_seconds",
+        "kafka_timers_oscillator_ahead_seconds",
+        "kafka_timers_ticks_held_total",
+    }
+)
+
+
 def read_sample(registry: CollectorRegistry, now: float) -> CounterSample:
     """Read the worker metrics (see :class:`app.worker.metrics.WorkerMetrics`) from ``registry``."""
     scheduled = cancelled = pending = lateness_sum = 0.0
@@ -107,7 +126,7 @@ def read_sample(registry: CollectorRegistry, now: float) -> CounterSample:
     last_tick: dict[int, float] = {}
     ahead: dict[str, float] = {}
     held: dict[str, float] = {}
-    for family in registry.collect():
+    for family in registry.restricted_registry(SAMPLED).collect():
         for s in family.samples:
             name = s.name
             if name == "kafka_timers_scheduled_total":
