@@ -86,6 +86,10 @@ class RequestReader:
         self._lock = asyncio.Lock()
         #: Set while an assignment change waits for the lock: ends an idle read early.
         self._assignment_waits = threading.Event()
+        #: Held by the reading thread while it reads; :meth:`close` waits for it.
+        self._reading = threading.Lock()
+        #: Set by :meth:`stop` and :meth:`close`: a read in progress ends at its next slice.
+        self._closing = threading.Event()
         self._wakeup = asyncio.Event()
         self._stopped = False
 
@@ -167,9 +171,7 @@ class RequestReader:
         if first_wait:
             messages = await loop.run_in_executor(None, self._consume_when_ready, wait, first_wait)
         else:
-            messages = await loop.run_in_executor(
-                None, self._consumer.consume, self._batch_size, wait
-            )
+            messages = await loop.run_in_executor(None, self._consume, wait)
         records, at_end = [], set()
         for msg in messages:
             err = msg.error()
@@ -186,20 +188,26 @@ class RequestReader:
                 self._progress.applied(records)
         return len(messages), at_end
 
+    def _consume(self, wait: float) -> list[Message]:
+        """In the reading thread: a batch, waiting up to ``wait`` for it."""
+        with self._reading:
+            if self._closing.is_set():
+                return []
+            return self._consumer.consume(self._batch_size, wait)  # type: ignore[no-any-return]
+
     def _consume_when_ready(self, wait: float, first_wait: float) -> list[Message]:
         """In the reading thread: wait up to ``first_wait`` for a first message, in
-        :data:`IDLE_SLICE` slices, giving up early when an assignment change waits; then
-        up to ``wait`` for the rest of the batch."""
-        deadline = time.monotonic() + first_wait
-        first = None
-        while first is None and not self._assignment_waits.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return []
-            first = self._consumer.poll(min(left, IDLE_SLICE))
-        if first is None:
-            return []
-        return [first, *self._consumer.consume(self._batch_size - 1, wait)]
+        :data:`IDLE_SLICE` slices, giving up early when an assignment change waits or
+        the reader closes; then up to ``wait`` for the rest of the batch."""
+        with self._reading:
+            deadline = time.monotonic() + first_wait
+            first = None
+            while first is None:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._assignment_waits.is_set() or self._closing.is_set():
+                    return []
+                first = self._consumer.poll(min(left, IDLE_SLICE))
+            return [first, *self._consumer.consume(self._batch_size - 1, wait)]
 
     def _report_progress(self) -> None:
         """Lag and commits, under the lock: every batch read so far has been applied."""
@@ -231,8 +239,18 @@ class RequestReader:
                         reported = now
 
     def stop(self) -> None:
+        """End :meth:`run` after the read in progress, which ends at its next slice."""
         self._stopped = True
+        self._closing.set()
         self._wakeup.set()
 
     def close(self) -> None:
-        self._consumer.close()
+        """Close the consumer once no read is in it: a task cancelled at shutdown leaves
+        its read running in the executor, which ends at its next slice."""
+        self._closing.set()
+        acquired = self._reading.acquire(timeout=IDLE_SLICE + self._batch_wait + 1.0)
+        try:
+            self._consumer.close()
+        finally:
+            if acquired:
+                self._reading.release()
