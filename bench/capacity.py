@@ -37,6 +37,9 @@ from bench.procstat import (
     peak_rss_bytes,
     rss_bytes,
     thread_cpu_ns,
+    thread_names,
+    thread_shares,
+    thread_wakeups,
 )
 from bench.report import Figure, fmt_bytes, fmt_count, fmt_ms, fmt_seconds
 from bench.stack import BenchStack, Worker, wait_serving, wait_until
@@ -84,6 +87,7 @@ def _idle_cpu(worker: Worker, seconds: int) -> dict[str, Any]:
     tick0 = _last_tick(worker)
     began = time.monotonic()
     stat0 = cpu_seconds(worker.pid)
+    woke0 = thread_wakeups(worker.pid)
     readings = [(began, thread_cpu_ns(worker.pid))]
     for n in range(1, seconds + 1):
         time.sleep(max(0.0, began + n - time.monotonic()))  # the sampling period
@@ -94,7 +98,13 @@ def _idle_cpu(worker: Worker, seconds: int) -> dict[str, Any]:
     if ticks < seconds / 2:
         raise RuntimeError(f"the worker processed {ticks:.0f} ticks in {wall:.0f} s while idle")
     samples = [cpu_between(a, b) / (tb - ta) for (ta, a), (tb, b) in itertools.pairwise(readings)]
-    return idle_summary(samples, wall, cpu, ticks)
+    threads = thread_shares(
+        thread_names(worker.pid),
+        (readings[0][1], readings[-1][1]),
+        (woke0, thread_wakeups(worker.pid)),
+        wall,
+    )
+    return {**idle_summary(samples, wall, cpu, ticks), "threads": threads}
 
 
 def _wait_stored(worker: Worker, level: int, timeout: float) -> None:
@@ -238,6 +248,9 @@ def _figures(
             detail={
                 "per_tick": fmt_ms(idle[top]["per_tick_seconds"]),
                 "per_tick_at_0": fmt_ms(idle[0]["per_tick_seconds"]),
+                # (share of a core, wakeups a second) by thread: where the CPU went
+                "threads": idle[top]["threads"],
+                "threads_at_0": idle[0]["threads"],
             },
         )
     )

@@ -21,22 +21,12 @@ import sys
 import time
 from pathlib import Path
 
-from bench.procstat import thread_cpu_ns
+from bench.procstat import thread_cpu_ns, thread_names, thread_shares, thread_wakeups
 from bench.stack import BenchStack, wait_serving
 
 __all__ = ["measure"]
 
 SETTLE_SECONDS = 5.0
-
-
-def _names(pid: int) -> dict[int, str]:
-    names = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            names[int(task.name)] = (task / "comm").read_text().strip()
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return names
 
 
 def _record(pid: int, seconds: float) -> subprocess.CompletedProcess[str] | None:
@@ -67,44 +57,24 @@ def _record(pid: int, seconds: float) -> subprocess.CompletedProcess[str] | None
     )
 
 
-def _wakeups(pid: int) -> dict[int, int]:
-    """Voluntary context switches of each thread so far: how often it slept and woke."""
-    counts = {}
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        try:
-            for line in (task / "status").read_text().splitlines():
-                if line.startswith("voluntary_ctxt_switches:"):
-                    counts[int(task.name)] = int(line.split()[1])
-        except (FileNotFoundError, ProcessLookupError):
-            continue
-    return counts
-
-
 def measure(seconds: float = 20.0, *, record: bool = False) -> dict[str, object]:
     """Start an idle stack, measure the worker's CPU (a share of one core) and wakeups
-    (a second) by thread over ``seconds`` (with
-    ``record``, py-spy samples it meanwhile into ``.kafka-timers/bench/idle/profile.txt``,
-    idle stacks left out: what remains is where the CPU went)."""
+    (a second) by thread over ``seconds`` (with ``record``, py-spy samples it meanwhile
+    into ``.kafka-timers/bench/idle/profile.txt``, idle stacks left out: what remains is
+    where the CPU went)."""
     with BenchStack("idle", Path(".kafka-timers/bench")) as stack:
         stack.oscillator()
         worker = stack.worker("worker-1")
         wait_serving([worker], stack.partitions)
         time.sleep(SETTLE_SECONDS)  # the settled idle state is what is measured
-        names = _names(worker.pid)
-        woke = _wakeups(worker.pid)
+        names = thread_names(worker.pid)
+        woke = thread_wakeups(worker.pid)
         began, before = time.monotonic(), thread_cpu_ns(worker.pid)
         profile = _record(worker.pid, seconds) if record else None
         if profile is None:
             time.sleep(seconds)  # the measured window itself
         wall, after = time.monotonic() - began, thread_cpu_ns(worker.pid)
-        woke_after = _wakeups(worker.pid)
-        threads = {
-            f"{tid} {names.get(tid, '?')}": (
-                round((after[tid] - before.get(tid, 0)) / 1e9 / wall, 5),
-                round((woke_after.get(tid, 0) - woke.get(tid, 0)) / wall, 1),
-            )
-            for tid in after
-        }
+        threads = thread_shares(names, (before, after), (woke, thread_wakeups(worker.pid)), wall)
         dump = ""
         if shutil.which("py-spy"):
             dump = subprocess.run(
@@ -115,7 +85,7 @@ def measure(seconds: float = 20.0, *, record: bool = False) -> dict[str, object]
             ).stdout
         return {
             "share": sum(share for share, _ in threads.values()),
-            "threads": dict(sorted(threads.items(), key=lambda kv: -kv[1][0])),
+            "threads": threads,
             "py_spy": dump,
         }
 

@@ -20,6 +20,9 @@ __all__ = [
     "peak_rss_bytes",
     "rss_bytes",
     "thread_cpu_ns",
+    "thread_names",
+    "thread_shares",
+    "thread_wakeups",
 ]
 
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -81,3 +84,47 @@ def cpu_between(before: dict[int, int], after: dict[int, int]) -> float:
     (a worker's threads live as long as it does, so a sample loses nothing there).
     """
     return sum(ns - before.get(tid, 0) for tid, ns in after.items()) / 1e9
+
+
+def thread_names(pid: int) -> dict[int, str]:
+    """Each thread's name as the kernel has it (``comm``): librdkafka names its own
+    (``rdk:main``, ``rdk:broker1``); Python threads share the interpreter's."""
+    names = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            names[int(task.name)] = (task / "comm").read_text().strip()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return names
+
+
+def thread_wakeups(pid: int) -> dict[int, int]:
+    """Voluntary context switches of each thread so far: how often it slept and woke."""
+    counts = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    counts[int(task.name)] = int(line.split()[1])
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return counts
+
+
+def thread_shares(
+    names: dict[int, str],
+    cpu: tuple[dict[int, int], dict[int, int]],
+    wakeups: tuple[dict[int, int], dict[int, int]],
+    seconds: float,
+) -> dict[str, tuple[float, float]]:
+    """``"<tid> <name>": (share of one core, wakeups a second)`` of each thread between
+    two readings ``seconds`` apart, busiest first."""
+    (cpu0, cpu1), (woke0, woke1) = cpu, wakeups
+    shares = {
+        f"{tid} {names.get(tid, '?')}": (
+            round((ns - cpu0.get(tid, 0)) / 1e9 / seconds, 5),
+            round((woke1.get(tid, 0) - woke0.get(tid, 0)) / seconds, 1),
+        )
+        for tid, ns in cpu1.items()
+    }
+    return dict(sorted(shares.items(), key=lambda kv: -kv[1][0]))

@@ -8,7 +8,13 @@ import os
 import pytest
 
 from bench.capacity import idle_summary
-from bench.procstat import cpu_between, thread_cpu_ns
+from bench.procstat import (
+    cpu_between,
+    thread_cpu_ns,
+    thread_names,
+    thread_shares,
+    thread_wakeups,
+)
 from bench.scaleout import start_skew
 from bench.scan import next_offsets
 
@@ -23,6 +29,24 @@ def test_thread_cpu_ns_reads_this_process() -> None:
     times = thread_cpu_ns(os.getpid())
     assert os.getpid() in times  # the main thread's id is the process id
     assert all(ns >= 0 for ns in times.values())
+
+
+def test_thread_shares_are_per_thread_cpu_and_wakeups_busiest_first() -> None:
+    names = {1: "python", 2: "rdk:main"}
+    shares = thread_shares(
+        names,
+        ({1: 0, 2: 10_000_000}, {1: 20_000_000, 2: 50_000_000, 3: 1_000_000}),
+        ({1: 5, 2: 0}, {1: 25, 2: 40, 3: 2}),
+        2.0,
+    )
+    assert shares == {"2 rdk:main": (0.02, 20.0), "1 python": (0.01, 10.0), "3 ?": (0.0005, 1.0)}
+    assert list(shares) == ["2 rdk:main", "1 python", "3 ?"]
+
+
+def test_thread_names_and_wakeups_read_this_process() -> None:
+    pid = os.getpid()
+    assert pid in thread_names(pid) and pid in thread_wakeups(pid)
+    assert all(n >= 0 for n in thread_wakeups(pid).values())
 
 
 def test_idle_figure_is_the_median_sample() -> None:
