@@ -37,8 +37,8 @@ log = logging.getLogger(__name__)
 #: How long an idle reader waits in one read for its first record, seconds. ``poll``
 #: returns as soon as a record arrives, so this adds no latency; it only sets how often
 #: an idle reader hands back to the event loop: once a second. Ten times a second cost
-#: an idle worker about 0.5% of a core (measured), each a thread's future resolved on
-#: the loop.
+#: an idle worker 0.3-0.5% of a core (measured), each a thread's future resolved on the
+#: loop.
 IDLE_WAIT = 1.0
 #: An idle read polls in slices this long, seconds, and ends early when an assignment
 #: change waits for the reader's lock: librdkafka's ``incremental_unassign`` waits for a

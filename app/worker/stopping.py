@@ -47,7 +47,7 @@ class TimersWorker(faust.Worker):  # type: ignore[misc]
         # Faust's spinner turns once per log record of any level: at --loglevel warning
         # or above it puts the root logger at DEBUG (so that it has records to turn on)
         # and each library's debug call then builds, formats and filters a record that
-        # no handler prints. An idle worker spent 0.4-0.6% of a core on that alone
+        # no handler prints. An idle worker spent 0.3-0.8% of a core on that alone
         # (aiokafka formats a FetchRequest per fetch), and the spinner's escape codes
         # ended up in log files. Without it the root logger keeps the level asked for.
         self.spinner = None
