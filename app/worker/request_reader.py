@@ -90,6 +90,8 @@ class RequestReader:
         self._reading = threading.Lock()
         #: Set by :meth:`stop` and :meth:`close`: a read in progress ends at its next slice.
         self._closing = threading.Event()
+        #: Whether an idle read is waiting for a first record now (set by its thread).
+        self.idle_waiting = False
         self._wakeup = asyncio.Event()
         self._stopped = False
 
@@ -202,11 +204,15 @@ class RequestReader:
         with self._reading:
             deadline = time.monotonic() + first_wait
             first = None
-            while first is None:
-                left = deadline - time.monotonic()
-                if left <= 0 or self._assignment_waits.is_set() or self._closing.is_set():
-                    return []
-                first = self._consumer.poll(min(left, IDLE_SLICE))
+            self.idle_waiting = True
+            try:
+                while first is None:
+                    left = deadline - time.monotonic()
+                    if left <= 0 or self._assignment_waits.is_set() or self._closing.is_set():
+                        return []
+                    first = self._consumer.poll(min(left, IDLE_SLICE))
+            finally:
+                self.idle_waiting = False
             return [first, *self._consumer.consume(self._batch_size - 1, wait)]
 
     def _report_progress(self) -> None:

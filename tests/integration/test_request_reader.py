@@ -19,6 +19,7 @@ from app.core.request_format import RawRecord
 from app.kafka.config import confluent_consumer, confluent_producer
 from app.settings import Settings
 from app.worker.request_reader import RequestReader
+from tests.support.waiting import wait_until_async
 
 IDLE_WAIT = 5.0
 
@@ -29,14 +30,6 @@ def _produce(settings: Settings, counts: dict[int, int]) -> None:
         for i in range(n):
             producer.produce(settings.topics.requests, b"%d" % i, key=b"k", partition=partition)
     assert producer.flush(30) == 0
-
-
-async def _until(condition: object, what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)  # polling interval of a condition, not a wait for a result
 
 
 async def _scenario(settings: Settings) -> dict[int, list[int]]:
@@ -77,29 +70,29 @@ async def _scenario(settings: Settings) -> dict[int, list[int]]:
         # assign() returns once the waiting requests of its new partitions are applied.
         assert len(applied[0]) == 50 and len(applied[1]) == 50, dict(applied)
 
-        await asyncio.sleep(0.5)  # the reader is now in an idle read of IDLE_WAIT
+        await wait_until_async(lambda: reader.idle_waiting, 20, "the reader's idle read")
         revoke_took = await assign({0})
         assert revoke_took < IDLE_WAIT / 2, f"the revoke waited {revoke_took:.1f} s for a read"
 
         _produce(settings, {0: 10, 1: 10})
-        await _until(lambda: len(applied[0]) == 60, "partition 0's new requests")
+        await wait_until_async(lambda: len(applied[0]) == 60, 20, "partition 0's new requests")
 
         # 1 taken back and 2 new, while an idle read waits: it ends early, and both are
         # read to their end before assign() returns.
-        await asyncio.sleep(0.5)
+        await wait_until_async(lambda: reader.idle_waiting, 20, "the reader's idle read")
         took = await assign({0, 1, 2})
         assert took < IDLE_WAIT / 2, f"the assignment waited {took:.1f} s for an idle read"
         assert len(applied[1]) == 60 and len(applied[2]) == 50, dict(applied)
 
         # Given up and taken back at once: nothing is applied twice or out of order.
-        await asyncio.sleep(0.5)
+        await wait_until_async(lambda: reader.idle_waiting, 20, "the reader's idle read")
         await assign({0, 1})
         await assign({0, 1, 2})
         _produce(settings, {2: 5})
-        await _until(lambda: len(applied[2]) == 55, "partition 2's new requests")
+        await wait_until_async(lambda: len(applied[2]) == 55, 20, "partition 2's new requests")
         # Shut down as Faust does: the task is cancelled while its idle read waits in a
         # thread; close() then waits for that read's current slice, not its whole wait.
-        await asyncio.sleep(0.5)
+        await wait_until_async(lambda: reader.idle_waiting, 20, "the reader's idle read")
         task.cancel()
         began = time.monotonic()
         reader.close()
