@@ -17,6 +17,13 @@ The stall measurement runs beside all of it. A thread per worker asks the worker
 * the time each answer takes is how long the event loop could not answer: a stall shows
   even when it falls between two ticks ("loop stall").
 
+The probes run in this test process, so its own pauses (a collection of its heap of
+fired records, its reader threads holding the GIL, the machine not scheduling it) would
+delay every answer alike and read as a stall of every worker at once. A third thread
+wakes every 10 ms and keeps the pauses it sees; the part of an answer's wait that falls
+in one is the test's, not the worker's, and is left out of "loop stall" (the report
+prints the pauses beside it).
+
 A metronome (an every-1s series on each partition) gives a third view from outside:
 each callback's lateness, its ``timer-fired-at`` minus its due second. The baseline of
 all three is measured on the same stack before any hostile record is sent.
@@ -25,6 +32,7 @@ all three is measured on the same stack before any hostile record is sent.
 from __future__ import annotations
 
 import asyncio
+import gc
 import itertools
 import json
 import statistics
@@ -63,6 +71,10 @@ from tests.support.waiting import wait_until
 PRODUCE_MAX_BYTES = 16 * 1024 * 1024
 #: How often each worker's ``/livez`` is asked.
 PROBE_INTERVAL = 0.02
+#: How often the test process checks that it is not paused itself, and how late a
+#: wake-up must be to count as a pause.
+SELF_PROBE_INTERVAL = 0.01
+SELF_PAUSE_SLACK = 0.02
 #: What the workers must stay under while hostile records are read (see the module
 #: docstring). The longest gap between two handled ticks, beyond the second between
 #: them, is issue 21's target: 100 ms. A stall of the event loop is bounded more loosely
@@ -233,6 +245,58 @@ class LoopProbe(threading.Thread):
         return ticks
 
 
+class PauseProbe(threading.Thread):
+    """Wakes every :data:`SELF_PROBE_INTERVAL` and keeps each pause of this process: a
+    wake-up more than :data:`SELF_PAUSE_SLACK` late, as (from, to) in monotonic time.
+
+    Also times this process's full garbage collections, the usual cause of a long pause
+    here: the heap holds every callback and dead letter the module has read."""
+
+    def __init__(self) -> None:
+        super().__init__(name="pause-probe", daemon=True)
+        self.pauses: list[tuple[float, float]] = []
+        self.full_collections: list[tuple[float, float]] = []
+        self._collecting: float | None = None
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        gc.callbacks.append(self._on_gc)
+        try:
+            last = time.monotonic()
+            while not self._halt.wait(SELF_PROBE_INTERVAL):
+                now = time.monotonic()
+                if now - last > SELF_PROBE_INTERVAL + SELF_PAUSE_SLACK:
+                    self.pauses.append((last + SELF_PROBE_INTERVAL, now))
+                last = now
+        finally:
+            gc.callbacks.remove(self._on_gc)
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if info.get("generation") != 2:
+            return
+        if phase == "start":
+            self._collecting = time.monotonic()
+        elif self._collecting is not None:
+            self.full_collections.append((self._collecting, time.monotonic()))
+            self._collecting = None
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join(5)
+
+    def paused_within(self, start: float, end: float) -> float:
+        """How much of ``[start, end]`` this process spent paused."""
+        return sum(max(0.0, min(end, b) - max(start, a)) for a, b in self.pauses)
+
+    def pauses_in(self, window: Window) -> Stats:
+        start, end = window.mono
+        return Stats.of([b - a for a, b in self.pauses if a <= end and b >= start])
+
+    def collections_in(self, window: Window) -> Stats:
+        start, end = window.mono
+        return Stats.of([b - a for a, b in self.full_collections if a <= end and b >= start])
+
+
 @dataclass
 class Window:
     label: str
@@ -264,14 +328,15 @@ class Stats:
         )
 
 
-def loop_stalls(probe: LoopProbe, window: Window) -> Stats:
-    """How long each answer waited for during ``window`` took, one still awaited included."""
+def loop_stalls(probe: LoopProbe, window: Window, paused: PauseProbe) -> Stats:
+    """How long each answer waited for during ``window`` took, one still awaited included,
+    less the time this test process itself was paused meanwhile."""
     start, end = window.mono
-    waits = [a.answered - a.asked for a in probe.answers if a.asked <= end and a.answered >= start]
+    spans = [(a.asked, a.answered) for a in probe.answers if a.asked <= end and a.answered >= start]
     asking = probe.asking
     if asking is not None and asking <= end:
-        waits.append(time.monotonic() - asking)
-    return Stats.of(waits)
+        spans.append((asking, time.monotonic()))
+    return Stats.of([(b - a) - paused.paused_within(a, b) for a, b in spans])
 
 
 def tick_gap_excess(probe: LoopProbe, window: Window) -> Stats:
@@ -358,6 +423,8 @@ class Hostile:
         self.workers: list[ServiceProcess] = []
         self.pids: dict[str, int] = {}
         self.probes: dict[str, LoopProbe] = {}
+        self.paused = PauseProbe()
+        self.paused.start()
         self.windows: list[Window] = []
         self.baseline: Window | None = None
         self._producer: KafkaProducer | None = None
@@ -685,8 +752,8 @@ class Hostile:
         lines = [f"--- {window.label} ({window.mono[1] - window.mono[0]:.1f} s) ---"]
         broken: list[str] = []
         for name, probe in self.probes.items():
-            stalls, gaps = loop_stalls(probe, window), tick_gap_excess(probe, window)
-            base_stalls = loop_stalls(probe, self.baseline)
+            stalls, gaps = loop_stalls(probe, window, self.paused), tick_gap_excess(probe, window)
+            base_stalls = loop_stalls(probe, self.baseline, self.paused)
             base_gaps = tick_gap_excess(probe, self.baseline)
             lines.append(f"{name} loop stall:      {stalls}   (baseline {base_stalls})")
             lines.append(f"{name} tick gap excess: {gaps}   (baseline {base_gaps})")
@@ -697,6 +764,10 @@ class Hostile:
         lines.append(
             f"metronome lateness: {self.metronome_lateness(window)}   "
             f"(baseline {self.metronome_lateness(self.baseline)})"
+        )
+        lines.append(
+            f"test process paused:  {self.paused.pauses_in(window)}; its full collections: "
+            f"{self.paused.collections_in(window)}   (left out of the loop stall)"
         )
         return "\n".join(lines), broken
 
@@ -723,6 +794,7 @@ def hostile_stack(
         if hostile.rebuilt:
             print("stacks rebuilt after harm:", *hostile.rebuilt, sep="\n  ")
         hostile.close()
+        hostile.paused.stop()
 
 
 @pytest.fixture
