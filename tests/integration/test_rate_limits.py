@@ -58,7 +58,8 @@ def test_a_limited_topic_is_delivered_at_its_limit_and_others_are_not_held(stack
         ):
             assert time.monotonic() < deadline, f"workers never shared the partitions: {o}"
             probe_and_poll()
-        probes = watch.fired_ids()
+        # The warm-up fired on every partition, by both workers: the loop above read that
+        # from the audit topic (its callbacks may still be on their way to this reader).
 
         due = int(time.time()) + 4
         planned_limited = {
@@ -111,7 +112,6 @@ def test_a_limited_topic_is_delivered_at_its_limit_and_others_are_not_held(stack
     assert min(r.timestamp_ms for r in free_records) >= due * 1000
     print(f"unlimited: {FREE} all out {free_late} ms after due")
     assert free_late < 1000, "the unlimited topic was held back"
-    assert probes  # the warm-up fired
 
     # Each worker shows the limit and what its limit added (both drained by now).
     for data in status:
