@@ -21,8 +21,8 @@ The probes run in this test process, so its own pauses (a collection of its heap
 fired records, its reader threads holding the GIL, the machine not scheduling it) would
 delay every answer alike and read as a stall of every worker at once. A third thread
 wakes every 10 ms and keeps the pauses it sees; the part of an answer's wait that falls
-in one is the test's, not the worker's, and is left out of "loop stall" (the report
-prints the pauses beside it).
+in one is the test's, not the worker's: it is left out of "loop stall", and out of the
+time an answer dates its tick to (the report prints the pauses beside them).
 
 A metronome (an every-1s series on each partition) gives a third view from outside:
 each callback's lateness, its ``timer-fired-at`` minus its due second. The baseline of
@@ -228,18 +228,19 @@ class LoopProbe(threading.Thread):
         self._halt.set()
         self.join(5)
 
-    def tick_times(self) -> list[float]:
+    def tick_times(self, paused: PauseProbe) -> list[float]:
         """Monotonic times of the handled tick batches, as the answers date them.
 
         The worker's monotonic clock is the same system clock; an answer dates its
-        tick to within its way back (a millisecond or so): answers less than 25 ms
-        apart are the same tick.
+        tick to within its way back (a millisecond or so, plus any pause of this test
+        process while it waited, which is taken off): answers less than 25 ms apart
+        are the same tick.
         """
         ticks: list[float] = []
         for a in self.answers:
             if a.since_tick is None:
                 continue
-            at = a.answered - a.since_tick
+            at = a.answered - paused.paused_within(a.asked, a.answered) - a.since_tick
             if not ticks or at - ticks[-1] > 0.025:
                 ticks.append(at)
         return ticks
@@ -339,10 +340,10 @@ def loop_stalls(probe: LoopProbe, window: Window, paused: PauseProbe) -> Stats:
     return Stats.of([(b - a) - paused.paused_within(a, b) for a, b in spans])
 
 
-def tick_gap_excess(probe: LoopProbe, window: Window) -> Stats:
+def tick_gap_excess(probe: LoopProbe, window: Window, paused: PauseProbe) -> Stats:
     """Gaps between handled ticks overlapping ``window``, minus the 1 s tick period."""
     start, end = window.mono
-    ticks = probe.tick_times()
+    ticks = probe.tick_times(paused)
     gaps = [b - a - 1.0 for a, b in itertools.pairwise(ticks) if b >= start and a <= end]
     before_end = [t for t in ticks if t <= end]
     if before_end and before_end[-1] == ticks[-1]:  # no tick since: the gap is still open
@@ -752,9 +753,10 @@ class Hostile:
         lines = [f"--- {window.label} ({window.mono[1] - window.mono[0]:.1f} s) ---"]
         broken: list[str] = []
         for name, probe in self.probes.items():
-            stalls, gaps = loop_stalls(probe, window, self.paused), tick_gap_excess(probe, window)
+            stalls = loop_stalls(probe, window, self.paused)
+            gaps = tick_gap_excess(probe, window, self.paused)
             base_stalls = loop_stalls(probe, self.baseline, self.paused)
-            base_gaps = tick_gap_excess(probe, self.baseline)
+            base_gaps = tick_gap_excess(probe, self.baseline, self.paused)
             lines.append(f"{name} loop stall:      {stalls}   (baseline {base_stalls})")
             lines.append(f"{name} tick gap excess: {gaps}   (baseline {base_gaps})")
             if stalls.max > LOOP_STALL_LIMIT:
@@ -767,7 +769,7 @@ class Hostile:
         )
         lines.append(
             f"test process paused:  {self.paused.pauses_in(window)}; its full collections: "
-            f"{self.paused.collections_in(window)}   (left out of the loop stall)"
+            f"{self.paused.collections_in(window)}   (left out of both measures above)"
         )
         return "\n".join(lines), broken
 
