@@ -290,12 +290,16 @@ class PauseProbe(threading.Thread):
         return sum(max(0.0, min(end, b) - max(start, a)) for a, b in self.pauses)
 
     def pauses_in(self, window: Window) -> Stats:
-        start, end = window.mono
-        return Stats.of([b - a for a, b in self.pauses if a <= end and b >= start])
+        return _lengths_in(self.pauses, window)
 
     def collections_in(self, window: Window) -> Stats:
-        start, end = window.mono
-        return Stats.of([b - a for a, b in self.full_collections if a <= end and b >= start])
+        return _lengths_in(self.full_collections, window)
+
+
+def _lengths_in(spans: list[tuple[float, float]], window: Window) -> Stats:
+    """The lengths of the ``(from, to)`` spans (monotonic) that overlap ``window``."""
+    start, end = window.mono
+    return Stats.of([b - a for a, b in spans if a <= end and b >= start])
 
 
 @dataclass
