@@ -2,6 +2,12 @@
 
 ``--refuse-skips`` (what CI passes) turns every skip into a failure: a test that skips
 because a tool is missing passes quietly on a developer's machine, never in CI.
+
+``--part`` picks one of the suite's two parts (``make test`` runs both, see the
+Makefile): ``parallel``, the tests that may run beside another (pytest-xdist, a module
+per process), or ``serial``, those marked ``serial``: they gate on a time measured on
+the machine (lateness, an event loop's stalls, a rate), which another test's load
+beside them would move. The default runs everything, in one process.
 """
 
 from __future__ import annotations
@@ -26,6 +32,32 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help="fail every test that skips (CI: every test must run)",
     )
+    parser.addoption(
+        "--part",
+        choices=("all", "parallel", "serial"),
+        default="all",
+        help="run only the tests that may run in parallel, or only those marked serial",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    part = config.getoption("part")
+    if part == "all":
+        return
+    keep: list[pytest.Item] = []
+    drop: list[pytest.Item] = []
+    for item in items:
+        serial = item.get_closest_marker("serial") is not None
+        (keep if serial == (part == "serial") else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+    if part == "parallel":
+        # Modules with fault tests (real processes killed and restarted: the longest)
+        # first, so that the last module handed out is a short one and both processes
+        # finish together; the order within each group is kept.
+        slow = {item.path for item in keep if item.get_closest_marker("fault")}
+        keep.sort(key=lambda item: item.path not in slow)
+    items[:] = keep
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -66,9 +66,19 @@ class Output:
         return [m for line in list(self.lines) if (m := re.search(pattern, line))]
 
 
+def _sighup_at_its_default() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 @contextmanager
 def started(args: list[str], cwd: Path, env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
-    """``kafka-timers <args>`` as a child; killed at the end if the test left it running."""
+    """``kafka-timers <args>`` as a child; killed at the end if the test left it running.
+
+    The child starts with SIGHUP at its default, as from a terminal: a test run started
+    under ``nohup`` passes SIGHUP ignored to its children, and the demo keeps an ignored
+    SIGHUP ignored (the user asked it to outlive the shell), so the SIGHUP test would
+    wait for a stop that never comes.
+    """
     process = subprocess.Popen(
         [sys.executable, "-m", "app", *args],
         cwd=cwd,
@@ -76,6 +86,7 @@ def started(args: list[str], cwd: Path, env: dict[str, str]) -> Iterator[subproc
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=_sighup_at_its_default,
     )
     try:
         yield process

@@ -6,12 +6,18 @@ import json
 import time
 from collections import Counter
 
+import pytest
+
 from app.client import TimerClient
 from app.core import protowire
 from app.core.partitioner import partition_for
 from app.dev.stack import wait_until_firing
 from app.kafka.records import TopicReader
 from tests.support.stack import Stack, fired_ids
+
+#: Runs alone, in ``make test``'s serial part: it gates a past-due request's fire at 1 s after
+#: its send, which another test's load beside it would move.
+pytestmark = pytest.mark.serial
 
 FIRE_TIMEOUT = 60.0
 #: "At once" for a request whose second is past: the worker's request reader waits up to

@@ -67,6 +67,10 @@ from tests.support.broker import BrokerInfo
 from tests.support.stack import Stack, fired_ids
 from tests.support.waiting import wait_until
 
+#: Runs alone, in ``make test``'s serial part: its gates are event-loop stalls and tick gaps of
+#: 250 ms, which another test's load beside it would move.
+pytestmark = pytest.mark.serial
+
 #: Records up to this size can be produced by the test (the size class goes past 1 MiB).
 PRODUCE_MAX_BYTES = 16 * 1024 * 1024
 #: How often each worker's ``/livez`` is asked.

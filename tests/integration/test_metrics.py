@@ -16,6 +16,7 @@ import time
 import urllib.request
 from collections.abc import Mapping
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.client import TimerClient
@@ -23,6 +24,10 @@ from app.dev.broker import free_port
 from app.status.model import histogram_quantile
 from tests.support.stack import Stack, fired_ids
 from tests.support.waiting import wait_until
+
+#: Runs alone, in ``make test``'s serial part: it compares tick counts and lateness with the
+#: wall clock, which another test's load beside it would move.
+pytestmark = pytest.mark.serial
 
 #: Samples of one scrape: (series name, sorted label pairs) -> value.
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]

@@ -22,6 +22,7 @@ import re
 import time
 import urllib.request
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.dev.broker import free_port
@@ -30,6 +31,10 @@ from app.status.cli import status_main
 from tests.support.broker import BrokerInfo
 from tests.support.faults import FireWatch, Planned, Verdict, schedule_spread
 from tests.support.stack import Stack
+
+#: Runs alone, in ``make test``'s serial part: it gates lateness at 2 s by the worker's clock,
+#: which another test's load beside it would move.
+pytestmark = pytest.mark.serial
 
 HOUR = 3600.0
 #: How far the worker's clock is behind in the second test.

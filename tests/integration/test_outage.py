@@ -15,11 +15,17 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
+
 from app.dev.broker import DevBroker
 from app.kafka.topics import ensure_topics
 from tests.conftest import fresh_settings
 from tests.support.stack import Stack, fired_ids
 from tests.support.waiting import wait_until
+
+#: Runs alone, in ``make test``'s serial part: it gates a SIGTERM's stop at its grace plus 0.2
+#: s, which another test's load beside it would move.
+pytestmark = pytest.mark.serial
 
 #: How long the broker stays away in the test (``KAFKA_TIMERS_TEST_OUTAGE_SECONDS`` sets
 #: another, e.g. 600 for the ten minutes of the README's figure).

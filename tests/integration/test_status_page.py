@@ -89,15 +89,27 @@ class Scene:
         )
 
 
+#: How long a view answering "busy" (503 with ``Retry-After``: its heavy views are at
+#: their share of the worker's event loop, which a loaded machine reaches) is asked again.
+BUSY_DEADLINE = 30.0
+
+
 def get_json(url: str, token: str | None = OPERATOR_TOKEN) -> tuple[int, Any]:
+    """The status and JSON body of ``url``; a busy answer is asked again after the
+    ``Retry-After`` it names, as a client should, until :data:`BUSY_DEADLINE`."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    try:
-        with urllib.request.urlopen(
-            urllib.request.Request(url, headers=headers), timeout=5
-        ) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read())
+    deadline = time.monotonic() + BUSY_DEADLINE
+    while True:
+        try:
+            with urllib.request.urlopen(
+                urllib.request.Request(url, headers=headers), timeout=5
+            ) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            retry_after = exc.headers.get("Retry-After")
+            if exc.code != 503 or retry_after is None or time.monotonic() > deadline:
+                return exc.code, json.loads(exc.read())
+            time.sleep(float(retry_after))  # what the view asked for, not a wait for a result
 
 
 def fired_in(history: list[list[float]]) -> float:

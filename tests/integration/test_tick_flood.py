@@ -23,11 +23,16 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from app.dev.broker import free_port
 from tests.support.faults import FireWatch, Planned, schedule_spread
 from tests.support.stack import Stack
+
+#: Runs alone, in ``make test``'s serial part: it gates the lateness a flood adds (at most 1 s),
+#: which another test's load beside it would move.
+pytestmark = pytest.mark.serial
 
 STARTUP_TIMEOUT = 90.0
 BURST = 100_000

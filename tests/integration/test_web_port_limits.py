@@ -29,6 +29,8 @@ import urllib.request
 import uuid
 from pathlib import Path
 
+import pytest
+
 from app.client import TimerClient
 from app.dev.broker import free_port
 from app.dev.stack import start_worker, wait_until_firing
@@ -38,6 +40,10 @@ from tests.conftest import OPERATOR_TOKEN
 from tests.support.probes import get_json
 from tests.support.stack import Stack
 from tests.support.waiting import wait_until
+
+#: Runs alone, in ``make test``'s serial part: it gates the lateness an HTTP load adds (at most
+#: 250 ms), which another test's load beside it would move.
+pytestmark = pytest.mark.serial
 
 #: Timers per due second of the metronome, spread over the partitions by their ids.
 PER_SECOND = 8
