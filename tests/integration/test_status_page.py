@@ -95,21 +95,25 @@ BUSY_DEADLINE = 30.0
 
 
 def get_json(url: str, token: str | None = OPERATOR_TOKEN) -> tuple[int, Any]:
-    """The status and JSON body of ``url``; a busy answer is asked again after the
-    ``Retry-After`` it names, as a client should, until :data:`BUSY_DEADLINE`."""
+    """The status and JSON body of ``url``. A busy answer is not an answer yet: it is
+    asked again a second later (its ``Retry-After``), as a client should, until
+    :data:`BUSY_DEADLINE`."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    deadline = time.monotonic() + BUSY_DEADLINE
-    while True:
+
+    def answer() -> tuple[int, Any] | None:
         try:
             with urllib.request.urlopen(
                 urllib.request.Request(url, headers=headers), timeout=5
             ) as response:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as exc:
-            retry_after = exc.headers.get("Retry-After")
-            if exc.code != 503 or retry_after is None or time.monotonic() > deadline:
-                return exc.code, json.loads(exc.read())
-            time.sleep(float(retry_after))  # what the view asked for, not a wait for a result
+            if exc.code == 503 and exc.headers.get("Retry-After") is not None:
+                return None
+            return exc.code, json.loads(exc.read())
+
+    answered = wait_until(answer, BUSY_DEADLINE, f"{url} to answer other than busy", 1.0)
+    assert answered is not None  # wait_until returns only a truthy answer
+    return answered
 
 
 def fired_in(history: list[list[float]]) -> float:
