@@ -104,12 +104,12 @@ def test_a_burst_of_ticks_for_one_past_second_costs_constant_time_each() -> None
     now = [1000.0]
     monitor, _ = monitor_at(now)
     lead, _ = lead_at()
-    started = time.perf_counter()
+    started = time.thread_time()
     for i in range(100_000):  # a backlog for second 900, read over 2 s
         now[0] = 1000.0 + i / 50_000
         monitor.observe("osc", 900.0)
         lead.observe("osc", 900, now[0])
-    elapsed = time.perf_counter() - started
+    elapsed = time.thread_time() - started
     assert elapsed < 5.0, elapsed  # a window scan per tick took minutes
     assert monitor.observe("osc", 900.0) == pytest.approx(100.0)  # the minimum: the first
     assert lead.leads()["osc"] == pytest.approx(-100.0)  # the maximum: the first too

@@ -182,12 +182,12 @@ def test_a_backtracking_pattern_takes_linear_time() -> None:
         max_payload_bytes=100,
         horizon_seconds=3600,
     )
-    start = time.perf_counter()
+    start = time.thread_time()
     for n in (30, 100, 249):
         policy.check_topic("a" * (n - 1) + "a")  # (.*a){20} matches
         with pytest.raises(RejectedRequest):
             policy.check_topic("a" * (n - 1) + "x")
-    assert time.perf_counter() - start < 1.0
+    assert time.thread_time() - start < 1.0
 
 
 def test_patterns_match_in_full_and_compare_by_their_text() -> None:

@@ -58,10 +58,10 @@ def test_the_articles_tick_falls_back_to_the_record_timestamp() -> None:
 def test_a_key_that_is_no_second_in_range_ignores_the_record(
     key: bytes | None, reason: TickIgnored
 ) -> None:
-    started = time.perf_counter()
+    started = time.thread_time()
     parsed = parse_tick(key, ours(), NOW)
     assert parsed == (None, (reason,))
-    assert time.perf_counter() - started < 0.01
+    assert time.thread_time() - started < 0.01
 
 
 def test_a_tick_further_ahead_than_held_is_ignored() -> None:
@@ -158,9 +158,11 @@ _stamps = st.none() | st.floats() | st.integers(min_value=-(2**63), max_value=2*
 def test_any_record_is_read_in_bounded_time_and_never_raises(
     key: bytes | None, value: bytes | None, stamp: float | None, latest: int
 ) -> None:
-    started = time.perf_counter()
+    started = time.thread_time()
     parsed = parse_tick(key, value, stamp, latest)
-    assert time.perf_counter() - started < 0.25  # generous: a shared 2-core machine
+    # This thread's CPU time: a neighbour's load (the suite runs two at a time) does not
+    # count, only the parse's own work; its worst case is microseconds.
+    assert time.thread_time() - started < 0.25
     if parsed.tick is None:
         assert len(parsed.ignored) == 1
         return
