@@ -232,9 +232,19 @@ function renderNext(list) {
 // for this tab only (sessionStorage), sent as a bearer token, never put in the page.
 let operatorToken = sessionStorage.getItem("kafka-timers-operator-token") || "";
 
+// A heavy view the worker is too busy for answers 503 with Retry-After (its share of the
+// event loop is spent): asked again after that many seconds, a few times, as any client
+// should, before the page says it cannot reach the worker.
+const BUSY_RETRIES = 5;
+const pause = seconds => new Promise(done => setTimeout(done, seconds * 1000));
+
 async function getJSON(path, withToken = false) {
   const headers = withToken && operatorToken ? {Authorization: "Bearer " + operatorToken} : {};
-  const r = await fetch(BASE + path, {cache: "no-store", headers});
+  let r = await fetch(BASE + path, {cache: "no-store", headers});
+  for (let retry = 0; r.status === 503 && r.headers.get("Retry-After") !== null && retry < BUSY_RETRIES; retry++) {
+    await pause(Math.min(Math.max(Number(r.headers.get("Retry-After")) || 1, 0.2), 5));
+    r = await fetch(BASE + path, {cache: "no-store", headers});
+  }
   const body = await r.json();
   const refused = withToken && (r.status === 401 || r.status === 403);
   if (!r.ok && r.status !== 404 && !refused) throw new Error(path + ": HTTP " + r.status);
