@@ -901,6 +901,7 @@ class TimerService:
             fired.delivered.extend(sent)
             if successor is not None:
                 fired.successors[timer.id] = successor
+        self.gates.produced(partition)  # a limit's window counts them from now
         return fired
 
     async def _tick_in_transaction(self, partition: int, second: int) -> int:

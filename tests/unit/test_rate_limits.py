@@ -9,6 +9,7 @@ are not held back; a held timer keeps its late-fire policy and can be cancelled.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Any
 
 import pytest
 
@@ -63,6 +64,37 @@ def test_a_limited_topic_goes_out_at_its_limit_in_due_order_and_others_at_once()
     assert backlog == 0
     delays = h.metrics.rate_limit_delay.labels(callback_topic="lim")
     assert delays._sum.get() > 30 * 1.0  # 30 timers waited 0.1 to 3 s each
+
+
+def test_a_round_slow_to_produce_keeps_every_second_of_record_timestamps_under_the_limit() -> None:
+    """Each callback takes 0.5 ms to produce here, and every 300th waits 0.6 s (a full
+    local queue waiting on the broker): a round's callbacks spill past the moment it took
+    its tokens, and each record's timestamp is the moment it was produced. Counted from
+    when each round took its tokens, a second got 600 at a limit of 400/s; the window
+    counts a round from when its last callback was produced."""
+    h = limited(400.0)
+    produced_at: list[float] = []
+    produce = h.output.callback
+
+    def slow_callback(timer: Any, **kwargs: Any) -> None:
+        h.clock.now += 0.0005 + (0.6 if len(produced_at) % 300 == 299 else 0.0)
+        produced_at.append(h.clock.now)
+        produce(timer, **kwargs)
+
+    h.output.callback = slow_callback  # type: ignore[method-assign]
+    h.requests(*(h.schedule(f"l{i:04}", NOW + 1, topic="lim") for i in range(2_400)))
+    h.tick(NOW + 1)
+    for _ in range(200):
+        h.clock.now += RELEASE_INTERVAL
+        run(h.service.release_gated())
+    assert len(produced_at) == 2_400
+    produced_at.sort()
+    busiest, first = 0, 0
+    for last, at in enumerate(produced_at):
+        while produced_at[first] <= at - 1.0:
+            first += 1
+        busiest = max(busiest, last - first + 1)
+    assert busiest <= 400 + 40  # the limit plus the bucket's tenth of a second
 
 
 def test_held_timers_stay_pending_and_the_watermark_stays_below_them() -> None:

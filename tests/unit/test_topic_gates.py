@@ -104,6 +104,49 @@ def test_no_window_gets_more_than_the_rate_plus_the_burst(
     assert sum(n for _, n in given_at) <= rate * t + bucket.capacity + 1e-9
 
 
+def _busiest_window(stamps: list[float]) -> int:
+    """Most of ``stamps`` in any window ``[s, s + WINDOW_SECONDS)``."""
+    stamps = sorted(stamps)
+    most, first = 0, 0
+    for last, at in enumerate(stamps):
+        while stamps[first] <= at - WINDOW_SECONDS:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    rate=st.sampled_from([7.0, 62.5, 1_500.0]),
+    rounds=st.lists(
+        st.tuples(st.floats(0.0, 1.5), st.floats(0.0, 1.2), st.floats(0.0, 1.0)),
+        min_size=1,
+        max_size=40,
+    ),
+)
+def test_no_second_of_record_timestamps_gets_more_than_the_rate_plus_the_burst(
+    rate: float, rounds: list[tuple[float, float, float]]
+) -> None:
+    """Rounds that take a while to produce what they took (each callback's record
+    timestamp is the moment it was produced, spread over the round), with gaps between
+    rounds and stalls: counted from when each round took its tokens, a round produced
+    into the next second let that second get ~1.25x the limit (15,038 at 12,000/s)."""
+    clock = Clock(0.0)
+    gates = TopicGates({"t": rate}, partitions=1, clock=clock)
+    stamps: list[float] = []
+    for gap, producing, share in rounds:
+        clock.now += gap
+        budget = gates.budget(0, "t")
+        assert budget is not None
+        n = math.floor(budget * share)
+        gates.spend(0, "t", n, waiting=1)
+        taken = clock.now
+        stamps.extend(taken + producing * (i + 1) / n for i in range(n))
+        clock.now = taken + producing
+        gates.produced(0)
+    assert _busiest_window(stamps) <= rate * WINDOW_SECONDS + max(1.0, rate * BURST_SECONDS)
+
+
 def test_a_full_window_says_when_it_has_room_again() -> None:
     bucket = TokenBucket(10.0, now=0.0)
     bucket.spend(0, backlogged=True)
