@@ -104,7 +104,7 @@ def test_no_window_gets_more_than_the_rate_plus_the_burst(
     assert sum(n for _, n in given_at) <= rate * t + bucket.capacity + 1e-9
 
 
-def _busiest_window(stamps: list[float]) -> int:
+def busiest_window(stamps: list[float]) -> int:
     """Most of ``stamps`` in any window ``[s, s + WINDOW_SECONDS)``."""
     stamps = sorted(stamps)
     most, first = 0, 0
@@ -144,7 +144,7 @@ def test_no_second_of_record_timestamps_gets_more_than_the_rate_plus_the_burst(
         stamps.extend(taken + producing * (i + 1) / n for i in range(n))
         clock.now = taken + producing
         gates.produced(0)
-    assert _busiest_window(stamps) <= rate * WINDOW_SECONDS + max(1.0, rate * BURST_SECONDS)
+    assert busiest_window(stamps) <= rate * WINDOW_SECONDS + max(1.0, rate * BURST_SECONDS)
 
 
 def test_a_full_window_says_when_it_has_room_again() -> None:
