@@ -85,19 +85,25 @@ def _stamp(msg: Message) -> int:
     return timestamp_ms(msg)
 
 
-def _extract(commit: str, tree: Path) -> bool:
-    """``commit``'s ``app`` and ``tests/support`` into ``tree``; False without history."""
-    tree.mkdir()
-    archive = subprocess.run(
-        ["git", "-C", str(REPO), "archive", commit, "app", "tests/support"],
-        capture_output=True,
-        check=False,
-    )
-    if archive.returncode != 0:
-        return False
-    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
-    (tree / "tests" / "__init__.py").touch()
-    return True
+def _trees(tmp: Path) -> dict[str, Path] | None:
+    """The tree before rate limits (``before``) and with them (``now``), each
+    ``git archive``d (its ``app`` and ``tests/support``) under ``tmp``; None without
+    history."""
+    trees: dict[str, Path] = {}
+    for name, commit in (("before", BASELINE_COMMIT), ("now", RATE_LIMITS_COMMIT)):
+        tree = tmp / name
+        tree.mkdir()
+        archive = subprocess.run(
+            ["git", "-C", str(REPO), "archive", commit, "app", "tests/support"],
+            capture_output=True,
+            check=False,
+        )
+        if archive.returncode != 0:
+            return None
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+        (tree / "tests" / "__init__.py").touch()
+        trees[name] = tree
+    return trees
 
 
 def fire_path_instructions(timers: int = COUNTED_TIMERS) -> dict[str, float] | None:
@@ -116,10 +122,10 @@ def fire_path_instructions(timers: int = COUNTED_TIMERS) -> dict[str, float] | N
         return None
     counts: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="rate-limit-count-") as tmp:
-        for name, commit in (("before", BASELINE_COMMIT), ("now", RATE_LIMITS_COMMIT)):
-            tree = Path(tmp) / name
-            if not _extract(commit, tree):
-                return None
+        trees = _trees(Path(tmp))
+        if trees is None:
+            return None
+        for name, tree in trees.items():
             out = subprocess.run(
                 [
                     valgrind,
@@ -152,13 +158,10 @@ def fire_path_instructions(timers: int = COUNTED_TIMERS) -> dict[str, float] | N
 
 def fire_path_cost() -> dict[str, float] | None:
     """CPU per fired timer (µs) before rate limits and now, or None without history."""
-    trees: dict[str, Path] = {}
     with tempfile.TemporaryDirectory(prefix="rate-limit-probe-") as tmp:
-        for name, commit in (("before", BASELINE_COMMIT), ("now", RATE_LIMITS_COMMIT)):
-            tree = Path(tmp) / name
-            if not _extract(commit, tree):
-                return None
-            trees[name] = tree
+        trees = _trees(Path(tmp))
+        if trees is None:
+            return None
         best: dict[str, float] = {}
         for _ in range(PROBE_ROUNDS):
             for name, tree in trees.items():
