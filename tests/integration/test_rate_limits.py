@@ -16,7 +16,7 @@ import pytest
 
 from app.client import TimerClient
 from tests.support.faults import FireWatch, owners
-from tests.support.probes import get_json
+from tests.support.probes import get_admitted
 from tests.support.stack import Stack, fired_ids
 
 #: Runs alone, in ``make test``'s serial part: it gates callbacks a second and the unlimited
@@ -86,7 +86,7 @@ def test_a_limited_topic_is_delivered_at_its_limit_and_others_are_not_held(stack
             # Status while it drains is checked below; anything extra on its way shows here.
             reader.poll(1.0)
             records = reader.records
-        status = [get_json(f"http://127.0.0.1:{port}/status/data")[1] for port in WEB_PORTS]
+        status = [get_admitted(f"http://127.0.0.1:{port}/status/data")[1] for port in WEB_PORTS]
         watch.callbacks.poll(1.0)
         free_records = [
             r

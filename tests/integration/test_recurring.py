@@ -6,9 +6,7 @@ timestamp): "early" means a callback stamped before its occurrence's due second.
 
 from __future__ import annotations
 
-import json
 import time
-import urllib.request
 from datetime import datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -22,6 +20,7 @@ from app.dev.stack import wait_until_firing
 from app.kafka.records import Record, TopicReader
 from tests.conftest import OPERATOR_TOKEN
 from tests.support.faults import deliberate_fault_window
+from tests.support.probes import get_admitted
 from tests.support.stack import Stack
 from tests.support.waiting import wait_until
 
@@ -181,13 +180,10 @@ def next_transitions(zone: ZoneInfo, after: float) -> dict[str, int]:
 
 
 def timer_status(port: int, timer_id: str) -> dict[str, Any]:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{port}/timers/{timer_id}",
-        headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"},
-    )
-    with urllib.request.urlopen(request, timeout=5) as r:
-        doc: dict[str, Any] = json.loads(r.read())
-        return doc
+    status, doc = get_admitted(f"http://127.0.0.1:{port}/timers/{timer_id}", OPERATOR_TOKEN)
+    assert status == 200, (status, doc)
+    assert isinstance(doc, dict)
+    return doc
 
 
 @pytest.mark.parametrize("change", ["spring", "fall"])

@@ -37,7 +37,7 @@ from app.dev.stack import start_worker, wait_until_firing
 from app.kafka.records import TopicReader
 from app.worker.descriptors import descriptors_needed
 from tests.conftest import OPERATOR_TOKEN
-from tests.support.probes import get_json
+from tests.support.probes import get_admitted, get_json
 from tests.support.stack import Stack
 from tests.support.waiting import wait_until
 
@@ -161,12 +161,12 @@ def test_two_thousand_concurrent_heavy_requests_add_at_most_100_ms_of_lateness(
             "the far timers to be stored",
             interval=0.5,
         )
-        request = urllib.request.Request(
-            url + "/timers/next?n=1000", headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"}
-        )
-        with urllib.request.urlopen(request, timeout=10) as response:  # the heaviest answer
-            heaviest = response.read()
-        assert len(json.loads(heaviest)["timers"]) == 1000
+        # The heaviest answer; the polls above may have spent the views' share of the loop,
+        # and then it answers 503 with Retry-After, as designed.
+        status, heaviest = get_admitted(url + "/timers/next?n=1000", OPERATOR_TOKEN)
+        assert status == 200, heaviest
+        assert len(heaviest["timers"]) == 1000
+        heaviest_bytes = len(json.dumps(heaviest, separators=(",", ":")))
 
         baseline_seconds, load_seconds = 8, 10
         first = int(time.time()) + 3
@@ -207,7 +207,7 @@ def test_two_thousand_concurrent_heavy_requests_add_at_most_100_ms_of_lateness(
     loaded = [v for i, v in late.items() if i not in baseline_ids]
     added = max(loaded) - max(base)
     print(
-        f"\nload: {report}; /timers/next?n=1000 is {len(heaviest):,} bytes\n"
+        f"\nload: {report}; /timers/next?n=1000 is {heaviest_bytes:,} bytes\n"
         f"load process CPU: {cpu_after.children_user - cpu_before.children_user:.1f} s user, "
         f"{cpu_after.children_system - cpu_before.children_system:.1f} s system\n"
         f"lateness baseline: {summary(base)}\nlateness under load: {summary(loaded)}\n"

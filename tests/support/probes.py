@@ -7,6 +7,7 @@ of real processes, so they need to know each one's ports.
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -24,6 +25,7 @@ from tests.support.stack import Stack
 __all__ = [
     "Probed",
     "committed_offsets",
+    "get_admitted",
     "get_json",
     "metric_by_partition",
     "metric_total",
@@ -69,6 +71,28 @@ def get_json(url: str, timeout: float = 2.0) -> tuple[int | None, Any]:
         return exc.code, json.loads(exc.read() or b"null")
     except (OSError, ValueError) as exc:
         return None, repr(exc)
+
+
+def get_admitted(
+    url: str, token: str | None = None, deadline: float = 30.0, timeout: float = 10.0
+) -> tuple[int | None, Any]:
+    """``(status, body)`` of ``url`` as a well-behaved client gets it: a heavy view that
+    answers 503 with ``Retry-After`` (its share of the worker's loop is spent, by design:
+    :mod:`app.status.admission`) is asked again after that many seconds, until ``deadline``
+    seconds have passed; then its last answer is returned."""
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    give_up = time.monotonic() + deadline
+    while True:
+        request = urllib.request.Request(url, headers=headers)
+        try:
+            with urllib.request.urlopen(request, timeout=timeout) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            body = json.loads(exc.read() or b"null")
+            retry_after = exc.headers.get("Retry-After")
+            if exc.code != 503 or retry_after is None or time.monotonic() >= give_up:
+                return exc.code, body
+            time.sleep(float(retry_after))  # the server's own back-off, not a wait for a result
 
 
 def metric_by_partition(base_url: str, name: str) -> dict[int, float]:
