@@ -43,6 +43,7 @@ from app.status.model import (
 )
 from tests.conftest import OPERATOR_TOKEN, fresh_settings
 from tests.support.broker import BrokerInfo
+from tests.support.probes import get_admitted
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 
@@ -98,22 +99,7 @@ def get_json(url: str, token: str | None = OPERATOR_TOKEN) -> tuple[int, Any]:
     """The status and JSON body of ``url``. A busy answer is not an answer yet: it is
     asked again a second later (its ``Retry-After``), as a client should, until
     :data:`BUSY_DEADLINE`."""
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-
-    def answer() -> tuple[int, Any] | None:
-        try:
-            with urllib.request.urlopen(
-                urllib.request.Request(url, headers=headers), timeout=5
-            ) as response:
-                return response.status, json.loads(response.read())
-        except urllib.error.HTTPError as exc:
-            if exc.code == 503 and exc.headers.get("Retry-After") is not None:
-                return None
-            return exc.code, json.loads(exc.read())
-
-    answered = wait_until(answer, BUSY_DEADLINE, f"{url} to answer other than busy", 1.0)
-    assert answered is not None  # wait_until returns only a truthy answer
-    return answered
+    return get_admitted(url, token, BUSY_DEADLINE)
 
 
 def fired_in(history: list[list[float]]) -> float:

@@ -75,7 +75,7 @@ def get_json(url: str, timeout: float = 2.0) -> tuple[int | None, Any]:
 
 def get_admitted(
     url: str, token: str | None = None, deadline: float = 30.0, timeout: float = 10.0
-) -> tuple[int | None, Any]:
+) -> tuple[int, Any]:
     """``(status, body)`` of ``url`` as a well-behaved client gets it: a heavy view that
     answers 503 with ``Retry-After`` (its share of the worker's loop is spent, by design:
     :mod:`app.status.admission`) is asked again after that many seconds, until ``deadline``
