@@ -59,6 +59,7 @@ __all__ = [
     "parse_timer_key",
     "paused_key",
     "timer_key",
+    "timer_key_second",
 ]
 
 #: Prefix of pending timers.
@@ -100,6 +101,12 @@ def timer_key(due: int, timer_id: str) -> bytes:
 def parse_timer_key(key: bytes) -> tuple[int, str]:
     """``(due, id)`` of a pending timer's key (inverse of :func:`timer_key`)."""
     return int(key[1 : 1 + _SECOND_DIGITS]), key[2 + _SECOND_DIGITS :].decode()
+
+
+def timer_key_second(key: bytes) -> int:
+    """The second of a pending timer's key, without decoding its id (a tick's scan reads
+    it for every series occurrence)."""
+    return int(key[1 : 1 + _SECOND_DIGITS])
 
 
 def bucket_floor(second: int) -> bytes:

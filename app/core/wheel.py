@@ -68,8 +68,15 @@ from app.core.keys import (
     parse_timer_key,
     paused_key,
     timer_key,
+    timer_key_second,
 )
-from app.core.stored import check_layout, pack_timer, stored_topic, unpack_timer
+from app.core.stored import (
+    check_layout,
+    pack_next_occurrence,
+    pack_timer,
+    stored_topic,
+    unpack_timer,
+)
 from app.core.timer import Cancel, Timer
 from kafka_timers_client.outcome import CancelOutcome, PauseOutcome
 
@@ -286,6 +293,9 @@ class PartitionWheel:
         #: Keys of in-flight catch-up occurrences stored under a later second than their
         #: due: ``(id, due) -> second`` (see :meth:`_slot_for`).
         self._slots: dict[tuple[str, int], int] = {}
+        #: The stored bytes of the in-flight series occurrences read by the tick's scan, by
+        #: id: each one's successor is packed from them (:func:`pack_next_occurrence`).
+        self._series_stored: dict[str, bytes] = {}
         #: Due timers a gate holds back (a rate limit, a pause: app.worker.topic_gates),
         #: per callback topic in due order: still pending in the store, delivered by
         #: :meth:`take_held`. Not persisted: the watermark stays below the oldest of them,
@@ -524,11 +534,19 @@ class PartitionWheel:
             return self.ticked_through + 1
         return due
 
-    def _store_occurrence(self, occurrence: Timer, slot: int) -> None:
+    def _store_occurrence(
+        self, occurrence: Timer, slot: int, previous: bytes | None = None
+    ) -> None:
         # The new key before the index that points at it: a crash in between leaves an
         # occurrence that fires, never an index entry that points nowhere. (Key counts
-        # are the caller's: in finish_tick one timer key replaces another.)
-        self._kv.put(timer_key(slot, occurrence.id), pack_timer(occurrence))
+        # are the caller's: in finish_tick one timer key replaces another.) ``previous``:
+        # the stored bytes of the occurrence before it, if at hand (a series' fire).
+        packed = (
+            pack_timer(occurrence)
+            if previous is None
+            else pack_next_occurrence(previous, occurrence)
+        )
+        self._kv.put(timer_key(slot, occurrence.id), packed)
         self._kv.put(index_key(occurrence.id), _pending_entry(slot, occurrence.token))
         if self.forecast is not None:
             self.forecast.add(slot, occurrence.id, occurrence.topic)
@@ -625,6 +643,7 @@ class PartitionWheel:
         timers = []
         slots: dict[tuple[str, int], int] = {}
         series: set[str] = set()
+        series_stored: dict[str, bytes] = {}
         held, order = self._held, self._held_order
         for key, value in self._kv.scan(bucket_floor(start), bucket_floor(second + 1)):
             if hold and (topic := stored_topic(value)) in hold:
@@ -639,7 +658,8 @@ class PartitionWheel:
             if timer.recurrence is not None or timer.spread:
                 if timer.recurrence is not None:
                     series.add(timer.id)
-                slot = parse_timer_key(key)[0]
+                    series_stored[timer.id] = value
+                slot = timer_key_second(key)
                 if slot != timer.due:  # a catch-up occurrence, or a spread timer, keyed
                     slots[(timer.id, timer.due)] = slot  # under a later second
         if self._paused:
@@ -648,6 +668,7 @@ class PartitionWheel:
         self._in_flight = {t.id for t in timers}
         self._in_flight_series = series
         self._slots = slots
+        self._series_stored = series_stored
         return timers
 
     def finish_tick(
@@ -688,7 +709,11 @@ class PartitionWheel:
             if successor is not None:
                 # A series goes on: its next occurrence replaces this one, the index entry
                 # stays pending (and is never remembered or expired while the series lives).
-                self._store_occurrence(successor, max(successor.fire_at, second + 1))
+                self._store_occurrence(
+                    successor,
+                    max(successor.fire_at, second + 1),
+                    self._series_stored.get(timer.id),
+                )
                 delete(key)  # after its successor is written: never neither
                 continue
             delete(key)
@@ -723,6 +748,7 @@ class PartitionWheel:
         self._in_flight = set()
         self._in_flight_series = set()
         self._slots = {}
+        self._series_stored = {}
 
     def abort_tick(self) -> None:
         """Delivery failed: keep it all pending; the next tick retries from ``fired_through``.
@@ -738,6 +764,7 @@ class PartitionWheel:
         self._in_flight = set()
         self._in_flight_series = set()
         self._slots = {}
+        self._series_stored = {}
 
     # -- gates: due timers held back (app.worker.topic_gates) ---------------------------
 
