@@ -16,6 +16,7 @@ Deterministic for CI: ``derandomize=True`` and no example database.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -33,11 +34,13 @@ from tests.support.hostile import (
     VICTIM_ID,
     VICTIM_TOKEN,
     NotProducible,
+    Overran,
     arbitrary_records,
     check_record,
     etf1_records,
     fuzz_input_from_record,
     json_records,
+    overrun_guard,
     protobuf_records,
     record_bytes,
     record_from_fuzz_input,
@@ -221,3 +224,11 @@ def test_the_corpus_has_seeds_of_every_format() -> None:
     assert any(r.value is None or r.header("scheduler-epoch") for r in records)
     assert any(r.value and r.value.lstrip()[:1] == b"{" for r in records)
     assert len(records) >= 10
+
+
+def test_the_overrun_guard_stops_a_loop_by_its_cpu_time_not_by_the_clock() -> None:
+    with pytest.raises(Overran), overrun_guard(0.2):
+        while True:  # a record that loops: stopped after 0.2 s of CPU
+            pass
+    with overrun_guard(0.2):  # raises Overran if the clock counted
+        time.sleep(0.4)  # idle, as a neighbour's load would leave it: not counted
