@@ -16,6 +16,13 @@ instructions callgrind counts are the fire's and nothing else's. With
 same pass varies by a third from run to run (48-91 µs a timer, measured), which no
 number of alternated passes settles to the 2% an A/B asks.
 
+Two flags after the arguments (the current tree only): ``--series`` makes every timer a
+series (every day, 2 occurrences: each fire also stores the next), ``--rocksdb`` puts
+the stores on RocksDB (the worker's ``ChangeloggedKV`` over ``rocksdict``, in a temporary
+directory) instead of memory. :mod:`bench.series` counts one-shot timers against series
+with both: the memory stores' own costs (a sorted list's ``remove`` per delete) hid
+what a series costs more, which RocksDB does not.
+
 Imports only ``app`` and ``tests.support`` (from the tree under test), never ``bench``.
 """
 
@@ -25,6 +32,7 @@ import asyncio
 import gc
 import json
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -32,7 +40,24 @@ PARTITIONS = 8
 DUE = 1_767_225_600
 
 
-def _service(limited: str | None) -> tuple[Any, Any]:
+class _RocksDBStores:
+    """Partition stores as the worker has them (RocksDB, mirrored to ``output``'s
+    changelog), without Faust: each in its own directory under ``root``."""
+
+    def __init__(self, output: Any, root: str) -> None:
+        self._output = output
+        self._root = root
+
+    def open(self, partition: int) -> Any:
+        from rocksdict import Options, Rdict
+
+        from app.worker.partition_store import ChangeloggedKV
+
+        db = Rdict(f"{self._root}/p{partition}", Options(raw_mode=True))
+        return ChangeloggedKV(db, self._output, "changelog", partition)
+
+
+def _service(limited: str | None, rocksdb: str | None = None) -> tuple[Any, Any]:
     from app.core.policy import RequestPolicy
     from app.worker.metrics import WorkerMetrics
     from app.worker.service import TimerService
@@ -40,6 +65,7 @@ def _service(limited: str | None) -> tuple[Any, Any]:
 
     clock = [DUE - 10.0]
     output = FakeOutput()
+    stores: Any = MemoryStores(output) if rocksdb is None else _RocksDBStores(output, rocksdb)
     options: dict[str, Any] = {}
     if limited is not None:
         from app.worker.topic_gates import TopicGates
@@ -55,19 +81,29 @@ def _service(limited: str | None) -> tuple[Any, Any]:
         ),
         output=output,
         metrics=WorkerMetrics(),
-        stores=MemoryStores(output),
+        stores=stores,
         clock=lambda: clock[0],
         **options,
     )
     return service, clock
 
 
-def _pass(timers: int, limited: str | None, *, counting: bool = False) -> float:
+def _pass(
+    timers: int,
+    limited: str | None,
+    *,
+    counting: bool = False,
+    series: bool = False,
+    rocksdb: str | None = None,
+) -> float:
     from app.core import protowire
     from app.core.request_format import RawRecord
 
-    service, clock = _service(limited)
+    service, clock = _service(limited, rocksdb)
     records = []
+    # A series (every day from DUE, 2 occurrences) is requested before its first occurrence.
+    when: dict[str, int] = {"every": 86400, "start": DUE, "count": 2} if series else {"due": DUE}
+    sent_ms = (DUE - 5 if series else DUE) * 1000
     for i in range(timers):
         p = i % PARTITIONS
         future = protowire.Future(
@@ -76,10 +112,10 @@ def _pass(timers: int, limited: str | None, *, counting: bool = False) -> float:
             callback=b'{"pad":"' + b"x" * 88 + b'"}',
             id=f"t{i:09d}",
             token=f"{i:016x}",
-            due=DUE,
+            **when,
         )
         records.append(
-            RawRecord("requests", p, i // PARTITIONS, DUE * 1000, None, protowire.encode(future))
+            RawRecord("requests", p, i // PARTITIONS, sent_ms, None, protowire.encode(future))
         )
 
     async def fire() -> float:
@@ -110,13 +146,24 @@ def _pass(timers: int, limited: str | None, *, counting: bool = False) -> float:
 
 
 def main(argv: list[str]) -> int:
-    timers, passes = int(argv[0]), int(argv[1])
-    limited = argv[2] if len(argv) > 2 else None
-    if passes == 0:
-        _pass(timers, limited, counting=True)
-        print(json.dumps({"timers": timers, "counted": True}))
-        return 0
-    best = min(_pass(timers, limited) for _ in range(passes))
+    flags = {a for a in argv if a.startswith("--")}
+    args = [a for a in argv if not a.startswith("--")]
+    timers, passes = int(args[0]), int(args[1])
+    limited = args[2] if len(args) > 2 else None
+    series = "--series" in flags
+    with tempfile.TemporaryDirectory(prefix="fire-path-probe-") as tmp:
+
+        def one(counting: bool = False) -> float:
+            root = None
+            if "--rocksdb" in flags:
+                root = tempfile.mkdtemp(dir=tmp)  # fresh stores for every pass
+            return _pass(timers, limited, counting=counting, series=series, rocksdb=root)
+
+        if passes == 0:
+            one(counting=True)
+            print(json.dumps({"timers": timers, "counted": True}))
+            return 0
+        best = min(one() for _ in range(passes))
     print(json.dumps({"timers": timers, "cpu_per_timer_us": best / timers * 1e6}))
     return 0
 

@@ -29,7 +29,6 @@ is missing. Skipped with a note where there is no git history.
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 import sys
@@ -42,6 +41,7 @@ from typing import NamedTuple
 
 from confluent_kafka import Message
 
+from bench.callgrind import COUNTED_TIMERS, FIRE_PATH_PROBE, REPO, counted_instructions
 from bench.context import RunContext, ScenarioResult
 from bench.load import RequestLoad, TimerSpec, timer_ids
 from bench.report import Figure, fmt_seconds
@@ -63,9 +63,6 @@ BASELINE_COMMIT = "800411f"
 RATE_LIMITS_COMMIT = "ecce9c5"
 #: Timers per probe pass, passes per process, processes per tree (alternating).
 PROBE_TIMERS, PROBE_PASSES, PROBE_ROUNDS = 20_000, 3, 4
-#: Timers the counted (callgrind) fire path fires: a count repeats to 0.01% at this size,
-#: and callgrind runs it in about 40 s a tree.
-COUNTED_TIMERS = 4_000
 #: Ingest rate assumed for two workers when this run has not measured one (requests/s).
 FALLBACK_INGEST = 6_000.0
 WORKERS = 2
@@ -77,8 +74,6 @@ BURST_SHARE = 0.10
 #: unlimited (callbacks out and timers forgotten), and lasts about this many seconds.
 WITHIN_SHARE = 0.5
 WITHIN_SECONDS = 15
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _stamp(msg: Message) -> int:
@@ -117,8 +112,7 @@ def fire_path_instructions(timers: int = COUNTED_TIMERS) -> dict[str, float] | N
     misses and the like are not counted), but an A/B of two code paths doing the same
     work is what they measure best.
     """
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
+    if shutil.which("valgrind") is None:
         return None
     counts: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="rate-limit-count-") as tmp:
@@ -126,33 +120,10 @@ def fire_path_instructions(timers: int = COUNTED_TIMERS) -> dict[str, float] | N
         if trees is None:
             return None
         for name, tree in trees.items():
-            out = subprocess.run(
-                [
-                    valgrind,
-                    "--tool=callgrind",
-                    "--collect-atstart=no",
-                    "--toggle-collect=_PyEval_CallTracing",
-                    "--callgrind-out-file=/dev/null",
-                    sys.executable,
-                    str(REPO / "bench" / "fire_path_probe.py"),
-                    str(timers),
-                    "0",
-                ],
-                env={
-                    "PYTHONPATH": str(tree),
-                    "PATH": "/usr/bin:/bin",
-                    "PYTHONHASHSEED": "0",
-                    "PYTHONMALLOC": "malloc",
-                },
-                capture_output=True,
-                text=True,
-                check=True,
-                cwd=tree,
-            )
-            collected = re.search(r"Collected : (\d+)", out.stderr)
-            if collected is None:
+            counted = counted_instructions(FIRE_PATH_PROBE, [str(timers), "0"], tree)
+            if counted is None:
                 return None
-            counts[name] = int(collected.group(1)) / timers
+            counts[name] = counted / timers
     return counts
 
 
@@ -168,7 +139,7 @@ def fire_path_cost() -> dict[str, float] | None:
                 out = subprocess.run(
                     [
                         sys.executable,
-                        str(REPO / "bench" / "fire_path_probe.py"),
+                        str(FIRE_PATH_PROBE),
                         str(PROBE_TIMERS),
                         str(PROBE_PASSES),
                     ],

@@ -27,6 +27,7 @@ from typing import Any
 
 from app.core.keys import bucket_floor
 from bench import fire
+from bench.callgrind import COUNTED_TIMERS, FIRE_PATH_PROBE, REPO, counted_instructions
 from bench.context import RunContext, ScenarioResult
 from bench.ingest import cpu_while_storing
 from bench.load import RequestLoad, TimerSpec, timer_ids
@@ -122,6 +123,23 @@ def _measure(ctx: RunContext, kind: str, round_no: int) -> dict[str, Any]:
     return detail
 
 
+def fire_instructions(timers: int = COUNTED_TIMERS) -> dict[str, float] | None:
+    """Instructions per occurrence fired, one-shot timers and series (each fire storing the
+    next), in-process on RocksDB stores (``bench/fire_path_probe.py --rocksdb``), counted
+    by callgrind in the fire alone; None without valgrind.
+
+    The rates above move with the machine's other load; these counts repeat to 0.01%,
+    so they show what a change to the series path did, whatever the machine was doing.
+    """
+    counts: dict[str, float] = {}
+    for kind, flags in (("one-shot", ["--rocksdb"]), ("series", ["--rocksdb", "--series"])):
+        counted = counted_instructions(FIRE_PATH_PROBE, [str(timers), "0", *flags], REPO)
+        if counted is None:
+            return None
+        counts[kind] = counted / timers
+    return counts
+
+
 def run(ctx: RunContext) -> ScenarioResult:
     # A B B A: a machine that speeds up or slows down during the run (other jobs on it,
     # caches warming) weighs on both kinds alike; the median (mean) of each kind's two.
@@ -154,4 +172,17 @@ def run(ctx: RunContext) -> ScenarioResult:
                 value=cpu_series,
             )
         )
-    return ScenarioResult(figures=figures, details={"rounds": rounds})
+    counted = fire_instructions()
+    if counted is not None:
+        series, one_shot = counted["series"], counted["one-shot"]
+        figures.append(
+            Figure(
+                "series",
+                f"instructions per occurrence fired (in-process, RocksDB, callgrind, "
+                f"{COUNTED_TIMERS:,} due at once)",
+                f"{series:,.0f}",
+                f"one-shot {one_shot:,.0f} ({series / one_shot:.2f}x)",
+                value=series,
+            )
+        )
+    return ScenarioResult(figures=figures, details={"rounds": rounds, "fire_instructions": counted})
