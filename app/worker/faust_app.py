@@ -426,14 +426,14 @@ def build_worker(
             # Every record is read in bounded time, whatever it holds (tick_intake).
             ticks = intake.read(events)
             watch.ticked((partition, second) for partition, second, _, _ in ticks)
+            if not settled:  # startup is over once ticks come: see app.worker.heap
+                settled = True
+                settle_heap()
             try:
                 await service.handle_ticks(ticks)
             except DeliveryFailure as exc:
                 _exit_undurable(exc)
             health.ticked()
-            if not settled:  # startup is over once a tick has fired: see app.worker.heap
-                settled = True
-                settle_heap()
 
     def tick_fetch_wait() -> int:
         # Asked before each fetch of ticks, in Faust's consumer thread: until the next

@@ -9,6 +9,16 @@ rest is collected in passes of a few ms (measured: no pause over 7 ms; the time 
 tick to its last callback, per 5,000 timers, fell from a median 40-48 ms to 30-32 and a
 worst of 150-180 to 75-100). Garbage is still collected, in fewer, larger passes;
 reference counting frees almost everything a tick allocates anyway.
+
+Settled before the first tick is fired, not after it (2026-11-28): a worker whose first
+tick has many timers due (a restart after an outage, a burst due at start) fired them
+under Python's thresholds (700, 10, 10), whose collections walked the unfrozen startup
+heap again and again while the fire allocated. ``bench --only series`` (50,000 due at a
+worker's first tick), two alternated pairs: one-shot timers fired at 23,628 and
+25,150/s before, 33,973 and 34,555/s after (worker CPU 102 and 97 → 83 and 76 µs a
+timer); series occurrences 14,177 and 15,494/s → 25,256 and 23,013/s (155 and 143 →
+105 and 105 µs). Ticks come only once the worker has recovered and applied its waiting
+requests, so startup is over by then.
 """
 
 from __future__ import annotations
