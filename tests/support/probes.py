@@ -7,7 +7,6 @@ of real processes, so they need to know each one's ports.
 from __future__ import annotations
 
 import json
-import time
 import urllib.error
 import urllib.request
 from typing import Any
@@ -21,6 +20,7 @@ from app.dev.stack import ServiceProcess
 from app.kafka.config import confluent_common
 from app.settings import Settings
 from tests.support.stack import Stack
+from tests.support.waiting import wait_until
 
 __all__ = [
     "Probed",
@@ -78,21 +78,23 @@ def get_admitted(
 ) -> tuple[int, Any]:
     """``(status, body)`` of ``url`` as a well-behaved client gets it: a heavy view that
     answers 503 with ``Retry-After`` (its share of the worker's loop is spent, by design:
-    :mod:`app.status.admission`) is asked again after that many seconds, until ``deadline``
-    seconds have passed; then its last answer is returned."""
+    :mod:`app.status.admission`; it always says 1 s) is not an answer yet and is asked
+    again a second later, until ``deadline`` (then ``AssertionError``)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
-    give_up = time.monotonic() + deadline
-    while True:
+
+    def answer() -> tuple[int, Any] | None:
         request = urllib.request.Request(url, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=timeout) as response:
                 return response.status, json.loads(response.read())
         except urllib.error.HTTPError as exc:
-            body = json.loads(exc.read() or b"null")
-            retry_after = exc.headers.get("Retry-After")
-            if exc.code != 503 or retry_after is None or time.monotonic() >= give_up:
-                return exc.code, body
-            time.sleep(float(retry_after))  # the server's own back-off, not a wait for a result
+            if exc.code == 503 and exc.headers.get("Retry-After") is not None:
+                return None
+            return exc.code, json.loads(exc.read() or b"null")
+
+    answered = wait_until(answer, deadline, f"{url} to answer other than busy", 1.0)
+    assert answered is not None  # wait_until returns only a truthy answer
+    return answered
 
 
 def metric_by_partition(base_url: str, name: str) -> dict[int, float]:
