@@ -192,13 +192,10 @@ def cut_off_by_the_broker(
     t00243, due about 5 s after the signal), one audit record each, unexplained while
     the window opened 2 s before the exit.
     """
-    stamps: dict[str, list[int]] = {}
-    for record in callbacks:
-        timer_id = (record.header("timer-id") or b"").decode()
-        stamps.setdefault(timer_id, []).append(record.timestamp_ms)
+    stamps = callback_stamps(callbacks)
     explained = set()
     for timer_id in extra:
-        *before, last = sorted(stamps.get(timer_id, []))
+        *before, last = stamps.get(timer_id, [])
         in_the_round = all(down_ms - AT_LEAST_ONCE_WINDOW_MS <= t < back_ms for t in before)
         redelivered = last >= back_ms
         resent = all(t == last for t in before)
@@ -207,16 +204,25 @@ def cut_off_by_the_broker(
     return explained
 
 
+def callback_stamps(callbacks: list[Record]) -> dict[str, list[int]]:
+    """Each timer's callback record timestamps (ms), in order: one per copy."""
+    stamps: dict[str, list[int]] = {}
+    for record in callbacks:
+        timer_id = (record.header("timer-id") or b"").decode()
+        stamps.setdefault(timer_id, []).append(record.timestamp_ms)
+    return {timer_id: sorted(copies) for timer_id, copies in stamps.items()}
+
+
 def copies_after(
     callbacks: list[Record], timer_ids: set[str], origin_ms: int
 ) -> dict[str, list[int]]:
     """Each named timer's callback timestamps, ms after ``origin_ms``: what a failure shows."""
-    copies: dict[str, list[int]] = {}
-    for record in callbacks:
-        timer_id = (record.header("timer-id") or b"").decode()
-        if timer_id in timer_ids:
-            copies.setdefault(timer_id, []).append(record.timestamp_ms - origin_ms)
-    return {timer_id: sorted(stamps) for timer_id, stamps in sorted(copies.items())}
+    stamps = callback_stamps(callbacks)
+    return {
+        timer_id: [t - origin_ms for t in stamps[timer_id]]
+        for timer_id in sorted(timer_ids)
+        if timer_id in stamps
+    }
 
 
 def first_fire_per_partition(fires: list[Fire], after_ms: int) -> dict[int, int]:
