@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -115,6 +116,12 @@ DEFAULT_MAX_CANCELS_IN_ADVANCE = 100_000
 _PENDING, _FIRED, _CANCELLED = b"P", b"F", b"C"
 #: Held timers :meth:`PartitionWheel.take_held` reads with one multi-get, at most.
 TAKE_BATCH = 1000
+#: Most delivered held timers one partition leaves to forget later
+#: (:meth:`PartitionWheel.forget_behind`); past it a round forgets its own at once.
+#: Each is a few small fields (never its payload), so 50,000 are a few MB; they bound
+#: how many callbacks a crash or a rebalance in the middle of a limited backlog
+#: delivers a second time (at least once), as one round's timers do for a tick.
+BEHIND_MAX = 50_000
 #: How an index entry of a cancel in advance starts: cancelled, due second 0.
 _IN_ADVANCE_PREFIX = b"C%012d" % 0
 
@@ -246,6 +253,18 @@ class _Held(NamedTuple):
     since: float
 
 
+class _Behind(NamedTuple):
+    """A held timer delivered whose forgetting is behind: what forgetting it needs (the
+    fields of :class:`Timer` that :meth:`PartitionWheel._forget` reads), not its payload."""
+
+    id: str
+    due: int
+    token: str
+    topic: str
+    version_due: int
+    slot: int
+
+
 class HeldTimer(NamedTuple):
     """A held timer taken to be delivered (:meth:`PartitionWheel.take_held`)."""
 
@@ -304,6 +323,16 @@ class PartitionWheel:
         self._held_order = count()
         #: Whether this round took held timers (:meth:`abort_tick` must then rescan).
         self._taken = False
+        #: The one-shot timers this round took from the held ones: the ones
+        #: :meth:`finish_tick` may leave to :meth:`forget_behind`.
+        self._taken_ids: set[str] = set()
+        #: Delivered held timers not yet forgotten, by id (oldest first in
+        #: :attr:`_behind_order`): still pending in the store, the watermark below them,
+        #: forgotten by :meth:`forget_behind`, or at once when anything touches their id.
+        self._behind: dict[str, _Behind] = {}
+        self._behind_order: deque[str] = deque()
+        #: How many of them each slot holds (the watermark stays below the oldest).
+        self._behind_slots: dict[int, int] = {}
         #: Ids paused by their owners: their ``S`` keys, read by :meth:`recount`.
         self._paused: set[str] = set()
         #: Paused timers that came due, by id: pending in the store and kept above the
@@ -320,6 +349,8 @@ class PartitionWheel:
         For a series, "fire it now" means its first occurrence; the caller then stores
         the next one with :meth:`store_successor`.
         """
+        if self._behind:
+            self._settle(timer.id)
         ikey = index_key(timer.id)
         raw = self._kv.get(ikey)
         index = _IndexEntry.decode(raw) if raw is not None else None
@@ -506,13 +537,18 @@ class PartitionWheel:
         return keep
 
     def _oldest_waiting(self) -> int | None:
-        """The oldest slot a held or parked timer is stored under, or None."""
+        """The oldest slot a held, parked or delivered but not forgotten timer is stored
+        under, or None."""
         oldest = self._oldest_held() if self._held else None
         if self._parked:
             if self._parked_floor is None:
                 self._parked_floor = min(p.slot for p in self._parked.values())
             if oldest is None or self._parked_floor < oldest:
                 oldest = self._parked_floor
+        if self._behind_slots:
+            floor = min(self._behind_slots)
+            if oldest is None or floor < oldest:
+                oldest = floor
         return oldest
 
     def mark_fired(self, timer: Timer) -> None:
@@ -672,14 +708,62 @@ class PartitionWheel:
         return timers
 
     def finish_tick(
-        self, second: int, fired: list[Timer], successors: Mapping[str, Timer] | None = None
+        self,
+        second: int,
+        fired: list[Timer],
+        successors: Mapping[str, Timer] | None = None,
+        *,
+        forget_taken_later: bool = False,
     ) -> None:
         """Forget ``fired`` (all delivered) and advance ``fired_through`` to ``second``.
 
         ``successors`` holds, by id, the next occurrence of each fired series that goes
         on: it replaces the fired one (and its index entry stays ``P``). A series
         without one has ended.
+
+        ``forget_taken_later``: the one-shot timers this round took from the held ones
+        may be left for :meth:`forget_behind` (up to :data:`BEHIND_MAX`), so that a
+        limited topic's rounds deliver at the limit while the forgetting (a delete and
+        two writes each, two thirds of a fired timer's cost) follows in the rounds'
+        spare time, as a tick's burst delivers all its callbacks before forgetting
+        any. Only where a crash may deliver twice anyway (at-least-once mode).
         """
+        if forget_taken_later and self._taken_ids:
+            fired = self._leave_behind(fired)
+        self._forget(fired, self._slots, successors, second)
+        self._sweep(second)
+        if self.forecast is not None:
+            self.forecast.advance(second, self._kv.scan)
+        persisted = self._persisted_through
+        # Held timers stay pending below the scan: the persisted watermark stays under the
+        # oldest of them, so a reload (a restart, a new owner) scans them again.
+        waiting = self._oldest_waiting() if self._held or self._parked or self._behind else None
+        mark = second if waiting is None else min(second, waiting - 1)
+        if mark != persisted and (
+            fired or persisted is None or mark - persisted >= WATERMARK_PERSIST_INTERVAL
+        ):
+            self._kv.put(WATERMARK, b"%d" % mark)
+            self._persisted_through = mark
+        self.fired_through = second
+        self._taken = False
+        self._taken_ids = set()
+        self._in_flight = set()
+        self._in_flight_series = set()
+        self._slots = {}
+        self._series_stored = {}
+
+    def _forget(
+        self,
+        fired: Sequence[Timer | _Behind],
+        slots: Mapping[tuple[str, int], int],
+        successors: Mapping[str, Timer] | None,
+        second: int,
+    ) -> None:
+        """Remove the delivered ``fired`` from the store: each one-shot timer's key goes,
+        its index entry becomes fired and is remembered; a series with a successor in
+        ``successors`` stores it in place of the fired occurrence (keyed after
+        ``second``). ``slots``: the key second of those stored under another than their
+        due (see :meth:`_slot_for`)."""
         kv = self._kv
         forecast = self.forecast
         # Every fired timer's index entry in one multi-get (each id is fired once in a
@@ -694,7 +778,7 @@ class PartitionWheel:
         for timer, indexed, expiry, expiry_at in zip(
             fired, entries, expiries, expiry_keys, strict=True
         ):
-            slot = self._slots.get((timer.id, timer.due), timer.due)
+            slot = slots.get((timer.id, timer.due), timer.due)
             key = timer_key(slot, timer.id)
             # Still the entry this occurrence was stored with, compared as bytes (the
             # entry is always written by _pending_entry): no decode per fired timer.
@@ -730,37 +814,95 @@ class PartitionWheel:
                 encoded = b"F%012d" % timer.version_due + timer.token.encode()
                 put(index_key(timer_id), encoded)
                 put(expiry_at, encoded)
-        self._sweep(second)
-        if forecast is not None:
-            forecast.advance(second, kv.scan)
-        persisted = self._persisted_through
-        # Held timers stay pending below the scan: the persisted watermark stays under the
-        # oldest of them, so a reload (a restart, a new owner) scans them again.
-        waiting = self._oldest_waiting() if self._held or self._parked else None
-        mark = second if waiting is None else min(second, waiting - 1)
-        if mark != persisted and (
-            fired or persisted is None or mark - persisted >= WATERMARK_PERSIST_INTERVAL
-        ):
-            self._kv.put(WATERMARK, b"%d" % mark)
-            self._persisted_through = mark
-        self.fired_through = second
-        self._taken = False
-        self._in_flight = set()
-        self._in_flight_series = set()
-        self._slots = {}
-        self._series_stored = {}
+
+    # -- forgetting behind delivery (at-least-once mode) --------------------------------
+
+    def _leave_behind(self, fired: list[Timer]) -> list[Timer]:
+        """Of a round's ``fired``, move the one-shot timers taken from the held ones to
+        :attr:`_behind` while there is room; return the ones to forget now."""
+        taken, behind = self._taken_ids, self._behind
+        room = BEHIND_MAX - len(behind)
+        if room <= 0:
+            return fired
+        now: list[Timer] = []
+        order, slot_counts, slots = self._behind_order, self._behind_slots, self._slots
+        for timer in fired:
+            if room > 0 and timer.id in taken and timer.recurrence is None:
+                slot = slots.get((timer.id, timer.due), timer.due)
+                behind[timer.id] = _Behind(
+                    timer.id, timer.due, timer.token, timer.topic, timer.version_due, slot
+                )
+                order.append(timer.id)
+                slot_counts[slot] = slot_counts.get(slot, 0) + 1
+                room -= 1
+            else:
+                now.append(timer)
+        return now
+
+    @property
+    def behind(self) -> int:
+        """Delivered held timers not yet forgotten (:meth:`forget_behind`)."""
+        return len(self._behind)
+
+    def forget_behind(self, n: int) -> int:
+        """Forget up to ``n`` of the delivered timers left behind, oldest first; return
+        how many. Once none is left (and nothing waits), the watermark moves up."""
+        behind, order = self._behind, self._behind_order
+        batch: list[_Behind] = []
+        while order and len(batch) < n:
+            entry = behind.pop(order.popleft(), None)
+            if entry is not None:  # else forgotten already, when its id was touched
+                batch.append(entry)
+        self._forget_entries(batch)
+        if not behind:
+            order.clear()
+            through = self.fired_through
+            if (
+                through is not None
+                and not self._held
+                and not self._parked
+                and self._persisted_through != through
+            ):
+                self._kv.put(WATERMARK, b"%d" % through)
+                self._persisted_through = through
+        return len(batch)
+
+    def _forget_entries(self, batch: list[_Behind]) -> None:
+        if not batch:
+            return
+        slot_counts = self._behind_slots
+        slots: dict[tuple[str, int], int] = {}
+        for entry in batch:
+            left = slot_counts[entry.slot] - 1
+            if left:
+                slot_counts[entry.slot] = left
+            else:
+                del slot_counts[entry.slot]
+            if entry.slot != entry.due:
+                slots[(entry.id, entry.due)] = entry.slot
+        self._forget(batch, slots, None, self._now())
+
+    def _settle(self, timer_id: str) -> None:
+        """Forget ``timer_id`` now if it was delivered and left behind: whatever asks
+        about an id (a request for it, a cancel, a pause, a lookup) then finds it fired."""
+        entry = self._behind.pop(timer_id, None)
+        if entry is not None:
+            self._forget_entries([entry])
 
     def abort_tick(self) -> None:
         """Delivery failed: keep it all pending; the next tick retries from ``fired_through``.
 
-        With timers held (or taken from the held ones this round), the wheel forgets
-        them and the next tick scans again from the persisted watermark, as a reload
-        would: they are all still in the store, above it.
+        With timers held (or taken from the held ones this round, or delivered and left
+        behind), the wheel forgets them and the next tick scans again from the persisted
+        watermark, as a reload would: they are all still in the store, above it (those
+        left behind are delivered again: at least once).
         """
-        if self._held or self._taken:
+        if self._held or self._taken or self._behind:
             self._held = {}
             self.fired_through = self._persisted_through
+            self._drop_behind()
         self._taken = False
+        self._taken_ids = set()
         self._in_flight = set()
         self._in_flight_series = set()
         self._slots = {}
@@ -843,6 +985,8 @@ class PartitionWheel:
                 in_flight.add(timer.id)
                 if timer.recurrence is not None:
                     self._in_flight_series.add(timer.id)
+                else:
+                    self._taken_ids.add(timer.id)
                 if entry.slot != timer.due:
                     self._slots[(timer.id, timer.due)] = entry.slot
         if not heap:
@@ -850,6 +994,11 @@ class PartitionWheel:
         if taken:
             self._taken = True
         return taken
+
+    def _drop_behind(self) -> None:
+        self._behind = {}
+        self._behind_order = deque()
+        self._behind_slots = {}
 
     def held_topics(self) -> list[str]:
         """Callback topics this partition holds timers of."""
@@ -945,5 +1094,7 @@ class PartitionWheel:
         return self.counts
 
     def _index(self, timer_id: str) -> _IndexEntry | None:
+        if self._behind:
+            self._settle(timer_id)
         raw = self._kv.get(index_key(timer_id))
         return None if raw is None else _IndexEntry.decode(raw)

@@ -270,6 +270,14 @@ class WorkerMetrics:
             ["callback_topic"],
             registry=r,
         )
+        self.forget_behind = Gauge(
+            "kafka_timers_forget_behind",
+            "Held timers delivered (their callbacks acknowledged) but not yet forgotten on "
+            "this worker's partitions: a limited topic's rounds deliver at the limit and "
+            "forget in their spare time (at-least-once mode). A crash or a rebalance "
+            "delivers these again.",
+            registry=r,
+        )
         self.due_forecast = Gauge(
             "kafka_timers_due_forecast",
             "Pending timers on this worker's partitions due in the window, by callback "

@@ -66,6 +66,14 @@ OTHER_TOPICS = "other"
 _DETAIL_BYTES = 1000
 #: Added to each sleep of the release loop, so it wakes just past the second boundary.
 RELEASE_SLACK = 0.001
+#: Delivered held timers one partition forgets at a time (PartitionWheel.forget_behind):
+#: a few milliseconds of work, so the next release round or tick waits little.
+FORGET_SLICE = 64
+#: Work a turn of the release loop spends forgetting once nothing is held, seconds,
+#: before it lets the event loop run.
+FORGET_SECONDS = 0.02
+#: Spare time between two release rounds left unspent by forgetting, seconds.
+FORGET_MARGIN = 0.005
 
 
 def _delay_summary(metrics: WorkerMetrics, label: str) -> dict[str, Any]:
@@ -213,9 +221,34 @@ class TimerService:
     async def revoke_partitions(self, partitions: Iterable[int]) -> None:
         """:meth:`forget_partitions` once no tick is being fired: a release of held ticks
         that is under way finishes before its partitions go (Faust waits for its agents
-        before a revocation, but the release loop is not an agent)."""
+        before a revocation, but the release loop is not an agent). What rounds
+        delivered and left to forget on them is forgotten first, durably, so that the
+        next owner (this worker after a restart included) does not deliver it again."""
+        partitions = set(partitions)
         async with self._tick_lock:
+            await self._forget_all_behind(partitions)
             self.forget_partitions(partitions)
+
+    async def _forget_all_behind(self, partitions: set[int]) -> None:
+        parts = [
+            part for p, part in self._partitions.items() if p in partitions and part.wheel.behind
+        ]
+        if not parts:
+            return
+        for part in parts:
+            while part.wheel.behind:
+                part.kv.defer_local_writes()
+                try:
+                    part.wheel.forget_behind(FORGET_SLICE * 16)
+                finally:
+                    part.kv.apply_deferred()
+                await asyncio.sleep(0)  # heartbeats and HTTP between slices
+        try:
+            await self._output.flush()
+        except DeliveryFailure as exc:  # the next owner delivers them again: at least once
+            log.warning("forgetting delivered timers before a revocation not durable: %s", exc)
+        self._record_persisted()
+        self._export_behind()
 
     async def _partition(self, p: int) -> _Partition:
         part = self._partitions.get(p)
@@ -724,16 +757,57 @@ class TimerService:
                 for _, part, _, _, _ in began:
                     part.wheel.abort_tick()
                 raise
+        behind = False
         for partition, part, second, timers, fired in began:
             part.kv.defer_local_writes()
             try:
-                part.wheel.finish_tick(second, timers, fired.successors)
+                # Held timers taken this round may be forgotten in the release loop's
+                # spare time (forget_behind): a limited topic then gets its limit, not
+                # what delivering and forgetting together leave of a worker's CPU.
+                part.wheel.finish_tick(second, timers, fired.successors, forget_taken_later=True)
             finally:
                 part.kv.apply_deferred()
             self._ticked(partition, part, second, timers, fired)
+            behind = behind or part.wheel.behind > 0
         if produced:
             self._record_persisted()
+        if behind:
+            self._export_behind()
+            self._release_wanted.set()
         return sum(len(fired.delivered) for _, _, _, _, fired in began)
+
+    async def forget_behind(self, seconds: float) -> int:
+        """Forget delivered held timers left behind by at-least-once rounds
+        (:meth:`PartitionWheel.forget_behind`), for about ``seconds`` of work in slices
+        of :data:`FORGET_SLICE` a partition; return how many. Once none is left, flush:
+        the forgetting is then durable, not only on its way with the next round's."""
+        async with self._tick_lock:
+            deadline = time.perf_counter() + seconds
+            done = 0
+            left = [(p, part) for p, part in self._partitions.items() if part.wheel.behind]
+            touched = list(left)
+            while left:
+                for _, part in left:
+                    part.kv.defer_local_writes()
+                    try:
+                        done += part.wheel.forget_behind(FORGET_SLICE)
+                    finally:
+                        part.kv.apply_deferred()
+                left = [(p, part) for p, part in left if part.wheel.behind]
+                if time.perf_counter() >= deadline:
+                    break
+            for p, part in touched:
+                self._export_keys(p, part)
+            self._export_behind()
+            if done and not left:
+                await self._output.flush()
+                self._record_persisted()
+            return done
+
+    def _export_behind(self) -> None:
+        self._metrics.forget_behind.set(
+            sum(part.wheel.behind for part in self._partitions.values())
+        )
 
     async def _release_in_transaction(self, p: int, part: _Partition) -> int:
         async with self._unit_lock:
@@ -759,17 +833,32 @@ class TimerService:
         holds some, so a limited topic receives an even stream rather than its share at
         each second boundary; asleep on an event otherwise. Runs forever.
 
+        The time between two rounds forgets delivered timers that rounds left behind
+        (:meth:`forget_behind`), and once nothing is held the rest is forgotten.
+
         A round that took longer than the interval (its flush included) is followed at
         once: the buckets hold only a tenth of a second, so a fixed pause after a long
         round would leave tokens unused.
         """
         took = 0.0
         while True:
-            if not any(part.wheel.holding for part in self._partitions.values()):
+            parts = self._partitions.values()
+            if not any(part.wheel.holding for part in parts):
+                if any(part.wheel.behind for part in parts):
+                    # Delivered, left to forget: forget them, a slice at a time.
+                    await self.forget_behind(FORGET_SECONDS)
+                    await sleep(0)
+                    continue
                 self._release_wanted.clear()
                 await self._release_wanted.wait()
                 continue
-            await sleep(max(0.0, RELEASE_INTERVAL - took))
+            pause = RELEASE_INTERVAL - took
+            if pause > FORGET_MARGIN and any(part.wheel.behind for part in parts):
+                # The spare time until the next round forgets what earlier rounds left.
+                started = time.monotonic()
+                await self.forget_behind(pause - FORGET_MARGIN)
+                pause -= time.monotonic() - started
+            await sleep(max(0.0, pause))
             started = time.monotonic()
             await self.release_gated()
             took = time.monotonic() - started

@@ -2,6 +2,9 @@
 scheduled, replaced, cancelled, paused, resumed, held, released in small budgets and
 reloaded, each delivered timer is the current pending version of its id, due by then and
 not paused, and every one still pending at the end goes out once, once resumed.
+With forgetting left behind delivery (at-least-once mode: ``forget_taken_later`` and
+:meth:`PartitionWheel.forget_behind`), the same holds, except that a reload delivers again
+what was delivered but not yet forgotten, and nothing else twice.
 
 The wheel reads held timers back from the store with one read each (no index check:
 :meth:`PartitionWheel.take_held`); this is what makes that safe, whether a tick's scan
@@ -10,11 +13,16 @@ held them by their topic alone or they were held after it.
 
 from __future__ import annotations
 
+import dataclasses
+from collections import Counter
 from itertools import count
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.core import wheel as wheel_module
+from app.core.keys import WATERMARK
 from app.core.timer import Cancel, Timer
 from app.core.wheel import PartitionWheel, PauseOutcome, Scheduled
 from tests.support.memkv import MemoryKV
@@ -34,11 +42,12 @@ _cancel = st.tuples(st.just("cancel"), st.sampled_from(IDS), st.sampled_from(["t
 _tick = st.tuples(st.just("tick"), st.integers(0, 3), st.integers(0, 3))
 _release = st.tuples(st.just("release"), st.integers(0, 3))
 _reload = st.tuples(st.just("reload"))
+_forget = st.tuples(st.just("forget"), st.integers(0, 3))
 _pause = st.tuples(
     st.sampled_from(["pause", "resume"]), st.sampled_from(IDS), st.sampled_from(["t1", "t2"])
 )
 _steps = st.lists(
-    st.one_of(_schedule, _cancel, _tick, _release, _reload, _pause, _pause), max_size=40
+    st.one_of(_schedule, _cancel, _tick, _release, _reload, _pause, _pause, _forget), max_size=40
 )
 
 
@@ -53,6 +62,22 @@ class Model:
         self.serial = count()
         self.paused: set[str] = set()
         self.delivered: list[int] = []
+        #: Delivered, their forgetting left behind: id -> (token, due, serial).
+        self.behind: dict[str, tuple[str, int, int]] = {}
+        #: Serials a reload may deliver a second time (they were left behind).
+        self.again: set[int] = set()
+
+    def touched(self, timer_id: str) -> None:
+        """A request named ``timer_id``: the wheel forgets it first if it was behind."""
+        self.behind.pop(timer_id, None)
+
+    def reloaded(self) -> None:
+        """What was left behind is pending again, to be delivered a second time."""
+        for timer_id, (token, due, serial) in self.behind.items():
+            self.pending[timer_id] = (token, due)
+            self.accepted[timer_id] = serial
+            self.again.add(serial)
+        self.behind = {}
 
     def deliver(self, timers: list[Timer], second: int) -> None:
         for t in timers:
@@ -63,10 +88,11 @@ class Model:
             self.delivered.append(self.accepted.pop(t.id))
 
 
-def run(steps: list[tuple[object, ...]], scan_holds: bool = False) -> None:
+def run(steps: list[tuple[object, ...]], scan_holds: bool = False, behind: bool = False) -> None:
     """``scan_holds``: the tick's scan holds the gated topic's timers itself (as the
     service's ticks do, unpacking them only when released); else they are returned and
-    held through :meth:`PartitionWheel.hold` (as a topic gated after the scan is)."""
+    held through :meth:`PartitionWheel.hold` (as a topic gated after the scan is).
+    ``behind``: rounds leave the held timers they deliver to be forgotten later."""
     kv = MemoryKV()
     clock = [float(START)]
     model = Model()
@@ -90,6 +116,14 @@ def run(steps: list[tuple[object, ...]], scan_holds: bool = False) -> None:
             for entry in wheel.take_held(topic, budget if topic == GATED else None)
         ]
 
+    def finish(second: int, delivered: list[Timer], taken: list[Timer]) -> None:
+        serials = {t.id: model.delivered[-len(delivered) + i] for i, t in enumerate(delivered)}
+        wheel.finish_tick(second, delivered, forget_taken_later=behind)
+        if behind:
+            for t in taken:  # one-shot timers taken from the held ones: left behind
+                model.behind[t.id] = (t.token, t.due, serials[t.id])
+        assert wheel.behind == len(model.behind)
+
     def tick(second: int, budget: int) -> None:
         clock[0] = float(second)
         if scan_holds:
@@ -103,12 +137,15 @@ def run(steps: list[tuple[object, ...]], scan_holds: bool = False) -> None:
         free = [t for t in timers if t.topic != GATED]
         if held:
             wheel.hold(held, clock[0])
-        free += take(budget)
+        taken = take(budget)
+        free += taken
         model.deliver(free, second)
-        wheel.finish_tick(second, free)
+        finish(second, free, taken)
 
     for step in steps:
         kind = step[0]
+        if kind in ("schedule", "cancel", "pause", "resume"):
+            model.touched(str(step[1]))
         if kind == "schedule":
             _, tid, offset, topic, token = step
             timer = Timer(
@@ -162,9 +199,16 @@ def run(steps: list[tuple[object, ...]], scan_holds: bool = False) -> None:
             if through is not None and wheel.holding:
                 taken = take(int(str(step[1])))
                 model.deliver(taken, through)
-                wheel.finish_tick(through, taken)
+                finish(through, taken, taken)
+        elif kind == "forget":
+            wanted = int(str(step[1]))
+            forgotten = wheel.forget_behind(wanted)
+            assert forgotten == min(wanted, len(model.behind))
+            for timer_id in list(model.behind)[:forgotten]:  # oldest first
+                del model.behind[timer_id]
         else:  # a restart: held timers are below the persisted watermark, scanned again
             wheel = load()
+            model.reloaded()
     # Every pause is lifted and the gate opens: everything still pending goes out, once.
     for tid in sorted(model.paused):
         assert wheel.is_paused(tid)
@@ -176,14 +220,85 @@ def run(steps: list[tuple[object, ...]], scan_holds: bool = False) -> None:
     while wheel.holding:
         taken = take(1_000)
         model.deliver(taken, second)
-        wheel.finish_tick(second, taken)
+        finish(second, taken, taken)
+    assert wheel.forget_behind(1_000) == len(model.behind)
+    assert wheel.behind == 0
     assert model.pending == {}, model.pending
-    assert len(model.delivered) == len(set(model.delivered))
+    twice = [serial for serial, n in Counter(model.delivered).items() if n > 1]
+    assert set(twice) <= model.again, (twice, model.again)  # only what a reload found behind
+    # Everything delivered is forgotten: no timer key left, the key counts exact.
+    assert wheel.count_pending() == 0
+    counted = dataclasses.replace(wheel.counts)
+    assert wheel.recount() == counted
 
 
 @settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_steps, st.booleans())
+@given(_steps, st.booleans(), st.booleans())
 def test_held_timers_go_out_as_the_model_says(
-    steps: list[tuple[object, ...]], scan_holds: bool
+    steps: list[tuple[object, ...]], scan_holds: bool, behind: bool
 ) -> None:
-    run(steps, scan_holds)
+    run(steps, scan_holds, behind)
+
+
+def _delivered_behind(n: int = 3) -> tuple[PartitionWheel, MemoryKV, list[Timer]]:
+    """A wheel whose ``n`` held timers were delivered and left to forget."""
+    kv = MemoryKV()
+    wheel = PartitionWheel(kv, clock=lambda: float(START))
+    timers = [
+        Timer(id=f"h{i}", due=START + 1, topic=GATED, key=b"k", value=b"v", token="t1")
+        for i in range(n)
+    ]
+    for timer in timers:
+        wheel.schedule(timer)
+    assert wheel.begin_tick(START + 1, hold=frozenset({GATED})) == []
+    taken = [entry.timer for entry in wheel.take_held(GATED, None)]
+    wheel.finish_tick(START + 1, taken, forget_taken_later=True)
+    assert wheel.behind == n
+    return wheel, kv, timers
+
+
+def test_a_request_sent_again_for_a_timer_delivered_but_not_forgotten_is_a_duplicate() -> None:
+    """Its index entry still says pending until it is forgotten: the request would
+    otherwise replace it (and be delivered again, or be forgotten in its place)."""
+    wheel, _, timers = _delivered_behind()
+    assert wheel.schedule(timers[0]).outcome is Scheduled.DUPLICATE
+    assert wheel.behind == 2
+    assert wheel.forget_behind(10) == 2
+    assert wheel.count_pending() == 0
+
+
+def test_a_cancel_or_pause_of_a_timer_delivered_but_not_forgotten_says_already_fired() -> None:
+    wheel, _, timers = _delivered_behind()
+    assert wheel.cancel(Cancel(id=timers[0].id, token="t1")).value == "already_fired"
+    assert wheel.pause(Cancel(id=timers[1].id, token="t1")) is PauseOutcome.ALREADY_FIRED
+    assert wheel.lookup(timers[2].id) == ("fired", START + 1, "t1")
+    assert wheel.behind == 0 and wheel.count_pending() == 0
+
+
+def test_the_watermark_stays_below_what_is_left_behind_until_it_is_forgotten() -> None:
+    """A reload before the forgetting finds them again (delivered twice: at least once);
+    after it, nothing."""
+    wheel, kv, _ = _delivered_behind()
+    wheel.finish_tick(START + 100, [])  # later ticks persist no watermark past them
+    assert int(kv.get(WATERMARK) or b"0") < START + 1
+    assert wheel.forget_behind(1) == 1
+    assert int(kv.get(WATERMARK) or b"0") < START + 1
+    assert wheel.forget_behind(10) == 2
+    assert int(kv.get(WATERMARK) or b"0") == START + 100
+    reloaded = PartitionWheel(kv, clock=lambda: float(START + 100))
+    assert reloaded.begin_tick(START + 101) == []
+
+
+def test_a_round_over_behind_max_forgets_the_rest_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wheel_module, "BEHIND_MAX", 2)
+    kv = MemoryKV()
+    wheel = PartitionWheel(kv, clock=lambda: float(START))
+    for i in range(5):
+        wheel.schedule(
+            Timer(id=f"h{i}", due=START + 1, topic=GATED, key=b"k", value=b"v", token="t1")
+        )
+    wheel.begin_tick(START + 1, hold=frozenset({GATED}))
+    taken = [entry.timer for entry in wheel.take_held(GATED, None)]
+    wheel.finish_tick(START + 1, taken, forget_taken_later=True)
+    assert wheel.behind == 2
+    assert wheel.count_pending() == 2  # the other three forgotten with their round

@@ -28,8 +28,12 @@ def limited(rate: float = 10.0, *, partitions: int = 1, **options: object) -> Ha
     return h
 
 
-def release_for(h: Harness, seconds: float, step: float = RELEASE_INTERVAL) -> None:
-    """The release loop's rounds for ``seconds`` of the fake clock, ticking each second."""
+def release_for(
+    h: Harness, seconds: float, step: float = RELEASE_INTERVAL, *, forget: bool = True
+) -> None:
+    """The release loop's rounds for ``seconds`` of the fake clock, ticking each second;
+    ``forget``: between rounds the loop forgets what they delivered, as it does with time
+    to spare (TimerService.run_gated_release)."""
     end = h.clock.now + seconds
     while h.clock.now < end - 1e-9:
         before = int(h.clock.now)
@@ -37,6 +41,8 @@ def release_for(h: Harness, seconds: float, step: float = RELEASE_INTERVAL) -> N
         if int(h.clock.now) > before:
             h.tick(int(h.clock.now))
         run(h.service.release_gated())
+        if forget:
+            run(h.service.forget_behind(1.0))
 
 
 def callbacks(h: Harness, topic: str) -> list[tuple[str, int, int]]:
@@ -126,6 +132,35 @@ def test_a_restart_on_the_same_stores_finds_every_held_timer_again() -> None:
     ids = [t.id for t, _ in h.output.durable.callbacks]
     assert sorted(set(ids)) == [f"t{i:02}" for i in range(20)]  # none lost
     assert len(ids) == 20  # and none twice: the delivered ones were forgotten
+
+
+def test_a_restart_before_the_forgetting_delivers_what_was_left_behind_again() -> None:
+    """At least once: rounds deliver at the limit and forget in their spare time; a
+    process that dies in between leaves those timers pending (the watermark below them),
+    and the next one delivers them again. Nothing is lost, and nothing forgotten goes
+    out twice."""
+    h = limited(10.0)
+    h.requests(*(h.schedule(f"t{i:02}", NOW + 1, topic="lim") for i in range(20)))
+    h.tick(NOW + 1)
+    release_for(h, 0.5)  # delivered and forgotten
+    forgotten = {t.id for t, _ in h.output.durable.callbacks}
+    release_for(h, 0.5, forget=False)  # delivered, left behind
+    behind = {t.id for t, _ in h.output.durable.callbacks} - forgotten
+    assert forgotten and behind
+    assert h.metrics.forget_behind._value.get() == len(behind)
+    h.service = TimerService(
+        policy=h.service._policy,
+        output=h.output,
+        metrics=h.metrics,
+        stores=h.stores,
+        clock=h.clock,
+        gates=TopicGates({"lim": 10.0}, partitions=1, clock=h.clock),
+    )
+    release_for(h, 3.0)
+    sent = Counter(t.id for t, _ in h.output.durable.callbacks)
+    assert sorted(sent) == [f"t{i:02}" for i in range(20)]  # none lost
+    assert {i for i, n in sent.items() if n > 1} == behind  # only those twice
+    assert h.service._partitions[0].wheel.behind == 0
 
 
 def test_a_failed_flush_loses_no_held_timer() -> None:
@@ -249,3 +284,19 @@ def test_lifting_a_limit_delivers_what_it_held_at_once() -> None:
     h.clock.now += 0.1
     run(h.service.release_gated())
     assert len(h.fired()) == 10
+
+
+def test_a_revocation_forgets_what_rounds_left_behind_before_the_partition_goes() -> None:
+    """A rebalance (or an orderly stop) is not a crash: the next owner finds the delivered
+    timers forgotten, not pending, and delivers nothing twice."""
+    h = limited(10.0)
+    h.requests(*(h.schedule(f"t{i:02}", NOW + 1, topic="lim") for i in range(20)))
+    h.tick(NOW + 1)
+    release_for(h, 1.0, forget=False)
+    assert h.service._partitions[0].wheel.behind > 0
+    run(h.service.revoke_partitions([0]))
+    assert h.metrics.forget_behind._value.get() == 0
+    release_for(h, 3.0)  # the next owner: the same stores
+    sent = Counter(t.id for t, _ in h.output.durable.callbacks)
+    assert sorted(sent) == [f"t{i:02}" for i in range(20)]
+    assert max(sent.values()) == 1
