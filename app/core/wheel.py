@@ -1018,19 +1018,28 @@ class PartitionWheel:
 
     def iter_pending(self, from_second: int = 0) -> Iterator[Timer]:
         """Pending timers in due order from ``from_second`` on (read-only, for status)."""
-        for _, value in self._kv.scan(bucket_floor(from_second), PENDING_END):
+        for _, value in self.scan_pending(bucket_floor(from_second)):
             yield unpack_timer(value)
 
     def scan_pending(
         self, low: bytes = PENDING, high: bytes = PENDING_END
     ) -> Iterator[tuple[bytes, bytes]]:
         """Pending timers' store keys and values with ``low <= key < high``, clamped to
-        their range, in key order (read-only: ``kafka-timers list``, bulk cancels)."""
-        return self._kv.scan(max(low, PENDING), min(high, PENDING_END))
+        their range, in key order (read-only: ``kafka-timers list``, bulk cancels).
+        Timers delivered but not yet forgotten (:meth:`forget_behind`) are left out:
+        they have fired."""
+        scan = self._kv.scan(max(low, PENDING), min(high, PENDING_END))
+        return self._skip_behind(scan) if self._behind else scan
+
+    def _skip_behind(self, scan: Iterator[tuple[bytes, bytes]]) -> Iterator[tuple[bytes, bytes]]:
+        behind = self._behind
+        for key, value in scan:
+            if not behind or parse_timer_key(key)[1] not in behind:
+                yield key, value
 
     def iter_due(self, from_second: int = 0) -> Iterator[tuple[int, str]]:
         """``(due, id)`` of pending timers in due order, from the keys alone (no unpacking)."""
-        for key, _ in self._kv.scan(bucket_floor(from_second), PENDING_END):
+        for key, _ in self.scan_pending(bucket_floor(from_second)):
             yield parse_timer_key(key)
 
     def get_pending(self, timer_id: str) -> Timer | None:

@@ -302,3 +302,15 @@ def test_a_round_over_behind_max_forgets_the_rest_at_once(monkeypatch: pytest.Mo
     wheel.finish_tick(START + 1, taken, forget_taken_later=True)
     assert wheel.behind == 2
     assert wheel.count_pending() == 2  # the other three forgotten with their round
+
+
+def test_timers_delivered_but_not_forgotten_are_not_listed_as_pending() -> None:
+    """``kafka-timers list``, bulk cancels and the status page read pending timers: one
+    delivered and left to forget has fired."""
+    wheel, _, _ = _delivered_behind(3)
+    wheel.schedule(Timer(id="later", due=START + 50, topic="free", key=b"k", value=b"v", token="t"))
+    assert [t.id for t in wheel.iter_pending()] == ["later"]
+    assert [timer_id for _, timer_id in wheel.iter_due()] == ["later"]
+    assert len(list(wheel.scan_pending())) == 1
+    wheel.forget_behind(10)
+    assert [t.id for t in wheel.iter_pending()] == ["later"]
