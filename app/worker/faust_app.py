@@ -387,6 +387,15 @@ def build_worker(
         except DeliveryFailure as exc:
             _exit_undurable(exc)
 
+    @app.on_before_shutdown.connect  # type: ignore[arg-type]
+    async def forget_before_stopping(app: faust.App, **_: Any) -> None:
+        # Faust stops without revoking: what rate-limited rounds delivered and left to
+        # forget is forgotten now, or the next owner would deliver it again.
+        try:
+            await service.forget_all_behind()
+        except Exception:  # the stop goes on: the worst case is a duplicate
+            log.exception("forgetting delivered timers before stopping failed")
+
     @app.on_rebalance_complete.connect  # type: ignore[arg-type]
     async def on_rebalance_complete(app: faust.App, **_: Any) -> None:
         # Tables are recovered now: request partition n follows tick partition n. Faust

@@ -229,6 +229,13 @@ class TimerService:
             await self._forget_all_behind(partitions)
             self.forget_partitions(partitions)
 
+    async def forget_all_behind(self) -> None:
+        """Forget, durably, everything rounds delivered and left to forget on every
+        partition: an orderly stop calls this (Faust stops without revoking), so that
+        the next owner does not deliver those timers again."""
+        async with self._tick_lock:
+            await self._forget_all_behind(set(self._partitions))
+
     async def _forget_all_behind(self, partitions: set[int]) -> None:
         parts = [
             part for p, part in self._partitions.items() if p in partitions and part.wheel.behind

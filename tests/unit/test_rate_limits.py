@@ -286,15 +286,27 @@ def test_lifting_a_limit_delivers_what_it_held_at_once() -> None:
     assert len(h.fired()) == 10
 
 
-def test_a_revocation_forgets_what_rounds_left_behind_before_the_partition_goes() -> None:
-    """A rebalance (or an orderly stop) is not a crash: the next owner finds the delivered
+@pytest.mark.parametrize("how", ["revoked", "stopping"])
+def test_a_revocation_or_a_stop_forgets_what_rounds_left_behind(how: str) -> None:
+    """A rebalance or an orderly stop is not a crash: the next owner finds the delivered
     timers forgotten, not pending, and delivers nothing twice."""
     h = limited(10.0)
     h.requests(*(h.schedule(f"t{i:02}", NOW + 1, topic="lim") for i in range(20)))
     h.tick(NOW + 1)
     release_for(h, 1.0, forget=False)
     assert h.service._partitions[0].wheel.behind > 0
-    run(h.service.revoke_partitions([0]))
+    if how == "revoked":
+        run(h.service.revoke_partitions([0]))
+    else:  # Faust's on_before_shutdown (app.worker.faust_app), then the process ends
+        run(h.service.forget_all_behind())
+        h.service = TimerService(
+            policy=h.service._policy,
+            output=h.output,
+            metrics=h.metrics,
+            stores=h.stores,
+            clock=h.clock,
+            gates=TopicGates({"lim": 10.0}, partitions=1, clock=h.clock),
+        )
     assert h.metrics.forget_behind._value.get() == 0
     release_for(h, 3.0)  # the next owner: the same stores
     sent = Counter(t.id for t, _ in h.output.durable.callbacks)
