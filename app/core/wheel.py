@@ -118,9 +118,10 @@ _PENDING, _FIRED, _CANCELLED = b"P", b"F", b"C"
 TAKE_BATCH = 1000
 #: Most delivered held timers one partition leaves to forget later
 #: (:meth:`PartitionWheel.forget_behind`); past it a round forgets its own at once.
-#: Each is a few small fields (never its payload), so 50,000 are a few MB; they bound
-#: how many callbacks a crash or a rebalance in the middle of a limited backlog
-#: delivers a second time (at least once), as one round's timers do for a tick.
+#: Each is its id, token, topic and seconds, never its payload: about 0.4 KB (measured
+#: with tracemalloc), so 50,000 are about 20 MB. They bound how many callbacks a crash
+#: in the middle of a limited backlog delivers a second time (at least once), as one
+#: round's timers do for a tick; a revocation or an orderly stop forgets them first.
 BEHIND_MAX = 50_000
 #: How an index entry of a cancel in advance starts: cancelled, due second 0.
 _IN_ADVANCE_PREFIX = b"C%012d" % 0

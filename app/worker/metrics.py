@@ -274,8 +274,8 @@ class WorkerMetrics:
             "kafka_timers_forget_behind",
             "Held timers delivered (their callbacks acknowledged) but not yet forgotten on "
             "this worker's partitions: a limited topic's rounds deliver at the limit and "
-            "forget in their spare time (at-least-once mode). A crash or a rebalance "
-            "delivers these again.",
+            "forget in their spare time (at-least-once mode). A crash delivers these "
+            "again (a rebalance or an orderly stop forgets them first).",
             registry=r,
         )
         self.due_forecast = Gauge(

@@ -856,6 +856,7 @@ class TimerService:
                     await self.forget_behind(FORGET_SECONDS)
                     await sleep(0)
                     continue
+                self._export_behind()  # 0, also where requests forgot the last of them
                 self._release_wanted.clear()
                 await self._release_wanted.wait()
                 continue

@@ -8,6 +8,7 @@ are not held back; a held timer keeps its late-fire policy and can be cancelled.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from typing import Any
 
@@ -312,3 +313,45 @@ def test_a_revocation_or_a_stop_forgets_what_rounds_left_behind(how: str) -> Non
     sent = Counter(t.id for t, _ in h.output.durable.callbacks)
     assert sorted(sent) == [f"t{i:02}" for i in range(20)]
     assert max(sent.values()) == 1
+
+
+def test_the_release_loop_delivers_at_the_limit_and_forgets_in_between() -> None:
+    """TimerService.run_gated_release itself, on the fake clock: the callbacks go out at
+    the limit, each round leaves its forgetting behind, and the loop forgets it between
+    rounds and once nothing is held, down to no timer left in the store and the gauge
+    at 0."""
+    h = limited(100.0)
+    h.requests(*(h.schedule(f"t{i:03}", NOW + 1, topic="lim") for i in range(200)))
+    h.tick(NOW + 1)
+    wheel = h.service._partitions[0].wheel
+    left_by_rounds: list[int] = []
+    release = h.service.release_gated
+
+    async def release_and_look() -> int:
+        count = await release()
+        left_by_rounds.append(wheel.behind)
+        return count
+
+    h.service.release_gated = release_and_look  # type: ignore[method-assign]
+
+    async def sleep(seconds: float) -> None:
+        h.clock.now += max(seconds, 0.001)
+        await asyncio.sleep(0)
+
+    async def drive() -> None:
+        loop = asyncio.ensure_future(h.service.run_gated_release(sleep))
+        for _ in range(100_000):
+            await asyncio.sleep(0)
+            if len(h.output.durable.callbacks) == 200 and wheel.count_pending() == 0:
+                break
+        await asyncio.sleep(0)  # the loop's turn once the last is forgotten
+        loop.cancel()
+
+    run(drive())
+    sent = callbacks(h, "lim")
+    assert len({i for i, _, _ in sent}) == 200 == len(sent)
+    per_second = Counter(at // 1000 for _, _, at in sent)
+    assert max(per_second.values()) <= 110  # the limit plus the bucket's tenth of a second
+    assert max(left_by_rounds) > 0  # rounds left their forgetting to the time between
+    assert wheel.count_pending() == 0 and wheel.behind == 0
+    assert h.metrics.forget_behind._value.get() == 0
