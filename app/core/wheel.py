@@ -747,6 +747,10 @@ class PartitionWheel:
             self._kv.put(WATERMARK, b"%d" % mark)
             self._persisted_through = mark
         self.fired_through = second
+        self._end_round()
+
+    def _end_round(self) -> None:
+        """Forget what the round in flight took and read (finished or aborted)."""
         self._taken = False
         self._taken_ids = set()
         self._in_flight = set()
@@ -903,12 +907,7 @@ class PartitionWheel:
             self._held = {}
             self.fired_through = self._persisted_through
             self._drop_behind()
-        self._taken = False
-        self._taken_ids = set()
-        self._in_flight = set()
-        self._in_flight_series = set()
-        self._slots = {}
-        self._series_stored = {}
+        self._end_round()
 
     # -- gates: due timers held back (app.worker.topic_gates) ---------------------------
 

@@ -18,6 +18,7 @@ from app.core.keys import WATERMARK, timer_key
 from app.worker.output import DeliveryFailure
 from app.worker.service import TimerService
 from app.worker.topic_gates import RELEASE_INTERVAL, TopicGates
+from tests.support.waiting import wait_until_async
 from tests.unit.test_service import NOW, Harness, run
 from tests.unit.test_topic_gates import busiest_window
 
@@ -27,6 +28,19 @@ def limited(rate: float = 10.0, *, partitions: int = 1, **options: object) -> Ha
     h.service.gates = TopicGates({"lim": rate}, partitions=partitions, clock=h.clock)
     h.service.gates.on_change(h.service._release_wanted.set)
     return h
+
+
+def restarted_service(h: Harness, rate: float) -> TimerService:
+    """A new process's service on ``h``'s stores and output (RocksDB outlives the old
+    one), ``lim`` limited to ``rate``."""
+    return TimerService(
+        policy=h.service._policy,
+        output=h.output,
+        metrics=h.metrics,
+        stores=h.stores,
+        clock=h.clock,
+        gates=TopicGates({"lim": rate}, partitions=1, clock=h.clock),
+    )
 
 
 def release_for(
@@ -120,15 +134,7 @@ def test_a_restart_on_the_same_stores_finds_every_held_timer_again() -> None:
     before = {t.id for t, _ in h.output.durable.callbacks}
     assert 0 < len(before) < 20
     # The process dies; a new one opens the same stores (RocksDB outlives it).
-    restarted = TimerService(
-        policy=h.service._policy,
-        output=h.output,
-        metrics=h.metrics,
-        stores=h.stores,
-        clock=h.clock,
-        gates=TopicGates({"lim": 10.0}, partitions=1, clock=h.clock),
-    )
-    h.service = restarted
+    h.service = restarted_service(h, 10.0)
     release_for(h, 3.0)
     ids = [t.id for t, _ in h.output.durable.callbacks]
     assert sorted(set(ids)) == [f"t{i:02}" for i in range(20)]  # none lost
@@ -149,14 +155,7 @@ def test_a_restart_before_the_forgetting_delivers_what_was_left_behind_again() -
     behind = {t.id for t, _ in h.output.durable.callbacks} - forgotten
     assert forgotten and behind
     assert h.metrics.forget_behind._value.get() == len(behind)
-    h.service = TimerService(
-        policy=h.service._policy,
-        output=h.output,
-        metrics=h.metrics,
-        stores=h.stores,
-        clock=h.clock,
-        gates=TopicGates({"lim": 10.0}, partitions=1, clock=h.clock),
-    )
+    h.service = restarted_service(h, 10.0)
     release_for(h, 3.0)
     sent = Counter(t.id for t, _ in h.output.durable.callbacks)
     assert sorted(sent) == [f"t{i:02}" for i in range(20)]  # none lost
@@ -251,14 +250,7 @@ def test_a_request_already_due_for_a_limited_topic_is_held_not_fired_at_once() -
     assert h.pending() == 1
     # Durable: a restart finds it (the watermark moved below it with the request).
     assert int(h.stores.stores[0].get(WATERMARK) or b"0") < NOW + 3
-    h.service = TimerService(
-        policy=h.service._policy,
-        output=h.output,
-        metrics=h.metrics,
-        stores=h.stores,
-        clock=h.clock,
-        gates=TopicGates({"lim": 1.0}, partitions=1, clock=h.clock),
-    )
+    h.service = restarted_service(h, 1.0)
     release_for(h, 3.0)
     assert h.fired() == ["free", "late"]
     assert h.pending() == 0
@@ -300,14 +292,7 @@ def test_a_revocation_or_a_stop_forgets_what_rounds_left_behind(how: str) -> Non
         run(h.service.revoke_partitions([0]))
     else:  # Faust's on_before_shutdown (app.worker.faust_app), then the process ends
         run(h.service.forget_all_behind())
-        h.service = TimerService(
-            policy=h.service._policy,
-            output=h.output,
-            metrics=h.metrics,
-            stores=h.stores,
-            clock=h.clock,
-            gates=TopicGates({"lim": 10.0}, partitions=1, clock=h.clock),
-        )
+        h.service = restarted_service(h, 10.0)
     assert h.metrics.forget_behind._value.get() == 0
     release_for(h, 3.0)  # the next owner: the same stores
     sent = Counter(t.id for t, _ in h.output.durable.callbacks)
@@ -338,14 +323,19 @@ def test_the_release_loop_delivers_at_the_limit_and_forgets_in_between() -> None
         h.clock.now += max(seconds, 0.001)
         await asyncio.sleep(0)
 
+    def done() -> bool:
+        return (
+            len(h.output.durable.callbacks) == 200
+            and wheel.count_pending() == 0
+            and h.metrics.forget_behind._value.get() == 0
+        )
+
     async def drive() -> None:
         loop = asyncio.ensure_future(h.service.run_gated_release(sleep))
-        for _ in range(100_000):
-            await asyncio.sleep(0)
-            if len(h.output.durable.callbacks) == 200 and wheel.count_pending() == 0:
-                break
-        await asyncio.sleep(0)  # the loop's turn once the last is forgotten
-        loop.cancel()
+        try:
+            await wait_until_async(done, 30, "every timer delivered and forgotten")
+        finally:
+            loop.cancel()
 
     run(drive())
     sent = callbacks(h, "lim")
