@@ -244,11 +244,7 @@ class TimerService:
             return
         for part in parts:
             while part.wheel.behind:
-                part.kv.defer_local_writes()
-                try:
-                    part.wheel.forget_behind(FORGET_SLICE * 16)
-                finally:
-                    part.kv.apply_deferred()
+                self._forget_slice(part, FORGET_SLICE * 16)
                 await asyncio.sleep(0)  # heartbeats and HTTP between slices
         try:
             await self._output.flush()
@@ -795,11 +791,7 @@ class TimerService:
             touched = list(left)
             while left:
                 for _, part in left:
-                    part.kv.defer_local_writes()
-                    try:
-                        done += part.wheel.forget_behind(FORGET_SLICE)
-                    finally:
-                        part.kv.apply_deferred()
+                    done += self._forget_slice(part, FORGET_SLICE)
                 left = [(p, part) for p, part in left if part.wheel.behind]
                 if time.perf_counter() >= deadline:
                     break
@@ -810,6 +802,15 @@ class TimerService:
                 await self._output.flush()
                 self._record_persisted()
             return done
+
+    @staticmethod
+    def _forget_slice(part: _Partition, n: int) -> int:
+        """Forget up to ``n`` timers left behind on ``part``, its local writes as one."""
+        part.kv.defer_local_writes()
+        try:
+            return part.wheel.forget_behind(n)
+        finally:
+            part.kv.apply_deferred()
 
     def _export_behind(self) -> None:
         self._metrics.forget_behind.set(
