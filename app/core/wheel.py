@@ -40,7 +40,6 @@ Faust RocksDB table and its changelog, and the unit tests use an in-memory store
 
 from __future__ import annotations
 
-import heapq
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -51,6 +50,7 @@ from itertools import count, islice
 from typing import NamedTuple, Protocol
 
 from app.core.forecast import PartitionForecast
+from app.core.held import HeldEntry, HeldQueue
 from app.core.keys import (
     EXPIRY,
     EXPIRY_END,
@@ -240,20 +240,6 @@ class _Parked(NamedTuple):
     since: float
 
 
-class _Held(NamedTuple):
-    """A due timer a gate holds back, in its topic's heap (ordered by key second): its key
-    only, the timer itself stays in the store (a backlog of a million costs ~150 MB of
-    these, not the timers' payloads)."""
-
-    #: The second its key is stored under (its due, or later: see :meth:`_slot_for`).
-    slot: int
-    #: Ties in order of holding.
-    order: int
-    timer_id: str
-    #: When it was first held (the service's clock): the delay the gate adds.
-    since: float
-
-
 class _Behind(NamedTuple):
     """A held timer delivered whose forgetting is behind: what forgetting it needs (the
     fields of :class:`Timer` that :meth:`PartitionWheel._forget` reads), not its payload."""
@@ -266,12 +252,10 @@ class _Behind(NamedTuple):
     slot: int
 
 
-class HeldTimer(NamedTuple):
-    """A held timer taken to be delivered (:meth:`PartitionWheel.take_held`)."""
-
-    timer: Timer
-    #: When it was first held: the delay the gate added is the delivery time minus this.
-    since: float
+#: A held timer taken to be delivered (:meth:`PartitionWheel.take_held`), and when it was
+#: first held: the delay the gate added is the delivery time minus that. A plain tuple:
+#: one is built for every timer a limited topic receives.
+HeldTimer = tuple[Timer, float]
 
 
 class PartitionWheel:
@@ -320,7 +304,9 @@ class PartitionWheel:
         #: per callback topic in due order: still pending in the store, delivered by
         #: :meth:`take_held`. Not persisted: the watermark stays below the oldest of them,
         #: so a new owner's (or a restart's) first scan finds them again.
-        self._held: dict[str, list[_Held]] = {}
+        #: Entries are keys only (app.core.held): a backlog of a million costs ~150 MB of
+        #: them, not the timers' payloads.
+        self._held: dict[str, HeldQueue] = {}
         self._held_order = count()
         #: Whether this round took held timers (:meth:`abort_tick` must then rescan).
         self._taken = False
@@ -484,9 +470,8 @@ class PartitionWheel:
             parked = self._parked.get(request.id)
             self._unpause(request.id)
             if parked is not None:
-                heap = self._held.setdefault(parked.topic, [])
-                heapq.heappush(
-                    heap, _Held(parked.slot, next(self._held_order), request.id, parked.since)
+                self._held_queue(parked.topic).push(
+                    (parked.slot, next(self._held_order), request.id, parked.since)
                 )
         return PauseOutcome.RESUMED
 
@@ -685,10 +670,10 @@ class PartitionWheel:
         for key, value in self._kv.scan(bucket_floor(start), bucket_floor(second + 1)):
             if hold and (topic := stored_topic(value)) in hold:
                 slot, timer_id = parse_timer_key(key)
-                heap = held.get(topic)
-                if heap is None:
-                    heap = held[topic] = []
-                heapq.heappush(heap, _Held(slot, next(order), timer_id, since))
+                queue = held.get(topic)
+                if queue is None:
+                    queue = held[topic] = HeldQueue()
+                queue.push((slot, next(order), timer_id, since))
                 continue
             timer = unpack_timer(value)
             timers.append(timer)
@@ -922,10 +907,10 @@ class PartitionWheel:
             in_flight.discard(timer.id)
             series.discard(timer.id)
             slot = slots.get((timer.id, timer.due), timer.due)
-            heap = held.get(timer.topic)
-            if heap is None:
-                heap = held[timer.topic] = []
-            heapq.heappush(heap, _Held(slot, next(order), timer.id, since))
+            queue = held.get(timer.topic)
+            if queue is None:
+                queue = held[timer.topic] = HeldQueue()
+            queue.push((slot, next(order), timer.id, since))
 
     def hold_due(self, timer: Timer, since: float) -> None:
         """Store ``timer``, already due (a request for a second ticked already), held back
@@ -938,8 +923,13 @@ class PartitionWheel:
         if persisted is not None and timer.due <= persisted:
             self._kv.put(WATERMARK, b"%d" % (timer.due - 1))
             self._persisted_through = timer.due - 1
-        heap = self._held.setdefault(timer.topic, [])
-        heapq.heappush(heap, _Held(timer.due, next(self._held_order), timer.id, since))
+        self._held_queue(timer.topic).push((timer.due, next(self._held_order), timer.id, since))
+
+    def _held_queue(self, topic: str) -> HeldQueue:
+        queue = self._held.get(topic)
+        if queue is None:
+            queue = self._held[topic] = HeldQueue()
+        return queue
 
     def take_held(self, topic: str, n: int | None) -> list[HeldTimer]:
         """Up to ``n`` (``None``: all) held timers of ``topic``, oldest key first, to
@@ -952,45 +942,45 @@ class PartitionWheel:
         more), and an id held twice (a request sent again while held) goes out once.
         One read per timer, in multi-gets of up to :data:`TAKE_BATCH`, and one unpack.
         """
-        heap = self._held.get(topic)
-        if not heap:
+        queue = self._held.get(topic)
+        if not queue:
             return []
         taken: list[HeldTimer] = []
         kv = self._kv
-        in_flight = self._in_flight
-        while heap and (n is None or len(taken) < n):
+        in_flight, paused, taken_ids = self._in_flight, self._paused, self._taken_ids
+        while queue and (n is None or len(taken) < n):
             # A batch of candidates, read with one multi-get: as many as are still wanted
             # (each may turn out cancelled), at most TAKE_BATCH at once.
             want = TAKE_BATCH if n is None else min(TAKE_BATCH, n - len(taken))
-            batch: list[_Held] = []
+            batch: list[HeldEntry] = []
             chosen: set[str] = set()
-            while heap and len(batch) < want:
-                entry = heapq.heappop(heap)
-                timer_id = entry.timer_id
+            while queue and len(batch) < want:
+                entry = queue.pop()
+                timer_id = entry[2]
                 if timer_id in in_flight:
                     continue  # held twice: it goes out once
                 if timer_id in chosen:  # decided once the batch's read tells which is live
-                    heapq.heappush(heap, entry)
+                    queue.put_back(entry)
                     break
-                if timer_id in self._paused:  # paused while held: it waits for its resume
-                    self._park(timer_id, entry.slot, topic, entry.since)
+                if paused and timer_id in paused:  # paused while held: waits for its resume
+                    self._park(timer_id, entry[0], topic, entry[3])
                     continue
                 batch.append(entry)
                 chosen.add(timer_id)
-            raws = kv.get_many([timer_key(entry.slot, entry.timer_id) for entry in batch])
-            for entry, raw in zip(batch, raws, strict=True):
+            raws = kv.get_many([timer_key(slot, timer_id) for slot, _, timer_id, _ in batch])
+            for (slot, _, _, since), raw in zip(batch, raws, strict=True):
                 if raw is None:
                     continue  # cancelled or rescheduled while held
                 timer = unpack_timer(raw)
-                taken.append(HeldTimer(timer, entry.since))
+                taken.append((timer, since))
                 in_flight.add(timer.id)
                 if timer.recurrence is not None:
                     self._in_flight_series.add(timer.id)
                 else:
-                    self._taken_ids.add(timer.id)
-                if entry.slot != timer.due:
-                    self._slots[(timer.id, timer.due)] = entry.slot
-        if not heap:
+                    taken_ids.add(timer.id)
+                if slot != timer.due:
+                    self._slots[(timer.id, timer.due)] = slot
+        if not queue:
             del self._held[topic]
         if taken:
             self._taken = True
@@ -1015,7 +1005,7 @@ class PartitionWheel:
         return bool(self._held)
 
     def _oldest_held(self) -> int:
-        return min(heap[0].slot for heap in self._held.values())
+        return min(queue.oldest_slot() for queue in self._held.values())
 
     def iter_pending(self, from_second: int = 0) -> Iterator[Timer]:
         """Pending timers in due order from ``from_second`` on (read-only, for status)."""

@@ -696,13 +696,13 @@ class TimerService:
             if budget is not None:
                 self.gates.spend(partition, topic, len(taken), waiting=wheel.held_count(topic))
             delay = self._metrics.rate_limit_delay.labels(callback_topic=self._topic_label(topic))
-            since, run = taken[0].since, 0
-            for entry in taken:  # held together, delayed alike: one observation per run
-                if entry.since != since:
+            since, run = taken[0][1], 0
+            for timer, held_since in taken:  # held together, delayed alike: one observation
+                if held_since != since:  # per run
                     observe_many(delay, max(0.0, now - since), run)
-                    since, run = entry.since, 0
+                    since, run = held_since, 0
                 run += 1
-                free.append(entry.timer)
+                free.append(timer)
             observe_many(delay, max(0.0, now - since), run)
         return free
 

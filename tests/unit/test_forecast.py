@@ -171,7 +171,7 @@ def run(steps: list[tuple[object, ...]], scan_limit: int) -> None:
                 timers = [t for t in timers if t.topic != "b"]
                 if held:
                     wheel.hold(held, float(second))
-                timers += [e.timer for e in wheel.take_held("b", int(str(budget)))]
+                timers += [t for t, _ in wheel.take_held("b", int(str(budget)))]
             for inner in meanwhile:  # type: ignore[attr-defined]
                 apply(inner)
             successors = {
@@ -183,7 +183,7 @@ def run(steps: list[tuple[object, ...]], scan_limit: int) -> None:
         elif step[0] == "release":
             through = wheel.fired_through
             if through is not None and wheel.holding:
-                taken = [e.timer for e in wheel.take_held("b", int(str(step[1])))]
+                taken = [t for t, _ in wheel.take_held("b", int(str(step[1])))]
                 wheel.finish_tick(through, taken)
         elif step[0] == "reload":
             wheel = make_wheel()

@@ -111,9 +111,9 @@ def run(steps: list[tuple[object, ...]], scan_holds: bool = False, behind: bool 
         """As the service's gates do: a gated topic by its budget, any other (a resumed
         timer's) at once."""
         return [
-            entry.timer
+            timer
             for topic in wheel.held_topics()
-            for entry in wheel.take_held(topic, budget if topic == GATED else None)
+            for timer, _ in wheel.take_held(topic, budget if topic == GATED else None)
         ]
 
     def finish(second: int, delivered: list[Timer], taken: list[Timer]) -> None:
@@ -251,7 +251,7 @@ def _delivered_behind(n: int = 3) -> tuple[PartitionWheel, MemoryKV, list[Timer]
     for timer in timers:
         wheel.schedule(timer)
     assert wheel.begin_tick(START + 1, hold=frozenset({GATED})) == []
-    taken = [entry.timer for entry in wheel.take_held(GATED, None)]
+    taken = [t for t, _ in wheel.take_held(GATED, None)]
     wheel.finish_tick(START + 1, taken, forget_taken_later=True)
     assert wheel.behind == n
     return wheel, kv, timers
@@ -298,7 +298,7 @@ def test_a_round_over_behind_max_forgets_the_rest_at_once(monkeypatch: pytest.Mo
             Timer(id=f"h{i}", due=START + 1, topic=GATED, key=b"k", value=b"v", token="t1")
         )
     wheel.begin_tick(START + 1, hold=frozenset({GATED}))
-    taken = [entry.timer for entry in wheel.take_held(GATED, None)]
+    taken = [t for t, _ in wheel.take_held(GATED, None)]
     wheel.finish_tick(START + 1, taken, forget_taken_later=True)
     assert wheel.behind == 2
     assert wheel.count_pending() == 2  # the other three forgotten with their round
