@@ -5,9 +5,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import re
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -231,3 +233,20 @@ def test_reading_the_topic_of_a_too_new_layout_refuses_as_a_full_read_does() -> 
     packed = bytes([NEWEST_LAYOUT + 1]) + pack_timer(ONE_SHOT)[1:]
     with pytest.raises(StoredLayoutTooNew):
         stored_topic(packed)
+
+
+@settings(max_examples=300, deadline=None)
+@given(stored_timers(), st.integers(0, 120), st.none() | st.integers(1, 2**40), st.binary())
+def test_every_layout_unpacks_to_what_was_packed_and_a_cut_one_never_passes_for_it(
+    timer: Timer, spread: int, schema_id: int | None, junk: bytes
+) -> None:
+    """unpack_timer reads its fields inline (it runs for every timer fired): every
+    layout and extension comes back whole, and bytes cut short or with junk after the
+    cut raise or read as some timer, never hang or read past the bytes."""
+    timer = dataclasses.replace(timer, spread=spread, schema_id=schema_id)
+    packed = pack_timer(timer)
+    assert unpack_timer(packed) == timer
+    for cut in range(len(packed)):
+        # UnicodeDecodeError is a ValueError
+        with contextlib.suppress(ValueError, struct.error, StoredLayoutTooNew):
+            unpack_timer(packed[:cut] + junk)
