@@ -817,13 +817,16 @@ class PartitionWheel:
             return fired
         now: list[Timer] = []
         order, slot_counts, slots = self._behind_order, self._behind_slots, self._slots
+        new = tuple.__new__  # a _Behind without its Python-level constructor: one a timer
         for timer in fired:
-            if room > 0 and timer.id in taken and timer.recurrence is None:
-                slot = slots.get((timer.id, timer.due), timer.due)
-                behind[timer.id] = _Behind(
-                    timer.id, timer.due, timer.token, timer.topic, timer.version_due, slot
+            timer_id = timer.id
+            if room > 0 and timer_id in taken and timer.recurrence is None:
+                due = timer.due  # a one-shot timer's version_due
+                slot = slots.get((timer_id, due), due) if slots else due
+                behind[timer_id] = new(
+                    _Behind, (timer_id, due, timer.token, timer.topic, due, slot)
                 )
-                order.append(timer.id)
+                order.append(timer_id)
                 slot_counts[slot] = slot_counts.get(slot, 0) + 1
                 room -= 1
             else:
