@@ -16,12 +16,16 @@ instructions callgrind counts are the fire's and nothing else's. With
 same pass varies by a third from run to run (48-91 µs a timer, measured), which no
 number of alternated passes settles to the 2% an A/B asks.
 
-Two flags after the arguments (the current tree only): ``--series`` makes every timer a
-series (every day, 2 occurrences: each fire also stores the next), ``--rocksdb`` puts
+Three flags after the arguments (the current tree only): ``--series`` makes every timer
+a series (every day, 2 occurrences: each fire also stores the next), ``--rocksdb`` puts
 the stores on RocksDB (the worker's ``ChangeloggedKV`` over ``rocksdict``, in a temporary
 directory) instead of memory. :mod:`bench.series` counts one-shot timers against series
 with both: the memory stores' own costs (a sorted list's ``remove`` per delete) hid
-what a series costs more, which RocksDB does not.
+what a series costs more, which RocksDB does not. ``--held`` limits the timers' own
+topic to :data:`HELD_RATE` a second (on the probe's clock): the fire is then the tick
+that holds them and the release rounds, every 50 ms of that clock, that deliver them
+(at-least-once mode: their forgetting is left behind, as in a worker), the work of a
+burst to a limited topic.
 
 Imports only ``app`` and ``tests.support`` (from the tree under test), never ``bench``.
 """
@@ -38,6 +42,10 @@ from typing import Any
 
 PARTITIONS = 8
 DUE = 1_767_225_600
+#: ``--held``: the limit on the timers' topic, callbacks a second (issue 24's bench).
+HELD_RATE = 50_000.0
+#: ``--held``: the probe's clock between two release rounds (the worker's interval).
+HELD_ROUND_SECONDS = 0.05
 
 
 class _RocksDBStores:
@@ -57,7 +65,9 @@ class _RocksDBStores:
         return ChangeloggedKV(db, self._output, "changelog", partition)
 
 
-def _service(limited: str | None, rocksdb: str | None = None) -> tuple[Any, Any]:
+def _service(
+    limited: str | None, rocksdb: str | None = None, held: bool = False
+) -> tuple[Any, Any]:
     from app.core.policy import RequestPolicy
     from app.worker.metrics import WorkerMetrics
     from app.worker.service import TimerService
@@ -71,6 +81,12 @@ def _service(limited: str | None, rocksdb: str | None = None) -> tuple[Any, Any]
         from app.worker.topic_gates import TopicGates
 
         options["gates"] = TopicGates({limited: 1.0}, partitions=PARTITIONS)
+    if held:
+        from app.worker.topic_gates import TopicGates
+
+        options["gates"] = TopicGates(
+            {"callbacks": HELD_RATE}, partitions=PARTITIONS, clock=lambda: clock[0]
+        )
     service = TimerService(
         policy=RequestPolicy.build(
             allow_patterns=(".*",),
@@ -95,11 +111,12 @@ def _pass(
     counting: bool = False,
     series: bool = False,
     rocksdb: str | None = None,
+    held: bool = False,
 ) -> float:
     from app.core import protowire
     from app.core.request_format import RawRecord
 
-    service, clock = _service(limited, rocksdb)
+    service, clock = _service(limited, rocksdb, held)
     records = []
     # A series (every day from DUE, 2 occurrences) is requested before its first occurrence.
     when: dict[str, int] = {"every": 86400, "start": DUE, "count": 2} if series else {"due": DUE}
@@ -118,13 +135,23 @@ def _pass(
             RawRecord("requests", p, i // PARTITIONS, sent_ms, None, protowire.encode(future))
         )
 
+    async def deliver() -> int:
+        fired: int = await service.handle_ticks(
+            [(p, DUE, None, "probe") for p in range(PARTITIONS)]
+        )
+        assert not held or fired == 0, "the limit held nothing back"  # its buckets start empty
+        while held and any(w.holding for w in service.wheels().values()):
+            clock[0] += HELD_ROUND_SECONDS
+            fired += await service.release_gated()
+        return fired
+
     async def fire() -> float:
         for start in range(0, len(records), 2000):
             await service.handle_requests(records[start : start + 2000])
         clock[0] = DUE + 0.01
         gc.collect()
         began = time.process_time()
-        fired = await service.handle_ticks([(p, DUE, None, "probe") for p in range(PARTITIONS)])
+        fired = await deliver()
         spent = time.process_time() - began
         assert fired == timers, (fired, timers)
         return spent
@@ -137,8 +164,7 @@ def _pass(
             loop.run_until_complete(service.handle_requests(records[start : start + 2000]))
         clock[0] = DUE + 0.01
         gc.collect()
-        ticks = service.handle_ticks([(p, DUE, None, "probe") for p in range(PARTITIONS)])
-        fired = sys.call_tracing(loop.run_until_complete, (ticks,))  # counted: this alone
+        fired = sys.call_tracing(loop.run_until_complete, (deliver(),))  # counted: this alone
         assert fired == timers, (fired, timers)
     finally:
         loop.close()
@@ -157,7 +183,14 @@ def main(argv: list[str]) -> int:
             root = None
             if "--rocksdb" in flags:
                 root = tempfile.mkdtemp(dir=tmp)  # fresh stores for every pass
-            return _pass(timers, limited, counting=counting, series=series, rocksdb=root)
+            return _pass(
+                timers,
+                limited,
+                counting=counting,
+                series=series,
+                rocksdb=root,
+                held="--held" in flags,
+            )
 
         if passes == 0:
             one(counting=True)

@@ -1,6 +1,7 @@
 """The in-process fire probe (``bench/fire_path_probe.py``) fires every timer it stored, in
 each of its modes: ``make bench`` counts instructions in it, and a mode that fired nothing
-would count nothing and compare as cheap."""
+would count nothing and compare as cheap. ``--held`` (a limited topic: held by the tick,
+delivered by release rounds) too."""
 
 from __future__ import annotations
 
@@ -15,7 +16,17 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("flags", [[], ["--rocksdb"], ["--series"], ["--rocksdb", "--series"]])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [],
+        ["--rocksdb"],
+        ["--series"],
+        ["--rocksdb", "--series"],
+        ["--held"],
+        ["--held", "--rocksdb"],
+    ],
+)
 def test_the_probe_fires_every_timer_in_each_mode(flags: list[str]) -> None:
     out = subprocess.run(
         [sys.executable, str(REPO / "bench" / "fire_path_probe.py"), "48", "1", *flags],
