@@ -323,7 +323,7 @@ class PartitionWheel:
         #: Ids paused by their owners: their ``S`` keys, read by :meth:`recount`.
         self._paused: set[str] = set()
         #: Paused timers that came due, by id: pending in the store and kept above the
-        #: watermark like held ones, until :meth:`resume` hands them to the held heaps.
+        #: watermark like held ones, until :meth:`resume` hands them to the held queues.
         self._parked: dict[str, _Parked] = {}
         #: The oldest slot among :attr:`_parked` (None: work it out again).
         self._parked_floor: int | None = None
@@ -670,7 +670,7 @@ class PartitionWheel:
         for key, value in self._kv.scan(bucket_floor(start), bucket_floor(second + 1)):
             if hold and (topic := stored_topic(value)) in hold:
                 slot, timer_id = parse_timer_key(key)
-                queue = held.get(topic)
+                queue = held.get(topic)  # _held_queue inline: this runs for every timer held
                 if queue is None:
                     queue = held[topic] = HeldQueue()
                 queue.push((slot, next(order), timer_id, since))
@@ -904,16 +904,12 @@ class PartitionWheel:
         them back. They are delivered later through :meth:`take_held`, in key order; until
         then a cancel or a reschedule finds them as any pending timer."""
         in_flight, series, slots = self._in_flight, self._in_flight_series, self._slots
-        held = self._held
         order = self._held_order
         for timer in timers:
             in_flight.discard(timer.id)
             series.discard(timer.id)
             slot = slots.get((timer.id, timer.due), timer.due)
-            queue = held.get(timer.topic)
-            if queue is None:
-                queue = held[timer.topic] = HeldQueue()
-            queue.push((slot, next(order), timer.id, since))
+            self._held_queue(timer.topic).push((slot, next(order), timer.id, since))
 
     def hold_due(self, timer: Timer, since: float) -> None:
         """Store ``timer``, already due (a request for a second ticked already), held back
