@@ -245,7 +245,10 @@ def test_every_layout_unpacks_to_what_was_packed_and_a_cut_one_never_passes_for_
     cut raise or read as some timer, never hang or read past the bytes."""
     timer = dataclasses.replace(timer, spread=spread, schema_id=schema_id)
     packed = pack_timer(timer)
-    assert unpack_timer(packed) == timer
+    unpacked = unpack_timer(packed)
+    assert unpacked == timer
+    # Built without Timer.__init__: every field there, and nothing else.
+    assert vars(unpacked).keys() == {field.name for field in dataclasses.fields(Timer)}
     for cut in range(len(packed)):
         # UnicodeDecodeError is a ValueError
         with contextlib.suppress(ValueError, struct.error, StoredLayoutTooNew):
