@@ -948,7 +948,7 @@ class PartitionWheel:
         taken: list[HeldTimer] = []
         in_flight, paused, taken_ids = self._in_flight, self._paused, self._taken_ids
         while queue and (n is None or len(taken) < n):
-            # A batch of candidates, read with one multi-get: as many as are still wanted
+            # A batch of candidates, read with one scan: as many as are still wanted
             # (each may turn out cancelled), at most TAKE_BATCH at once.
             want = TAKE_BATCH if n is None else min(TAKE_BATCH, n - len(taken))
             batch: list[HeldEntry] = []
@@ -966,7 +966,9 @@ class PartitionWheel:
                     continue
                 batch.append(entry)
                 chosen.add(timer_id)
-            raws = self._read_clustered([timer_key(e[0], e[2]) for e in batch])
+            raws = self._read_clustered(
+                [timer_key(slot, timer_id) for slot, _, timer_id, _ in batch]
+            )
             for (slot, _, _, since), raw in zip(batch, raws, strict=True):
                 if raw is None:
                     continue  # cancelled or rescheduled while held
