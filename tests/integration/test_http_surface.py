@@ -26,6 +26,8 @@ from pathlib import Path
 
 from app.client import ScheduledTimer, TimerClient
 from app.core.keys import index_key, timer_key
+from app.dev.broker import accepts_connections
+from app.dev.stack import ServiceProcess
 from app.settings import TABLE_NAME
 from tests.conftest import OPERATOR_TOKEN
 from tests.support.stack import Stack
@@ -97,16 +99,30 @@ def listening_addresses(port: int) -> set[str]:
     return out
 
 
+def served_routes(worker: ServiceProcess) -> re.Match[str]:
+    """The worker's logged route line, once its web server also accepts connections.
+
+    Faust calls the hook that logs the routes when the views are registered, before the
+    server binds its port: a request sent on the line alone can be refused.
+    """
+    found = wait_until(
+        lambda: ROUTES_LINE.search(worker.log_text()),
+        60,
+        "the worker to log its web routes",
+        interval=0.2,
+    )
+    port = int(found.group(2))
+    wait_until(lambda: accepts_connections(port), 60, f"the web server to listen on {port}")
+    return found
+
+
 def test_no_route_shows_a_token_or_a_payload(stack: Stack) -> None:
     settings = stack.settings
     topic = stack.callback_topic(f"http-surface-{uuid.uuid4().hex[:6]}")
     stack.oscillator()
     worker = stack.worker("http-worker", loglevel="info", web_bind="127.0.0.1")
 
-    def routes_logged() -> re.Match[str] | None:
-        return ROUTES_LINE.search(worker.log_text())
-
-    found = wait_until(routes_logged, 60, "the worker to log its web routes", interval=0.2)
+    found = served_routes(worker)
     bind, port = found.group(1), int(found.group(2))
     routes = [tuple(r.split(" ", 1)) for r in json.loads(found.group(3))]
     base = f"http://127.0.0.1:{port}"
@@ -176,9 +192,7 @@ def test_no_route_shows_a_token_or_a_payload(stack: Stack) -> None:
 
 def test_without_an_operator_credential_the_timer_routes_are_off(stack: Stack) -> None:
     worker = stack.worker("no-operator", loglevel="info", operator_token=None)
-    found = wait_until(
-        lambda: ROUTES_LINE.search(worker.log_text()), 60, "the worker to log its web routes"
-    )
+    found = served_routes(worker)
     base = f"http://127.0.0.1:{int(found.group(2))}"
     for path in ("/timers/next?n=5", "/timers/anything"):
         answer = request("GET", base + path)  # even with a token: none is configured
