@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.core import wheel as wheel_module
-from app.core.keys import WATERMARK
+from app.core.keys import WATERMARK, index_key
 from app.core.timer import Cancel, Timer
-from app.core.wheel import PartitionWheel, PauseOutcome, Scheduled
+from app.core.wheel import PartitionWheel, PauseOutcome, Scheduled, _pending_entry
 from tests.support.memkv import MemoryKV
 
 START = 1_767_225_600
@@ -86,6 +86,14 @@ class Model:
             assert t.id not in self.paused
             del self.pending[t.id]
             self.delivered.append(self.accepted.pop(t.id))
+
+
+def assert_behind_still_pending(wheel: PartitionWheel, kv: MemoryKV) -> None:
+    """Every timer left behind still has the pending index entry it was stored with:
+    what lets :meth:`PartitionWheel.forget_behind` forget them without reading those
+    entries (``_forget``'s ``settled``)."""
+    for entry in wheel._behind.values():
+        assert kv.get(index_key(entry.id)) == _pending_entry(entry.slot, entry.token), entry
 
 
 def run(steps: list[tuple[object, ...]], scan_holds: bool = False, behind: bool = False) -> None:
@@ -209,6 +217,7 @@ def run(steps: list[tuple[object, ...]], scan_holds: bool = False, behind: bool 
         else:  # a restart: held timers are below the persisted watermark, scanned again
             wheel = load()
             model.reloaded()
+        assert_behind_still_pending(wheel, kv)
     # Every pause is lifted and the gate opens: everything still pending goes out, once.
     for tid in sorted(model.paused):
         assert wheel.is_paused(tid)
