@@ -74,6 +74,8 @@ BURST_SHARE = 0.10
 #: unlimited (callbacks out and timers forgotten), and lasts about this many seconds.
 WITHIN_SHARE = 0.5
 WITHIN_SECONDS = 15
+#: Between two looks at the workers' gauges while they forget a burst, seconds.
+FORGOTTEN_POLL_SECONDS = 0.25
 
 
 def _stamp(msg: Message) -> int:
@@ -193,7 +195,10 @@ def _burst(
         ):
             if time.time() > due + 2 * allowed:
                 raise TimeoutError(f"{count:,} delivered but not forgotten in time")
-            follower.poll(0.05)
+            # Each look at the gauges renders every worker's metrics page: at 20 a second
+            # that was a tenth of a worker's samples while it forgot (py-spy). A quarter
+            # second apart, the end is known to within that, over seconds of forgetting.
+            follower.poll(FORGOTTEN_POLL_SECONDS)
         forgotten_at = time.time()
         follower.poll(1.0)  # anything extra (a duplicate) would show here
         return due, list(follower.items), stored_before_due, forgotten_at
