@@ -823,9 +823,21 @@ class PartitionWheel:
 
     def _leave_behind(self, fired: list[Timer]) -> list[Timer]:
         """Of a round's ``fired``, move the one-shot timers taken from the held ones to
-        :attr:`_behind` while there is room; return the ones to forget now."""
+        :attr:`_behind` while there is room; return the ones to forget now.
+
+        With :data:`BEHIND_MAX` reached, room is made first by forgetting the oldest left
+        behind (:meth:`_forget_oldest_behind`), as many as this round would leave: the same
+        forgetting as this round's own, but without reading index entries (a random
+        read each). A limited backlog of a million timers reached the cap after 17 s
+        and then forgot each round's own, with those reads, inside the delivery.
+        """
         taken, behind = self._taken_ids, self._behind
         room = BEHIND_MAX - len(behind)
+        if room < len(fired) and behind:
+            wanted = sum(1 for t in fired if t.id in taken and t.recurrence is None)
+            if wanted > room:
+                self._forget_oldest_behind(wanted - room)
+                room = BEHIND_MAX - len(behind)
         if room <= 0:
             return fired
         now: list[Timer] = []
@@ -854,15 +866,10 @@ class PartitionWheel:
     def forget_behind(self, n: int) -> int:
         """Forget up to ``n`` of the delivered timers left behind, oldest first; return
         how many. Once none is left (and nothing waits), the watermark moves up."""
-        behind, order = self._behind, self._behind_order
-        batch: list[_Behind] = []
-        while order and len(batch) < n:
-            entry = behind.pop(order.popleft(), None)
-            if entry is not None:  # else forgotten already, when its id was touched
-                batch.append(entry)
-        self._forget_entries(batch)
+        behind = self._behind
+        forgotten = self._forget_oldest_behind(n)
         if not behind:
-            order.clear()
+            self._behind_order.clear()
             through = self.fired_through
             if (
                 through is not None
@@ -872,6 +879,19 @@ class PartitionWheel:
             ):
                 self._kv.put(WATERMARK, b"%d" % through)
                 self._persisted_through = through
+        return forgotten
+
+    def _forget_oldest_behind(self, n: int) -> int:
+        """Forget up to ``n`` of the timers left behind, oldest first; return how many.
+        The watermark is the caller's (a round's :meth:`finish_tick` keeps it below the
+        timers it leaves behind in their place)."""
+        behind, order = self._behind, self._behind_order
+        batch: list[_Behind] = []
+        while order and len(batch) < n:
+            entry = behind.pop(order.popleft(), None)
+            if entry is not None:  # else forgotten already, when its id was touched
+                batch.append(entry)
+        self._forget_entries(batch)
         return len(batch)
 
     def _forget_entries(self, batch: list[_Behind]) -> None:
@@ -960,6 +980,7 @@ class PartitionWheel:
             return []
         taken: list[HeldTimer] = []
         in_flight, paused, taken_ids = self._in_flight, self._paused, self._taken_ids
+        behind = self._behind
         while queue and (n is None or len(taken) < n):
             # A batch of candidates, read with one scan: as many as are still wanted
             # (each may turn out cancelled), at most TAKE_BATCH at once.
@@ -971,6 +992,11 @@ class PartitionWheel:
                 timer_id = entry[2]
                 if timer_id in in_flight:
                     continue  # held twice: it goes out once
+                if behind and timer_id in behind:
+                    # Held twice, the other delivered in an earlier round and left
+                    # behind: its key is still there until forgotten, and is that
+                    # delivery's (a request for the id would have forgotten it first).
+                    continue
                 if timer_id in chosen:  # decided once the batch's read tells which is live
                     queue.put_back(entry)
                     break

@@ -128,9 +128,20 @@ def run(steps: list[tuple[object, ...]], scan_holds: bool = False, behind: bool 
         serials = {t.id: model.delivered[-len(delivered) + i] for i, t in enumerate(delivered)}
         wheel.finish_tick(second, delivered, forget_taken_later=behind)
         if behind:
-            for t in taken:  # one-shot timers taken from the held ones: left behind
+            # One-shot timers taken from the held ones are left behind, up to BEHIND_MAX:
+            # past it the oldest left behind are forgotten to make room, and what still
+            # finds none is forgotten with its round.
+            taken_ids = {t.id for t in taken}
+            leaving = [t for t in delivered if t.id in taken_ids]
+            room = wheel_module.BEHIND_MAX - len(model.behind)
+            if model.behind and len(leaving) > room:
+                for timer_id in list(model.behind)[: len(leaving) - room]:
+                    del model.behind[timer_id]
+                room = wheel_module.BEHIND_MAX - len(model.behind)
+            for t in leaving[: max(room, 0)]:
                 model.behind[t.id] = (t.token, t.due, serials[t.id])
         assert wheel.behind == len(model.behind)
+        assert set(wheel._behind) == set(model.behind)
 
     def tick(second: int, budget: int) -> None:
         clock[0] = float(second)
@@ -249,6 +260,17 @@ def test_held_timers_go_out_as_the_model_says(
     run(steps, scan_holds, behind)
 
 
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_steps, st.booleans(), st.integers(1, 4))
+def test_held_timers_past_behind_max_go_out_as_the_model_says(
+    steps: list[tuple[object, ...]], scan_holds: bool, behind_max: int
+) -> None:
+    """With room for a few left behind: rounds make room by forgetting the oldest."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(wheel_module, "BEHIND_MAX", behind_max)
+        run(steps, scan_holds, behind=True)
+
+
 def _delivered_behind(n: int = 3) -> tuple[PartitionWheel, MemoryKV, list[Timer]]:
     """A wheel whose ``n`` held timers were delivered and left to forget."""
     kv = MemoryKV()
@@ -311,6 +333,19 @@ def test_a_round_over_behind_max_forgets_the_rest_at_once(monkeypatch: pytest.Mo
     wheel.finish_tick(START + 1, taken, forget_taken_later=True)
     assert wheel.behind == 2
     assert wheel.count_pending() == 2  # the other three forgotten with their round
+    # The next round makes room: the two left behind before are forgotten, its own stay.
+    for i in range(5, 7):
+        wheel.schedule(
+            Timer(id=f"h{i}", due=START + 2, topic=GATED, key=b"k", value=b"v", token="t1")
+        )
+    wheel.begin_tick(START + 2, hold=frozenset({GATED}))
+    taken = [t for t, _ in wheel.take_held(GATED, None)]
+    wheel.finish_tick(START + 2, taken, forget_taken_later=True)
+    assert sorted(wheel._behind) == ["h5", "h6"]
+    assert wheel.count_pending() == 2
+    assert wheel.forget_behind(10) == 2
+    assert wheel.count_pending() == 0
+    assert int(kv.get(WATERMARK) or b"0") == START + 2
 
 
 def test_timers_delivered_but_not_forgotten_are_not_listed_as_pending() -> None:
@@ -323,3 +358,17 @@ def test_timers_delivered_but_not_forgotten_are_not_listed_as_pending() -> None:
     assert len(list(wheel.scan_pending())) == 1
     wheel.forget_behind(10)
     assert [t.id for t in wheel.iter_pending()] == ["later"]
+
+
+def test_a_timer_held_twice_goes_out_once_when_the_first_is_left_behind() -> None:
+    """Found by the model: a request sent twice more for a held timer due already holds
+    it again each time; once one round delivered it and left it behind, the next
+    round found its key still there and delivered it a second time (no crash)."""
+    steps: list[tuple[object, ...]] = [
+        ("schedule", "a", 0, GATED, "t1"),
+        ("tick", 0, 0),
+        ("schedule", "a", 0, GATED, "t1"),
+        ("schedule", "a", 0, GATED, "t1"),
+        ("release", 1),
+    ]
+    run(steps, scan_holds=False, behind=True)
