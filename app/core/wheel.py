@@ -64,11 +64,13 @@ from app.core.keys import (
     bucket_floor,
     expiry_floor,
     expiry_key,
+    expiry_key_prefix,
     index_key,
     parse_expiry_key,
     parse_timer_key,
     paused_key,
     timer_key,
+    timer_key_prefix,
     timer_key_second,
 )
 from app.core.stored import (
@@ -774,16 +776,23 @@ class PartitionWheel:
         else:
             entries = kv.get_many([index_key(timer.id) for timer in fired]) if fired else []
         # And whether each one's expiry key exists (for the key counts), likewise: every
-        # one a terminal timer of this round would write is under the same second.
-        expires = self._now() + self._memory
-        expiry_keys = [expiry_key(expires, timer.id) for timer in fired]
+        # one a terminal timer of this round would write is under the same second, so
+        # its key prefix is formatted once, and each id is encoded once for its keys.
+        ids = [timer.id.encode() for timer in fired]
+        expiry_prefix = expiry_key_prefix(self._now() + self._memory)
+        expiry_keys = [expiry_prefix + id_bytes for id_bytes in ids]
         expiries = kv.get_many(expiry_keys) if fired else []
-        counts, paused, put, delete = self.counts, self._paused, kv.put, kv.delete
-        for timer, indexed, expiry, expiry_at in zip(
-            fired, entries, expiries, expiry_keys, strict=True
+        paused, put, delete = self._paused, kv.put, kv.delete
+        ended = remembered = 0
+        last_slot, slot_prefix = None, b""
+        for timer, id_bytes, indexed, expiry, expiry_at in zip(
+            fired, ids, entries, expiries, expiry_keys, strict=True
         ):
-            slot = slots.get((timer.id, timer.due), timer.due)
-            key = timer_key(slot, timer.id)
+            due = timer.due
+            slot = slots.get((timer.id, due), due) if slots else due
+            if slot != last_slot:  # a round's timers share one second, or a few
+                last_slot, slot_prefix = slot, timer_key_prefix(slot)
+            key = slot_prefix + id_bytes
             # Still the entry this occurrence was stored with, compared as bytes (the
             # entry is always written by _pending_entry): no decode per fired timer.
             current = settled or indexed == _pending_entry(slot, timer.token)
@@ -808,16 +817,19 @@ class PartitionWheel:
             if current:
                 # A one-shot timer, or a series that ended: terminal, remembered for the
                 # window under its version's due second, then expired. What _terminal
-                # does for an entry that was pending, inline: this runs once a timer.
-                timer_id = timer.id
-                if timer_id in paused:  # a paused timer's key goes with the timer
-                    self._unpause(timer_id)
-                counts.timers -= 1
-                counts.pending -= 2
-                counts.remembered += 1 if expiry is not None else 2
+                # does for an entry that was pending, inline: this runs once a timer
+                # (its key counts are added up after the loop).
+                if paused and timer.id in paused:  # a paused timer's key goes with it
+                    self._unpause(timer.id)
+                ended += 1
+                remembered += 1 if expiry is not None else 2
                 encoded = b"F%012d" % timer.version_due + timer.token.encode()
-                put(index_key(timer_id), encoded)
+                put(INDEX + id_bytes, encoded)
                 put(expiry_at, encoded)
+        counts = self.counts
+        counts.timers -= ended
+        counts.pending -= 2 * ended
+        counts.remembered += remembered
 
     # -- forgetting behind delivery (at-least-once mode) --------------------------------
 
