@@ -13,6 +13,12 @@ prefixes. Keys of one kind sort together, so each kind is one ordered range:
     expires. Sorted by expiry second, so forgetting is a range scan swept as ticks
     advance, like firing; the index entry goes only if it still equals the value (a
     reschedule since then changed it, and it must stay).
+``V<expiry:012d>\\0<first id>``
+    many fired ids forgotten at one expiry second, with the exact index entry each
+    expires (value: :func:`app.core.expiry_batch.pack`). The first id makes the key
+    unique; where it is taken, a zero byte more. What a round's fired timers write
+    instead of an ``X`` key each; swept like them. A release before these keys leaves
+    them in place: those ids stay remembered until a release that knows them sweeps.
 ``S<id>``
     timer ``id`` is paused by its owner (value empty): while the key is there, its
     occurrences wait when due (:meth:`app.core.wheel.PartitionWheel.pause`). Only for
@@ -41,6 +47,8 @@ __all__ = [
     "BOOKKEEPING",
     "CAUGHT_UP",
     "EXPIRY",
+    "EXPIRY_BATCH",
+    "EXPIRY_BATCH_END",
     "EXPIRY_END",
     "FAUST_OFFSET",
     "INDEX",
@@ -52,6 +60,8 @@ __all__ = [
     "REQUEST_OFFSET",
     "WATERMARK",
     "bucket_floor",
+    "expiry_batch_key",
+    "expiry_batch_second",
     "expiry_floor",
     "expiry_key",
     "expiry_key_prefix",
@@ -76,6 +86,10 @@ INDEX_END = b"J"
 EXPIRY = b"X"
 #: First key after every expiry key.
 EXPIRY_END = b"Y"
+#: Prefix of the expiry batches of fired ids.
+EXPIRY_BATCH = b"V"
+#: First key after every expiry batch (the watermark's key is past the range).
+EXPIRY_BATCH_END = b"W"
 #: Prefix of the keys of paused timers.
 PAUSED = b"S"
 #: First key after every paused timer's key.
@@ -150,3 +164,14 @@ def parse_expiry_key(key: bytes) -> tuple[int, str]:
 def expiry_floor(second: int) -> bytes:
     """The smallest expiry key for ``second`` (negative seconds clamp to 0)."""
     return b"X%012d" % max(second, 0)
+
+
+def expiry_batch_key(expiry: int, first_id: bytes) -> bytes:
+    """Key of a batch of ids forgotten at tick ``expiry`` whose first id (UTF-8) is
+    ``first_id``: sorts by expiry second."""
+    return b"V%012d\x00" % max(expiry, 0) + first_id
+
+
+def expiry_batch_second(key: bytes) -> int:
+    """The expiry second of an expiry batch's key."""
+    return int(key[1 : 1 + _SECOND_DIGITS])

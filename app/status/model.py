@@ -366,9 +366,10 @@ STORE_KEY_KINDS = ("pending", "remembered", "bookkeeping")
 def store_keys_summary(by_partition: Mapping[int, Mapping[str, int]]) -> dict[str, Any]:
     """The ``store_keys`` (totals by kind) and ``store_keys_by_partition`` of a snapshot.
 
-    Pending timers take two keys each (the timer and its index entry), remembered
-    (fired or cancelled) ids two (the index entry and its expiry key); bookkeeping is
-    a few per partition. Once every remembered id's window has passed, only pending
+    Pending timers take two keys each (the timer and its index entry); a cancelled id
+    two (its index entry and its expiry key), a fired id its index entry and a share of
+    an expiry batch (one key for up to 256, :mod:`app.core.expiry_batch`); bookkeeping
+    is a few per partition. Once every remembered id's window has passed, only pending
     timers and bookkeeping remain: state is O(pending), not O(history).
     """
     totals = dict.fromkeys(STORE_KEY_KINDS, 0)

@@ -121,7 +121,8 @@ class WorkerMetrics:
             "kafka_timers_store_keys",
             "Keys in a partition's store (RocksDB; the changelog holds the same minus the "
             "local ones), by kind: pending (a pending timer and its index entry), "
-            "remembered (a fired or cancelled id and its expiry key), bookkeeping.",
+            "remembered (a fired or cancelled id's index entry; a cancelled id's expiry "
+            "key; an expiry batch of up to 256 fired ids), bookkeeping.",
             ["partition", "kind"],
             registry=r,
         )

@@ -8,8 +8,21 @@ read back exactly as a recovering worker would.
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
-from app.core.keys import EXPIRY, EXPIRY_END, WATERMARK, index_key
+import pytest
+
+from app.core import expiry_batch
+from app.core.keys import (
+    EXPIRY,
+    EXPIRY_BATCH,
+    EXPIRY_BATCH_END,
+    EXPIRY_END,
+    INDEX,
+    INDEX_END,
+    WATERMARK,
+    index_key,
+)
 from app.core.timer import Cancel, Timer
 from app.core.wheel import CancelOutcome, KeyCounts, PartitionWheel, Scheduled
 from tests.support.memkv import MemoryKV
@@ -149,13 +162,29 @@ def test_the_sweep_is_bounded_per_tick_and_carries_on() -> None:
     wheel = wheel_on(kv, sweep_limit=1000)
     for i in range(2500):
         wheel.schedule(timer(f"t{i:04d}", 100))
+        wheel.cancel(Cancel(f"c{i:04d}", "tok"))  # in advance: an expiry key each
     tick(wheel, 100)
-    assert wheel.counts.remembered == 5000
+    batches = -(-2500 // expiry_batch.MAX_ENTRIES)
+    assert wheel.counts.remembered == 2 * 2500 + 2500 + batches
+    assert sum(1 for _ in kv.scan(EXPIRY_BATCH, EXPIRY_BATCH_END)) == batches
+
+    def remembered_ids() -> int:
+        return sum(1 for _ in kv.scan(INDEX, INDEX_END))
+
+    # The cancels expire first (remembered from the clock's 50, not the tick's 100): a
+    # thousand keys a tick.
+    tick(wheel, 50 + WINDOW)
+    assert remembered_ids() == 4000
+    tick(wheel, 51 + WINDOW)
+    tick(wheel, 52 + WINDOW)
+    assert sum(1 for _ in kv.scan(EXPIRY, EXPIRY_END)) == 0
+    assert remembered_ids() == 2500
+    # Then the fired ids, by whole batches: at least the budget, less than a batch more.
     tick(wheel, 100 + WINDOW)
-    assert sum(1 for _ in kv.scan(EXPIRY, EXPIRY_END)) == 1500
+    assert 1000 <= 2500 - remembered_ids() < 1000 + expiry_batch.MAX_ENTRIES
     tick(wheel, 101 + WINDOW)
     tick(wheel, 102 + WINDOW)
-    assert sum(1 for _ in kv.scan(EXPIRY, EXPIRY_END)) == 0
+    assert remembered_ids() == 0
     assert set(kv.data) == {WATERMARK}
     assert wheel.counts == KeyCounts()
 
@@ -172,9 +201,85 @@ def test_a_restarted_wheel_sweeps_what_its_predecessor_left() -> None:
     assert kv.get(index_key("a")) is None
 
 
-def test_key_counts_stay_exact_through_any_sequence() -> None:
-    rng = random.Random(7)
+class DeferringKV(MemoryKV):
+    """A store whose writes can be held back, as the worker's are within a unit of work
+    (:meth:`app.worker.partition_store.ChangeloggedKV.defer_local_writes`): reads by key
+    see them, scans do not until they are applied."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._deferred: dict[bytes, bytes | None] | None = None
+
+    def defer(self) -> None:
+        self._deferred = {}
+
+    def apply(self) -> None:
+        deferred, self._deferred = self._deferred or {}, None
+        for key, value in deferred.items():
+            if value is None:
+                super().delete(key)
+            else:
+                super().put(key, value)
+
+    def get(self, key: bytes) -> bytes | None:
+        if self._deferred is not None and key in self._deferred:
+            return self._deferred[key]
+        return super().get(key)
+
+    def get_many(self, keys: Sequence[bytes]) -> list[bytes | None]:
+        return [self.get(key) for key in keys]
+
+    def put(self, key: bytes, value: bytes) -> None:
+        if self._deferred is None:
+            super().put(key, value)
+        else:
+            self._deferred[key] = value
+
+    def delete(self, key: bytes) -> None:
+        if self._deferred is None:
+            super().delete(key)
+        else:
+            self._deferred[key] = None
+
+
+def test_a_batch_written_in_the_unit_that_sweeps_is_swept_when_it_expires() -> None:
+    # The tick that fires a timer writes its expiry batch and then sweeps, in one unit:
+    # the sweep's scan cannot see the batch, and must not conclude there is none.
+    kv = DeferringKV()
+    wheel = wheel_on(kv)
+    wheel.schedule(timer("a", 100))
+    for second in (100, 101, 100 + WINDOW):
+        kv.defer()
+        tick(wheel, second)
+        kv.apply()
+    assert wheel.lookup("a") is None
+    assert set(kv.data) == {WATERMARK}
+    assert wheel.counts == KeyCounts()
+
+
+def test_a_batch_never_replaces_one_under_the_same_key() -> None:
+    # Two batches of one expiry second whose first id is the same (that id ended twice
+    # in one second, as two release rounds of a tick second can make it): both are kept,
+    # so neither's ids escape the sweep, and both are swept.
     kv = MemoryKV()
+    wheel = wheel_on(kv)
+    wheel.schedule(timer("a", 100))
+    wheel.schedule(timer("b", 100))
+    tick(wheel, 100)
+    entry = kv.get(index_key("a"))
+    assert entry is not None
+    wheel.counts.remembered += wheel._put_expiry_batches([(b"a", entry), (b"c", b"F1")])
+    assert sum(1 for _ in kv.scan(EXPIRY_BATCH, EXPIRY_BATCH_END)) == 2
+    assert_counts_match(wheel, kv)
+    tick(wheel, 100 + WINDOW)
+    assert set(kv.data) == {WATERMARK}
+    assert wheel.counts == KeyCounts()
+
+
+@pytest.mark.parametrize("deferred", [False, True], ids=["direct", "deferred-writes"])
+def test_key_counts_stay_exact_through_any_sequence(deferred: bool) -> None:
+    rng = random.Random(7)
+    kv = DeferringKV()
     wheel = wheel_on(kv, sweep_limit=7)
     second = 100
     ids = [f"id{i}" for i in range(40)]
@@ -203,7 +308,10 @@ def test_key_counts_stay_exact_through_any_sequence() -> None:
                 t = timer(timer_id, second + rng.randint(0, 50), "d")
                 if wheel.schedule(t).outcome is Scheduled.FIRE_NOW:
                     wheel.mark_fired(t)
+            if deferred:  # the worker's unit of work: the forgetting, then the sweep
+                kv.defer()
             wheel.finish_tick(second, due)
+            kv.apply()
         if step % 97 == 0:
             assert_counts_match(wheel, kv)
     assert_counts_match(wheel, kv)
