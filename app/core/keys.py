@@ -64,7 +64,6 @@ __all__ = [
     "expiry_batch_second",
     "expiry_floor",
     "expiry_key",
-    "expiry_key_prefix",
     "index_key",
     "parse_expiry_key",
     "parse_timer_key",
@@ -149,11 +148,6 @@ def paused_key(timer_id: str) -> bytes:
 def expiry_key(expiry: int, timer_id: str) -> bytes:
     """Key that forgets ``timer_id`` at tick ``expiry``: sorts by expiry second, then id."""
     return b"X%012d\x00" % max(expiry, 0) + timer_id.encode()
-
-
-def expiry_key_prefix(expiry: int) -> bytes:
-    """What every :func:`expiry_key` of ``expiry`` starts with (the id's bytes follow)."""
-    return b"X%012d\x00" % max(expiry, 0)
 
 
 def parse_expiry_key(key: bytes) -> tuple[int, str]:

@@ -648,14 +648,12 @@ class PartitionWheel:
         about ``sweep_limit`` ids a tick (a batch is taken whole), the rest on the next."""
         budget = self._sweep_limit
         expired = list(islice(self._kv.scan(self._sweep_from, expiry_floor(second + 1)), budget))
-        for key, value in expired:
+        for key, _ in expired:
             self._kv.delete(key)
-            self.counts.remembered -= 1
-            index = index_key(parse_expiry_key(key)[1])
-            if self._kv.get(index) == value:
-                self._kv.delete(index)
-                self.counts.remembered -= 1
-                self.counts.in_advance -= value.startswith(_IN_ADVANCE_PREFIX)
+        self.counts.remembered -= len(expired)
+        self._expire_index_entries(
+            [(index_key(parse_expiry_key(key)[1]), value) for key, value in expired]
+        )
         if expired:
             self._sweep_from = expired[-1][0] + b"\x00"
         budget -= len(expired)
@@ -665,8 +663,7 @@ class PartitionWheel:
 
     def _sweep_batches(self, second: int, budget: int) -> None:
         """The expiry batches' share of :meth:`_sweep`: whole batches until ``budget`` ids
-        are taken; each batch's index entries are read with one multi-get, and each is
-        removed only if it still equals the batch's."""
+        are taken, their index entries expired as an expiry key's are."""
         kv = self._kv
         counts = self.counts
         expired: list[tuple[bytes, list[expiry_batch.Entry]]] = []
@@ -683,21 +680,29 @@ class PartitionWheel:
                 continue
             expired.append((key, entries))
             budget -= len(entries)
-        for key, entries in expired:
+        for key, _ in expired:
             kv.delete(key)
-            counts.remembered -= 1
-            index_keys = [INDEX + id_bytes for id_bytes, _ in entries]
-            removed: set[bytes] = set()
-            for (_, entry), index, current in zip(
-                entries, index_keys, kv.get_many(index_keys), strict=True
-            ):
-                # The same id twice in a batch (two versions ended in one second): its
-                # entry goes once, if it is the newer's.
-                if current == entry and index not in removed:
-                    removed.add(index)
-                    kv.delete(index)
-                    counts.remembered -= 1
-                    counts.in_advance -= entry.startswith(_IN_ADVANCE_PREFIX)
+        counts.remembered -= len(expired)
+        self._expire_index_entries(
+            [(INDEX + id_bytes, entry) for _, entries in expired for id_bytes, entry in entries]
+        )
+
+    def _expire_index_entries(self, expired: Sequence[tuple[bytes, bytes]]) -> None:
+        """Remove each index entry named in ``expired`` (its key, the entry an expiry key or
+        batch expires) that still equals that entry: a newer version since then keeps
+        its own. One multi-get for all of them; an id named twice (two versions ended in
+        one second, or the same entry remembered twice) goes once."""
+        if not expired:
+            return
+        kv, counts = self._kv, self.counts
+        removed: set[bytes] = set()
+        currents = kv.get_many([index for index, _ in expired])
+        for (index, entry), current in zip(expired, currents, strict=True):
+            if current == entry and index not in removed:
+                removed.add(index)
+                kv.delete(index)
+                counts.remembered -= 1
+                counts.in_advance -= entry.startswith(_IN_ADVANCE_PREFIX)
 
     # -- ticks ------------------------------------------------------------------
 
