@@ -129,10 +129,21 @@ TAKE_BATCH = 1000
 #: Most delivered held timers one partition leaves to forget later
 #: (:meth:`PartitionWheel.forget_behind`); past it a round forgets its own at once.
 #: Each is its id, token, topic and seconds, never its payload: about 0.4 KB (measured
-#: with tracemalloc), so 50,000 are about 20 MB. They bound how many callbacks a crash
-#: in the middle of a limited backlog delivers a second time (at least once), as one
-#: round's timers do for a tick; a revocation or an orderly stop forgets them first.
-BEHIND_MAX = 50_000
+#: with tracemalloc: 143 B of tuple, dict and deque, the rest the strings it keeps), so
+#: 150,000 are about 60 MB. They bound how many callbacks a crash in the middle of a
+#: limited backlog delivers a second time (at least once), as one round's timers do for
+#: a tick; a revocation or an orderly stop forgets them first.
+#:
+#: Why 150,000: the same burst with no limit is one round whose timers (payloads
+#: included, about 1 KB each: a worker peaked at 843 MB for its 500,000 of a million)
+#: are all in memory until delivered, and are delivered again by a crash before they
+#: are forgotten; a limited burst of up to 150,000 a partition costs less of both. At
+#: 50,000, a million due at once to a topic limited to 50,000/s (125,000 a partition)
+#: reached the cap 11 s in, and from then each round forgot its own inside the
+#: delivery: 26,443 and 26,389/s; at 150,000, 36,409 and 33,195/s with the workers'
+#: peak RSS unchanged (323-350 MB), the forgetting after the last callback (19-21 s)
+#: instead (docs/performance.md, "Room to forget a million later").
+BEHIND_MAX = 150_000
 #: How an index entry of a cancel in advance starts: cancelled, due second 0.
 _IN_ADVANCE_PREFIX = b"C%012d" % 0
 
