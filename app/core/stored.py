@@ -357,7 +357,10 @@ def unpack_timer(data: bytes) -> Timer:
                 (cron or b"").decode(), (tz or b"").decode(), None, start_at, end_at, most
             )
         if flags:
-            late = LatePolicy(skip_ms if flags & 1 else None, _CATCH_UPS[flags >> 1 & 3])
+            code = flags >> 1 & 3
+            if code not in _CATCH_UPS:  # bytes no pack_timer wrote: refused, never misread
+                raise ValueError(f"stored timer has unknown catch-up code {code}")
+            late = LatePolicy(skip_ms if flags & 1 else None, _CATCH_UPS[code])
     if pos < len(data):  # the spread extension: the head is the fire second
         spread, offset = _SPREAD.unpack_from(data, pos)
         due -= offset
