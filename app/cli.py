@@ -185,6 +185,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
         loglevel=args.loglevel,
         quiet=True,
         stop_grace=settings.stop_grace_seconds,
+        on_stop=worker_app.service.begin_stopping,
     )
     probe.close()  # the worker's own server takes the metrics port over at once
     serve_metrics(

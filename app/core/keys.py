@@ -19,6 +19,15 @@ prefixes. Keys of one kind sort together, so each kind is one ordered range:
     unique; where it is taken, a zero byte more. What a round's fired timers write
     instead of an ``X`` key each; swept like them. A release before these keys leaves
     them in place: those ids stay remembered until a release that knows them sweeps.
+``L<seq:012d>``
+    timers a rate-limited topic's round delivered and left to forget later, up to 256
+    (value: :func:`app.core.expiry_batch.pack` of each id with the pending index entry
+    it was delivered as). Numbered in the order rounds wrote them. A reload (a restart,
+    the next owner) finds them, so a stop or a crash does not deliver those timers
+    again; the key goes once every one of them is forgotten
+    (:meth:`app.core.wheel.PartitionWheel.forget_behind`). A release before these keys
+    ignores them: it delivers those timers again (at least once), and the keys stay
+    until a release that knows them loads them.
 ``S<id>``
     timer ``id`` is paused by its owner (value empty): while the key is there, its
     occurrences wait when due (:meth:`app.core.wheel.PartitionWheel.pause`). Only for
@@ -46,6 +55,8 @@ from __future__ import annotations
 __all__ = [
     "BOOKKEEPING",
     "CAUGHT_UP",
+    "DELIVERED",
+    "DELIVERED_END",
     "EXPIRY",
     "EXPIRY_BATCH",
     "EXPIRY_BATCH_END",
@@ -60,6 +71,8 @@ __all__ = [
     "REQUEST_OFFSET",
     "WATERMARK",
     "bucket_floor",
+    "delivered_batch_key",
+    "delivered_batch_seq",
     "expiry_batch_key",
     "expiry_batch_second",
     "expiry_floor",
@@ -85,6 +98,10 @@ INDEX_END = b"J"
 EXPIRY = b"X"
 #: First key after every expiry key.
 EXPIRY_END = b"Y"
+#: Prefix of batches of timers delivered and left to forget.
+DELIVERED = b"L"
+#: First key after every such batch.
+DELIVERED_END = b"M"
 #: Prefix of the expiry batches of fired ids.
 EXPIRY_BATCH = b"V"
 #: First key after every expiry batch (the watermark's key is past the range).
@@ -164,6 +181,16 @@ def expiry_batch_key(expiry: int, first_id: bytes) -> bytes:
     """Key of a batch of ids forgotten at tick ``expiry`` whose first id (UTF-8) is
     ``first_id``: sorts by expiry second."""
     return b"V%012d\x00" % max(expiry, 0) + first_id
+
+
+def delivered_batch_key(seq: int) -> bytes:
+    """Key of the ``seq``-th batch of timers delivered and left to forget: in write order."""
+    return b"L%012d" % seq
+
+
+def delivered_batch_seq(key: bytes) -> int:
+    """The number of a batch from its key (``ValueError`` if it is not one)."""
+    return int(key[1:])
 
 
 def expiry_batch_second(key: bytes) -> int:

@@ -43,6 +43,7 @@ Faust RocksDB table and its changelog, and the unit tests use an in-memory store
 
 from __future__ import annotations
 
+import struct
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -56,6 +57,8 @@ from app.core import expiry_batch
 from app.core.forecast import PartitionForecast
 from app.core.held import HeldEntry, HeldQueue
 from app.core.keys import (
+    DELIVERED,
+    DELIVERED_END,
     EXPIRY,
     EXPIRY_BATCH,
     EXPIRY_BATCH_END,
@@ -68,6 +71,8 @@ from app.core.keys import (
     PENDING_END,
     WATERMARK,
     bucket_floor,
+    delivered_batch_key,
+    delivered_batch_seq,
     expiry_batch_key,
     expiry_batch_second,
     expiry_floor,
@@ -130,14 +135,14 @@ TAKE_BATCH = 1000
 #: (:meth:`PartitionWheel.forget_behind`); past it a round forgets its own at once.
 #: Each is its id, token, topic and seconds, never its payload: about 0.4 KB (measured
 #: with tracemalloc: 143 B of tuple, dict and deque, the rest the strings it keeps), so
-#: 150,000 are about 60 MB. They bound how many callbacks a crash in the middle of a
-#: limited backlog delivers a second time (at least once), as one round's timers do for
-#: a tick; a revocation or an orderly stop forgets them first.
+#: 150,000 are about 60 MB. They are recorded in the store as delivered (``L`` keys,
+#: :meth:`PartitionWheel._record_behind`), so a restart, a rebalance or the next owner
+#: forgets them rather than delivering them again: the cap bounds memory only.
 #:
 #: Why 150,000: the same burst with no limit is one round whose timers (payloads
 #: included, about 1 KB each: a worker peaked at 843 MB for its 500,000 of a million)
-#: are all in memory until delivered, and are delivered again by a crash before they
-#: are forgotten; a limited burst of up to 150,000 a partition costs less of both. At
+#: are all in memory until delivered; a limited burst of up to 150,000 a partition
+#: costs less. At
 #: 50,000, a million due at once to a topic limited to 50,000/s (125,000 a partition)
 #: reached the cap 11 s in, and from then each round forgot its own inside the
 #: delivery: 26,443 and 26,389/s; at 150,000, 36,409 and 33,195/s with the workers'
@@ -271,6 +276,8 @@ class _Behind(NamedTuple):
     topic: str
     version_due: int
     slot: int
+    #: The key of the batch (``L``) that records it in the store, until it is forgotten.
+    batch: bytes
 
 
 #: A held timer taken to be delivered (:meth:`PartitionWheel.take_held`), and when it was
@@ -350,6 +357,14 @@ class PartitionWheel:
         self._behind_order: deque[str] = deque()
         #: How many of them each slot holds (the watermark stays below the oldest).
         self._behind_slots: dict[int, int] = {}
+        #: The store's batches (``L`` keys) recording them, with how many of each are
+        #: not forgotten yet: a batch's key goes with its last one.
+        self._batch_left: dict[bytes, int] = {}
+        #: The number of the next such batch (they are numbered in write order).
+        self._next_delivered = 0
+        #: Batches a reload found with none of their timers left behind: deleted by the
+        #: next round (a reload writes nothing).
+        self._stale_delivered: list[bytes] = []
         #: Ids paused by their owners: their ``S`` keys, read by :meth:`recount`.
         self._paused: set[str] = set()
         #: Paused timers that came due, by id: pending in the store and kept above the
@@ -741,8 +756,10 @@ class PartitionWheel:
         slots: dict[tuple[str, int], int] = {}
         series: set[str] = set()
         series_stored: dict[str, bytes] = {}
-        held, order = self._held, self._held_order
+        held, order, behind = self._held, self._held_order, self._behind
         for key, value in self._kv.scan(bucket_floor(start), bucket_floor(second + 1)):
+            if behind and parse_timer_key(key)[1] in behind:
+                continue  # delivered already (a reload's rescan): forgotten later
             if hold and (topic := stored_topic(value)) in hold:
                 slot, timer_id = parse_timer_key(key)
                 queue = held.get(topic)  # _held_queue inline: this runs for every timer held
@@ -792,6 +809,10 @@ class PartitionWheel:
         """
         if forget_taken_later and self._taken_ids:
             fired = self._leave_behind(fired)
+        if self._stale_delivered:
+            for key in self._stale_delivered:
+                self._kv.delete(key)
+            self._stale_delivered = []
         self._forget(fired, self._slots, successors, second)
         self._sweep(second)
         if self.forecast is not None:
@@ -946,27 +967,57 @@ class PartitionWheel:
         if room <= 0:
             return fired
         now: list[Timer] = []
-        order, slot_counts, slots = self._behind_order, self._behind_slots, self._slots
-        new = tuple.__new__  # a _Behind without its Python-level constructor: one a timer
+        leaving: list[Timer] = []
         for timer in fired:
-            timer_id = timer.id
-            if room > 0 and timer_id in taken and timer.recurrence is None:
-                due = timer.due  # a one-shot timer's version_due
-                slot = slots.get((timer_id, due), due) if slots else due
-                behind[timer_id] = new(
-                    _Behind, (timer_id, due, timer.token, timer.topic, due, slot)
-                )
-                order.append(timer_id)
-                slot_counts[slot] = slot_counts.get(slot, 0) + 1
+            if room > 0 and timer.id in taken and timer.recurrence is None:
+                leaving.append(timer)
                 room -= 1
             else:
                 now.append(timer)
+        if leaving:
+            self._record_behind(leaving)
         return now
+
+    def _record_behind(self, leaving: list[Timer]) -> None:
+        """Leave ``leaving`` (one-shot timers just delivered) to be forgotten later, and
+        record them in the store, in batches of up to 256 (``L`` keys, in write order):
+        a reload finds them there (:meth:`_load_behind`), so neither a stop nor a crash
+        after this round's unit delivers them again. About a microsecond a timer, where
+        forgetting one costs 15-25."""
+        behind, order = self._behind, self._behind_order
+        slot_counts, slots = self._behind_slots, self._slots
+        new = tuple.__new__  # a _Behind without its Python-level constructor: one a timer
+        put, batch_left = self._kv.put, self._batch_left
+        recorded: list[expiry_batch.Entry] = []
+        for timer in leaving:
+            due = timer.due  # a one-shot timer's version_due
+            slot = slots.get((timer.id, due), due) if slots else due
+            recorded.append((timer.id.encode(), _pending_entry(slot, timer.token)))
+        at = 0
+        for chunk in expiry_batch.chunks(recorded):
+            key = delivered_batch_key(self._next_delivered)
+            self._next_delivered += 1
+            put(key, expiry_batch.pack(chunk))
+            batch_left[key] = len(chunk)
+            for timer in leaving[at : at + len(chunk)]:
+                timer_id, due = timer.id, timer.due
+                slot = slots.get((timer_id, due), due) if slots else due
+                behind[timer_id] = new(
+                    _Behind, (timer_id, due, timer.token, timer.topic, due, slot, key)
+                )
+                order.append(timer_id)
+                slot_counts[slot] = slot_counts.get(slot, 0) + 1
+            at += len(chunk)
 
     @property
     def behind(self) -> int:
         """Delivered held timers not yet forgotten (:meth:`forget_behind`)."""
         return len(self._behind)
+
+    @property
+    def delivered_batches(self) -> int:
+        """Store keys recording timers delivered and left behind (``L``): bookkeeping."""
+        return len(self._batch_left) + len(self._stale_delivered)
 
     def forget_behind(self, n: int) -> int:
         """Forget up to ``n`` of the delivered timers left behind, oldest first; return
@@ -1002,7 +1053,7 @@ class PartitionWheel:
     def _forget_entries(self, batch: list[_Behind]) -> None:
         if not batch:
             return
-        slot_counts = self._behind_slots
+        slot_counts, batch_left = self._behind_slots, self._batch_left
         slots: dict[tuple[str, int], int] = {}
         for entry in batch:
             left = slot_counts[entry.slot] - 1
@@ -1012,6 +1063,12 @@ class PartitionWheel:
                 del slot_counts[entry.slot]
             if entry.slot != entry.due:
                 slots[(entry.id, entry.due)] = entry.slot
+            left = batch_left[entry.batch] - 1
+            if left:
+                batch_left[entry.batch] = left
+            else:  # the last of its batch: the record goes with it, in the same unit
+                del batch_left[entry.batch]
+                self._kv.delete(entry.batch)
         self._forget(batch, slots, None, self._now(), settled=True)
 
     def _settle(self, timer_id: str) -> None:
@@ -1032,7 +1089,9 @@ class PartitionWheel:
         if self._held or self._taken or self._behind:
             self._held = {}
             self.fired_through = self._persisted_through
-            self._drop_behind()
+            # What earlier rounds delivered and recorded stays delivered: read back
+            # from their records, as a reload would, and skipped by the rescan.
+            self._load_behind()
         self._end_round()
 
     # -- gates: due timers held back (app.worker.topic_gates) ---------------------------
@@ -1163,6 +1222,63 @@ class PartitionWheel:
         self._behind = {}
         self._behind_order = deque()
         self._behind_slots = {}
+        self._batch_left = {}
+
+    def _load_behind(self) -> None:
+        """Read back what earlier rounds delivered and left to forget (``L`` batches,
+        :meth:`_record_behind`), oldest first: each timer whose index entry is still the
+        pending one it was delivered as, and whose key is still there, is left behind
+        again (to be forgotten, never delivered again); the rest were forgotten (or
+        replaced) since. A batch that is not one (a foreign write) is left alone.
+
+        A record names each timer by the pending index entry it was delivered as (its
+        second and token), so a version stored since is not taken for it: a request
+        with the same token and second is a duplicate while the fired entry is
+        remembered (the memory window, a week), and a record's batch goes once its
+        last timer is forgotten, seconds after the round in a running worker."""
+        self._drop_behind()
+        self._stale_delivered = []
+        kv = self._kv
+        behind, order, slot_counts = self._behind, self._behind_order, self._behind_slots
+        last = -1
+        for key, value in kv.scan(DELIVERED, DELIVERED_END):
+            try:
+                seq = delivered_batch_seq(key)
+                recorded = expiry_batch.unpack(value)
+                slots = [_IndexEntry.decode(entry).due for _, entry in recorded]
+            except ValueError:
+                continue
+            last = max(last, seq)
+            entries = kv.get_many([INDEX + timer_id for timer_id, _ in recorded])
+            keys = [
+                timer_key_prefix(slot) + timer_id
+                for (timer_id, _), slot in zip(recorded, slots, strict=True)
+            ]
+            values = kv.get_many(keys)
+            live = 0
+            for (_, entry), slot, current, raw in zip(
+                recorded, slots, entries, values, strict=True
+            ):
+                if current != entry or raw is None:
+                    continue  # forgotten, or replaced, since
+                try:
+                    timer = unpack_timer(raw)
+                except (ValueError, struct.error):
+                    continue  # the rescan meets it as any pending timer
+                timer_id = timer.id
+                if timer_id in behind:
+                    continue
+                behind[timer_id] = _Behind(
+                    timer_id, timer.due, timer.token, timer.topic, timer.due, slot, key
+                )
+                order.append(timer_id)
+                slot_counts[slot] = slot_counts.get(slot, 0) + 1
+                live += 1
+            if live:
+                self._batch_left[key] = live
+            else:
+                self._stale_delivered.append(key)
+        self._next_delivered = max(self._next_delivered, last + 1)
 
     def held_topics(self) -> list[str]:
         """Callback topics this partition holds timers of."""
@@ -1257,6 +1373,7 @@ class PartitionWheel:
         self._paused = {key[1:].decode() for key, _ in self._kv.scan(PAUSED, PAUSED_END)}
         self._parked = {}
         self._parked_floor = None
+        self._load_behind()
         self.counts = KeyCounts(
             timers=timers,
             pending=timers + pending_index + len(self._paused),

@@ -389,12 +389,13 @@ def build_worker(
 
     @app.on_before_shutdown.connect  # type: ignore[arg-type]
     async def forget_before_stopping(app: faust.App, **_: Any) -> None:
-        # Faust stops without revoking: what rate-limited rounds delivered and left to
-        # forget is forgotten now, or the next owner would deliver it again.
+        # Faust stops without revoking: the records of what rate-limited rounds
+        # delivered and left to forget are made durable now, so that the next owner
+        # reads them back (and forgets those timers) instead of delivering them again.
         try:
             await service.forget_all_behind()
         except Exception:  # the stop goes on: the worst case is a duplicate
-            log.exception("forgetting delivered timers before stopping failed")
+            log.exception("recording delivered timers before stopping failed")
 
     @app.on_rebalance_complete.connect  # type: ignore[arg-type]
     async def on_rebalance_complete(app: faust.App, **_: Any) -> None:

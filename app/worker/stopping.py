@@ -19,6 +19,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import faust
@@ -42,8 +43,18 @@ EXIT_MARGIN_SECONDS = 0.5
 class TimersWorker(faust.Worker):  # type: ignore[misc]
     """Faust's worker, with a bounded stop and a bounded log, and no terminal spinner."""
 
-    def __init__(self, *args: Any, stop_grace: float = DEFAULT_STOP_GRACE_SECONDS, **kw: Any):
+    def __init__(
+        self,
+        *args: Any,
+        stop_grace: float = DEFAULT_STOP_GRACE_SECONDS,
+        on_stop: Callable[[], None] | None = None,
+        **kw: Any,
+    ):
         super().__init__(*args, **kw)
+        #: Called once, when the first stop signal arrives (on the event loop), before
+        #: Faust begins stopping its services: the timer service then starts no new
+        #: round (:meth:`app.worker.service.TimerService.begin_stopping`).
+        self._on_stop = on_stop
         # Faust's spinner turns once per log record of any level: at --loglevel warning
         # or above it puts the root logger at DEBUG (so that it has records to turn on)
         # and each library's debug call then builds, formats and filters a record that
@@ -59,6 +70,11 @@ class TimersWorker(faust.Worker):  # type: ignore[misc]
         install_repeat_filter(logger)
 
     def _schedule_shutdown(self, signum: signal.Signals) -> None:
+        if self._watchdog is None and self._on_stop is not None:
+            try:
+                self._on_stop()
+            except Exception:  # the stop goes on whatever the hook does
+                log.exception("preparing the timer service to stop failed")
         if self._watchdog is None:
             fire_in = self._stop_grace - min(EXIT_MARGIN_SECONDS, self._stop_grace / 10)
             self._watchdog = threading.Timer(fire_in, self._out_of_grace, [signum])

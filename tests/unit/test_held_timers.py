@@ -3,8 +3,11 @@ scheduled, replaced, cancelled, paused, resumed, held, released in small budgets
 reloaded, each delivered timer is the current pending version of its id, due by then and
 not paused, and every one still pending at the end goes out once, once resumed.
 With forgetting left behind delivery (at-least-once mode: ``forget_taken_later`` and
-:meth:`PartitionWheel.forget_behind`), the same holds, except that a reload delivers again
-what was delivered but not yet forgotten, and nothing else twice.
+:meth:`PartitionWheel.forget_behind`), the same holds, and a reload delivers nothing
+twice: what was delivered but not yet forgotten is recorded in the store (``L``
+batches) and found there again, still to be forgotten. (The store here keeps every
+write; a real crash loses what its last unit had not flushed, which may include a
+round's record: that round's timers are then delivered again, at least once.)
 
 The wheel reads held timers back from the store with one read each (no index check:
 :meth:`PartitionWheel.take_held`); this is what makes that safe, whether a tick's scan
@@ -22,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.core import wheel as wheel_module
-from app.core.keys import WATERMARK, index_key
+from app.core.keys import DELIVERED, DELIVERED_END, WATERMARK, index_key
 from app.core.timer import Cancel, Timer
 from app.core.wheel import PartitionWheel, PauseOutcome, Scheduled, _pending_entry
 from tests.support.memkv import MemoryKV
@@ -64,20 +67,13 @@ class Model:
         self.delivered: list[int] = []
         #: Delivered, their forgetting left behind: id -> (token, due, serial).
         self.behind: dict[str, tuple[str, int, int]] = {}
-        #: Serials a reload may deliver a second time (they were left behind).
-        self.again: set[int] = set()
 
     def touched(self, timer_id: str) -> None:
         """A request named ``timer_id``: the wheel forgets it first if it was behind."""
         self.behind.pop(timer_id, None)
 
     def reloaded(self) -> None:
-        """What was left behind is pending again, to be delivered a second time."""
-        for timer_id, (token, due, serial) in self.behind.items():
-            self.pending[timer_id] = (token, due)
-            self.accepted[timer_id] = serial
-            self.again.add(serial)
-        self.behind = {}
+        """What was left behind stays behind: a reload reads it back from its records."""
 
     def deliver(self, timers: list[Timer], second: int) -> None:
         for t in timers:
@@ -228,6 +224,7 @@ def run(steps: list[tuple[object, ...]], scan_holds: bool = False, behind: bool 
         else:  # a restart: held timers are below the persisted watermark, scanned again
             wheel = load()
             model.reloaded()
+            assert list(wheel._behind) == list(model.behind)  # oldest first, as before
         assert_behind_still_pending(wheel, kv)
     # Every pause is lifted and the gate opens: everything still pending goes out, once.
     for tid in sorted(model.paused):
@@ -245,9 +242,12 @@ def run(steps: list[tuple[object, ...]], scan_holds: bool = False, behind: bool 
     assert wheel.behind == 0
     assert model.pending == {}, model.pending
     twice = [serial for serial, n in Counter(model.delivered).items() if n > 1]
-    assert set(twice) <= model.again, (twice, model.again)  # only what a reload found behind
-    # Everything delivered is forgotten: no timer key left, the key counts exact.
+    assert not twice, twice  # a reload found what was left behind, and kept it behind
+    # Everything delivered is forgotten: no timer key left, no record of one left
+    # behind, the key counts exact.
     assert wheel.count_pending() == 0
+    assert wheel.delivered_batches == 0
+    assert not list(kv.scan(DELIVERED, DELIVERED_END))
     counted = dataclasses.replace(wheel.counts)
     assert wheel.recount() == counted
 
@@ -372,3 +372,74 @@ def test_a_timer_held_twice_goes_out_once_when_the_first_is_left_behind() -> Non
         ("release", 1),
     ]
     run(steps, scan_holds=False, behind=True)
+
+
+def test_a_reload_reads_back_what_was_left_behind_and_delivers_none_of_it() -> None:
+    """A restart (or the next owner) before the forgetting: the ``L`` records say which
+    timers were delivered, so the rescan skips them and they are forgotten, not sent."""
+    _, kv, timers = _delivered_behind(3)
+    assert len(list(kv.scan(DELIVERED, DELIVERED_END))) == 1  # one batch for the round
+    reloaded = PartitionWheel(kv, clock=lambda: float(START + 5))
+    reloaded.recount()
+    assert list(reloaded._behind) == [t.id for t in timers]
+    assert reloaded.begin_tick(START + 5, hold=frozenset({GATED})) == []
+    assert not reloaded.holding  # skipped, not held again for delivery
+    reloaded.finish_tick(START + 5, [])
+    assert reloaded.forget_behind(2) == 2
+    assert reloaded.delivered_batches == 1  # its last one is still to forget
+    assert reloaded.forget_behind(10) == 1
+    assert reloaded.delivered_batches == 0
+    assert not list(kv.scan(DELIVERED, DELIVERED_END))
+    assert reloaded.count_pending() == 0
+    assert reloaded.lookup(timers[0].id) == ("fired", START + 1, "t1")
+
+
+def test_a_version_stored_since_a_record_is_delivered_after_a_reload() -> None:
+    """A record names the version it delivered (its pending index entry): one forgotten
+    and then scheduled anew is a new timer, delivered when due, not taken as behind."""
+    wheel, kv, timers = _delivered_behind(2)
+    later = Timer(id=timers[0].id, due=START + 9, topic=GATED, key=b"k", value=b"v", token="t2")
+    assert wheel.schedule(later).outcome is Scheduled.STORED  # the old one forgotten first
+    assert wheel.behind == 1 and wheel.delivered_batches == 1
+    reloaded = PartitionWheel(kv, clock=lambda: float(START + 9))
+    reloaded.recount()
+    assert list(reloaded._behind) == [timers[1].id]
+    assert reloaded.begin_tick(START + 9, hold=frozenset({GATED})) == []
+    assert [t.token for t, _ in reloaded.take_held(GATED, None)] == ["t2"]
+
+
+def test_an_aborted_round_keeps_what_earlier_rounds_delivered() -> None:
+    """A failed flush rescans from the persisted watermark: what earlier rounds
+    delivered (and recorded) is not held for delivery again."""
+    wheel, _, _ = _delivered_behind(3)
+    wheel.abort_tick()
+    assert wheel.behind == 3
+    assert wheel.begin_tick(START + 2, hold=frozenset({GATED})) == []
+    assert not wheel.holding
+
+
+def test_records_of_long_ids_are_cut_by_size() -> None:
+    """A round's record is at most about 64 KB (ids may be up to 1 KB): more batches."""
+    kv = MemoryKV()
+    wheel = PartitionWheel(kv, clock=lambda: float(START))
+    for i in range(200):
+        wheel.schedule(
+            Timer(id=f"{i:04}" + "x" * 996, due=START + 1, topic=GATED, key=b"k", value=b"v")
+        )
+    wheel.begin_tick(START + 1, hold=frozenset({GATED}))
+    taken = [t for t, _ in wheel.take_held(GATED, None)]
+    wheel.finish_tick(START + 1, taken, forget_taken_later=True)
+    records = list(kv.scan(DELIVERED, DELIVERED_END))
+    assert len(records) > 1 and all(len(value) < 70_000 for _, value in records)
+    reloaded = PartitionWheel(kv, clock=lambda: float(START + 1))
+    reloaded.recount()
+    assert reloaded.behind == 200
+
+
+def test_a_record_that_is_not_one_is_left_alone() -> None:
+    """Bytes under an ``L`` key that no round wrote neither stop a reload nor count."""
+    _, kv, _ = _delivered_behind(2)
+    kv.put(b"L999999999999", b"not a batch")
+    reloaded = PartitionWheel(kv, clock=lambda: float(START + 1))
+    reloaded.recount()
+    assert reloaded.behind == 2
