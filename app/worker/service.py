@@ -805,6 +805,8 @@ class TimerService:
         async with self._tick_lock:
             if self._stopping:
                 return 0  # the next owner forgets them (their records say so)
+            if self._output.transactional:
+                return 0  # only inside a transaction: a tick's (PartitionWheel.finish_tick)
             deadline = time.perf_counter() + seconds
             done = 0
             left = [(p, part) for p, part in self._partitions.items() if part.wheel.behind]
@@ -874,8 +876,11 @@ class TimerService:
                 await sleep(RELEASE_INTERVAL)
                 continue
             parts = self._partitions.values()
+            # Exactly-once mode leaves nothing behind; what a reload found recorded
+            # there (a switch from at-least-once) goes in a tick's transaction.
+            forgetting = not self._output.transactional
             if not any(part.wheel.holding for part in parts):
-                if any(part.wheel.behind for part in parts):
+                if forgetting and any(part.wheel.behind for part in parts):
                     # Delivered, left to forget: forget them, a slice at a time.
                     await self.forget_behind(FORGET_SECONDS)
                     await sleep(0)
@@ -885,7 +890,7 @@ class TimerService:
                 await self._release_wanted.wait()
                 continue
             pause = RELEASE_INTERVAL - took
-            if pause > FORGET_MARGIN and any(part.wheel.behind for part in parts):
+            if pause > FORGET_MARGIN and forgetting and any(part.wheel.behind for part in parts):
                 # The spare time until the next round forgets what earlier rounds left.
                 started = time.monotonic()
                 await self.forget_behind(pause - FORGET_MARGIN)
@@ -1065,6 +1070,10 @@ class TimerService:
         one transaction; ``None`` if aborted."""
         self._output.begin()
         part.kv.defer_local_writes()
+        if part.wheel.behind:
+            # Recorded as delivered by at-least-once rounds before this worker ran in
+            # exactly-once mode (which leaves nothing behind): forgotten in here.
+            part.wheel.forget_behind(part.wheel.behind)
         fired = self._fire_all(partition, second, timers)
         part.wheel.finish_tick(second, timers, fired.successors)
         try:

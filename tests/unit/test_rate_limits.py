@@ -358,3 +358,32 @@ def test_the_release_loop_delivers_at_the_limit_and_forgets_in_between() -> None
     assert max(left_by_rounds) > 0  # rounds left their forgetting to the time between
     assert wheel.count_pending() == 0 and wheel.behind == 0
     assert h.metrics.forget_behind._value.get() == 0
+
+
+def test_a_switch_to_exactly_once_forgets_what_at_least_once_rounds_left_behind() -> None:
+    """Records of timers left behind, found by a worker now in exactly-once mode (which
+    leaves nothing behind): those timers are forgotten inside its first transaction,
+    never delivered again, never written outside a transaction."""
+    h = limited(10.0)
+    h.requests(*(h.schedule(f"t{i:02}", NOW + 1, topic="lim") for i in range(20)))
+    h.tick(NOW + 1)
+    release_for(h, 1.0, forget=False)
+    left = h.service._partitions[0].wheel.behind
+    assert left > 0
+    h.output.transactional = True
+    changelog = h.output.changelog
+
+    def only_in_transactions(topic: str, partition: int, key: bytes, value: bytes | None) -> None:
+        assert h.output.in_transaction, key
+        changelog(topic, partition, key, value)
+
+    h.output.changelog = only_in_transactions  # type: ignore[method-assign]
+    h.service = restarted_service(h, 10.0)
+    part = run(h.service._partition(0))
+    assert part.wheel.behind == left
+    release_for(h, 3.0)
+    sent = Counter(t.id for t, _ in h.output.durable.callbacks)
+    assert sorted(sent) == [f"t{i:02}" for i in range(20)]
+    assert max(sent.values()) == 1
+    assert part.wheel.behind == 0 and part.wheel.delivered_batches == 0
+    assert part.wheel.count_pending() == 0
