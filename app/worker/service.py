@@ -222,16 +222,18 @@ class TimerService:
             self._export_backlog()
 
     def begin_stopping(self) -> None:
-        """An orderly stop has begun (the first SIGTERM or SIGINT): start no new round,
-        of a tick or of held timers, and forget nothing more; the round under way
-        finishes, and :meth:`forget_all_behind` then makes what rounds left to forget
-        durable for the next owner. Without this, a worker in the middle of a limited
-        backlog went on delivering through Faust's whole stop sequence, ran out of its
-        10 s grace, and the round it was in when killed was delivered again by the next
-        owner. A tick not fired now is not lost: the next owner's first tick covers
-        every second from the watermark."""
+        """An orderly stop has begun (the first SIGTERM or SIGINT): deliver no more held
+        timers (no release round, and ticks take none from the held ones) and forget
+        nothing more left behind; :meth:`forget_all_behind` then makes what rounds left
+        to forget durable for the next owner. Ticks go on firing the timers of topics
+        with no limit until Faust stops them, each round forgotten with its own flush,
+        as before. Without this, a worker in the middle of a limited backlog went on
+        delivering held timers through Faust's whole stop sequence, ran out of its 10 s
+        grace, and the rounds it delivered after the records were flushed went out
+        again from the next owner. Held timers not delivered now are not lost: they
+        are pending, below the watermark, and the next owner holds them again."""
         if not self._stopping:
-            log.info("stopping: no new tick or release round from now on")
+            log.info("stopping: no held timer is delivered from now on")
         self._stopping = True
 
     async def revoke_partitions(self, partitions: Iterable[int]) -> None:
@@ -632,10 +634,7 @@ class TimerService:
 
     async def _fire_accepted(self, accepted: Sequence[tuple[int, int]]) -> int:
         """Fire ``(partition, second)`` pairs this worker's clock has accepted, unless the
-        group may have given its partitions away (:mod:`app.worker.group_lease`), or
-        while the worker stops (:meth:`begin_stopping`)."""
-        if self._stopping:
-            return 0
+        group may have given its partitions away (:mod:`app.worker.group_lease`)."""
         if self._lease is not None and not self._lease.held():
             self._metrics.ticks_unowned.inc(len(accepted))
             log.warning(
@@ -702,6 +701,8 @@ class TimerService:
             free = timers
         if wheel.holding:
             self._release_wanted.set()
+        if self._stopping:  # held timers wait for the next owner (begin_stopping)
+            return free
         for topic in wheel.held_topics():
             budget = self.gates.budget(partition, topic)
             if budget == 0:
