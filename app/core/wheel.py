@@ -988,26 +988,27 @@ class PartitionWheel:
         slot_counts, slots = self._behind_slots, self._slots
         new = tuple.__new__  # a _Behind without its Python-level constructor: one a timer
         put, batch_left = self._kv.put, self._batch_left
-        recorded: list[expiry_batch.Entry] = []
-        for timer in leaving:
-            due = timer.due  # a one-shot timer's version_due
-            slot = slots.get((timer.id, due), due) if slots else due
-            recorded.append((timer.id.encode(), _pending_entry(slot, timer.token)))
+        # Each one's key second, once: a one-shot timer's due is its version_due.
+        keyed = [slots.get((t.id, t.due), t.due) if slots else t.due for t in leaving]
+        recorded: list[expiry_batch.Entry] = [
+            (timer.id.encode(), _pending_entry(slot, timer.token))
+            for timer, slot in zip(leaving, keyed, strict=True)
+        ]
         at = 0
         for chunk in expiry_batch.chunks(recorded):
             key = delivered_batch_key(self._next_delivered)
             self._next_delivered += 1
             put(key, expiry_batch.pack(chunk))
             batch_left[key] = len(chunk)
-            for timer in leaving[at : at + len(chunk)]:
+            end = at + len(chunk)
+            for timer, slot in zip(leaving[at:end], keyed[at:end], strict=True):
                 timer_id, due = timer.id, timer.due
-                slot = slots.get((timer_id, due), due) if slots else due
                 behind[timer_id] = new(
                     _Behind, (timer_id, due, timer.token, timer.topic, due, slot, key)
                 )
                 order.append(timer_id)
                 slot_counts[slot] = slot_counts.get(slot, 0) + 1
-            at += len(chunk)
+            at = end
 
     @property
     def behind(self) -> int:

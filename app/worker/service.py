@@ -149,7 +149,7 @@ class TimerService:
         self.gates = gates or TopicGates(partitions=request_partitions or 1, clock=clock)
         #: Set when timers are held (or a gate changes): the release loop wakes.
         self._release_wanted = asyncio.Event()
-        #: An orderly stop has begun (:meth:`begin_stopping`): no new round starts.
+        #: An orderly stop has begun (:meth:`begin_stopping`): no held timer goes out.
         self._stopping = False
         self.gates.on_change(self._release_wanted.set)
         #: Callback topics with a backlog gauge exported (set to 0 once drained).
