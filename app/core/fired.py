@@ -6,6 +6,7 @@ and the audit need lives here: the fast JSON of a fire and the Spark schema.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import fields
 
 from app.core.timer import Timer
@@ -15,17 +16,20 @@ from kafka_timers_client.fired import (
     FiredRecord,
     SkipReason,
     defines_state,
+    sha256,
     token_digest,
 )
 
 __all__ = [
     "FIRED_RECORD_DDL",
     "TOKEN_DIGEST_PREFIX",
+    "Audit",
     "FiredKind",
     "FiredRecord",
     "SkipReason",
     "defines_state",
     "fired_json",
+    "fired_jsons",
     "json_string",
     "token_digest",
 ]
@@ -38,26 +42,59 @@ json_string = json.encoder.encode_basestring_ascii
 def fired_json(
     timer: Timer, *, partition: int, worker_json: str, fired_at_ms: int, coalesced: int = 0
 ) -> bytes:
-    """``FiredRecord.fired(timer, ...).to_json()``, byte for byte, without the record.
+    """``FiredRecord.fired(timer, ...).to_json()``, byte for byte, without the record:
+    one audit of :func:`fired_jsons`. ``worker_json`` is the worker id already escaped
+    with :data:`json_string`. A unit test pins the equality (escapes, unicode, series
+    fields)."""
+    return fired_jsons([(timer, partition, fired_at_ms, coalesced)], worker_json)[0]
 
-    This runs once per callback, where building the record and ``json.dumps`` cost about
-    5 µs and this 0.5. The keys are in :class:`FiredRecord`'s order; ``worker_json`` is
-    the worker id already escaped with :data:`json_string`. A unit test pins the equality
-    (escapes, unicode, series fields).
+
+#: One callback's audit, as :class:`~app.worker.output.OutputProducer` keeps it until the
+#: unit's flush: ``(timer, partition, fired_at_ms, coalesced)``.
+Audit = tuple[Timer, int, int, int]
+
+
+def fired_jsons(audits: Sequence[Audit], worker_json: str) -> list[bytes]:
+    """:func:`fired_json` of each of ``audits``, byte for byte, for a unit's callbacks at
+    once.
+
+    A worker builds one for every callback, where building the record and ``json.dumps``
+    would cost about 5 µs. The keys are in :class:`FiredRecord`'s order. A tick's or a
+    release round's callbacks share their partition, fire time and topic in long runs,
+    so the text between the token and the due second (partition, worker) and after it
+    (fire time, topic) is formatted once a run, and the token digest calls SHA-256
+    inline: counted by callgrind (4,000 audits of one round), 16,888 instructions an
+    audit built one call each, 11,788 so. A generated test pins the bytes to the
+    record's over runs that change.
     """
-    text = (
-        f'{{"event": "fired", "id": {json_string(timer.id)}, '
-        f'"token": "{token_digest(timer.token)}", "partition": {partition}, '
-        f'"worker": {worker_json}, "due": {timer.due}, "fired_at_ms": {fired_at_ms}, '
-        f'"topic": {json_string(timer.topic)}'
-    )
-    if timer.seq:
-        text += f', "seq": {timer.seq}'
-    if coalesced:
-        text += f', "coalesced": {coalesced}'
-    if timer.schema_id is not None:
-        text += f', "schema_id": {timer.schema_id}'
-    return (text + "}").encode()
+    out: list[bytes] = []
+    append = out.append
+    digest_of = sha256
+    prefix = TOKEN_DIGEST_PREFIX
+    last_partition, last_fired_at, last_topic = -1, -1, None
+    middle = tail = ""
+    for timer, partition, fired_at_ms, coalesced in audits:
+        if partition != last_partition:
+            middle = f'", "partition": {partition}, "worker": {worker_json}, "due": '
+            last_partition = partition
+        topic = timer.topic
+        if fired_at_ms != last_fired_at or topic != last_topic:
+            tail = f', "fired_at_ms": {fired_at_ms}, "topic": {json_string(topic)}'
+            last_fired_at, last_topic = fired_at_ms, topic
+        token = timer.token
+        digest = prefix + digest_of(token.encode()).hexdigest()[:24] if token else ""
+        text = (
+            f'{{"event": "fired", "id": {json_string(timer.id)}, '
+            f'"token": "{digest}{middle}{timer.due}{tail}'
+        )
+        if timer.seq:
+            text += f', "seq": {timer.seq}'
+        if coalesced:
+            text += f', "coalesced": {coalesced}'
+        if timer.schema_id is not None:
+            text += f', "schema_id": {timer.schema_id}'
+        append((text + "}").encode())
+    return out
 
 
 #: Spark SQL type of each field type (``partition`` is an int, every other number a bigint).

@@ -19,7 +19,7 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 from app.core.backoff import Backoff
 from app.core.budget import DEFAULT_MAX_RECORD_BYTES, fits, record_bytes
 from app.core.errors import RejectReason, SystemicFailure
-from app.core.fired import FiredKind, FiredRecord, SkipReason, fired_json, json_string
+from app.core.fired import Audit, FiredKind, FiredRecord, SkipReason, fired_jsons, json_string
 from app.core.request_format import RawRecord
 from app.core.routing import HOP_HEADER, hop_value
 from app.core.timer import Timer
@@ -166,9 +166,11 @@ class OutputProducer:
         self._tracing = tracing
         #: The ``timer-fired-at`` header of the last fire time seen: a tick's timers share one.
         self._fired_at: tuple[int, bytes] = (-1, b"")
+        #: The ``timer-due`` header of the last due second seen: a round's timers share few.
+        self._due: tuple[int, bytes] = (-1, b"")
         #: Audit records of callbacks produced since the unit's last flush or commit:
         #: ``(timer, partition, fired_at_ms, coalesced)`` (see :meth:`callback`).
-        self._audits: list[tuple[Timer, int, int, int]] = []
+        self._audits: list[Audit] = []
 
     def _init_transactions(
         self,
@@ -258,13 +260,15 @@ class OutputProducer:
         ``coalesce`` policy folded earlier occurrences into it. With tracing on, its
         ``traceparent`` is its fire span's (:mod:`app.worker.tracing`).
         """
-        timer_id = timer.id.encode()
         if fired_at_ms != self._fired_at[0]:
             self._fired_at = (fired_at_ms, b"%d" % fired_at_ms)
+        due = timer.due
+        if due != self._due[0]:
+            self._due = (due, b"%d" % due)
         headers: HeaderList = [
-            ("timer-id", timer_id),
+            ("timer-id", timer.id.encode()),
             ("timer-token", timer.token.encode()),
-            ("timer-due", b"%d" % timer.due),
+            ("timer-due", self._due[1]),
             ("timer-fired-at", self._fired_at[1]),
         ]
         if timer.seq:
@@ -297,17 +301,15 @@ class OutputProducer:
         commit waits: so they are durable, or in the transaction, with their callbacks.
         """
         audits, self._audits = self._audits, []
-        fired_topic, worker_json = self._fired_topic, self._worker_json
+        if not audits:
+            return
+        fired_topic = self._fired_topic
         produce = self._producer.produce
-        for timer, partition, fired_at_ms, coalesced in audits:
-            # The audit JSON from a template: the same bytes as FiredRecord.fired().to_json().
-            audit = fired_json(
-                timer,
-                partition=partition,
-                worker_json=worker_json,
-                fired_at_ms=fired_at_ms,
-                coalesced=coalesced,
-            )
+        # The audit JSON of the whole unit at once: the same bytes as
+        # FiredRecord.fired().to_json(), with what a run of them shares formatted once.
+        for (timer, partition, _, _), audit in zip(
+            audits, fired_jsons(audits, self._worker_json), strict=True
+        ):
             timer_id = timer.id.encode()
             # The fired topic's partition numbered like the timer's request partition,
             # not wherever a partitioner puts the id: a request produced to an explicit

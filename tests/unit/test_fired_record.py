@@ -2,11 +2,23 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from app.core.fired import FIRED_RECORD_DDL, FiredKind, FiredRecord, fired_json, json_string
+from app.core.fired import (
+    FIRED_RECORD_DDL,
+    Audit,
+    FiredKind,
+    FiredRecord,
+    fired_json,
+    fired_jsons,
+    json_string,
+    token_digest,
+)
 from app.core.timer import Timer
 
 
@@ -83,6 +95,52 @@ def test_the_fired_template_writes_exactly_what_the_record_writes() -> None:
             fired_json(cases[0][0], partition=1, worker_json=json_string("w"), fired_at_ms=1)
             == FiredRecord.fired(cases[0][0], partition=2, worker="w", fired_at_ms=1).to_json()
         )
+
+
+_texts = st.text(max_size=12)
+_timers = st.builds(
+    Timer,
+    id=_texts,
+    due=st.integers(0, 2**40),
+    topic=st.sampled_from(["cb", "t\u00e9", 'q"t', "other"]) | _texts,
+    key=st.none(),
+    value=st.just(b"v"),
+    token=st.sampled_from(["", "tok"]) | _texts,
+    seq=st.integers(0, 5),
+    schema_id=st.none() | st.integers(0, 2**31 - 1),
+)
+#: Runs that share a partition, a fire time and a topic, and runs that change them.
+_audits = st.lists(
+    st.tuples(
+        _timers,
+        st.sampled_from([0, 3, 11]),
+        st.sampled_from([0, 7, 1_767_225_600_123]),
+        st.integers(0, 3),
+    ),
+    max_size=12,
+)
+
+
+@given(_audits, st.sampled_from(["worker-1", 'w"\u00e9']))
+def test_a_units_audits_are_each_what_the_record_writes(audits: list[Audit], worker: str) -> None:
+    got = fired_jsons(audits, json_string(worker))
+    expected = [
+        FiredRecord.fired(
+            timer, partition=partition, worker=worker, fired_at_ms=fired_at, coalesced=coalesced
+        ).to_json()
+        for timer, partition, fired_at, coalesced in audits
+    ]
+    assert got == expected
+    assert got == [
+        fired_json(t, partition=p, worker_json=json_string(worker), fired_at_ms=f, coalesced=c)
+        for t, p, f, c in audits
+    ]
+
+
+@given(st.text())
+def test_the_token_digest_is_sha256s_whatever_constructor_computes_it(token: str) -> None:
+    expected = "h1:" + hashlib.sha256(token.encode()).hexdigest()[:24] if token else ""
+    assert token_digest(token) == expected
 
 
 def test_a_dropped_request_is_answered_with_a_digest_and_read_back() -> None:

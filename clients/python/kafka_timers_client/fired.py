@@ -19,7 +19,9 @@ cancel record also names the offset of the cancel request it answers
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Any, Protocol
@@ -31,6 +33,7 @@ __all__ = [
     "SkipReason",
     "TimerLike",
     "defines_state",
+    "sha256",
     "token_digest",
 ]
 
@@ -98,6 +101,27 @@ class SkipReason(str, Enum):
 TOKEN_DIGEST_PREFIX = "h1:"
 
 
+class _Hash(Protocol):
+    def hexdigest(self) -> str: ...
+
+
+def _builtin_sha256() -> Callable[[bytes], _Hash]:
+    """CPython's own SHA-256 constructor (``_sha2`` from 3.12, ``_sha256`` before), else
+    hashlib's: the same digests, without the algorithm lookup OpenSSL makes on every
+    call (a token's digest counted 7,187 instructions through hashlib, 5,597 so)."""
+    for name in ("_sha2", "_sha256"):
+        try:
+            constructor: Callable[[bytes], _Hash] = importlib.import_module(name).sha256
+        except (ImportError, AttributeError):
+            continue
+        return constructor
+    return hashlib.sha256
+
+
+#: The SHA-256 constructor of :func:`token_digest` (a worker digests every token it fires).
+sha256 = _builtin_sha256()
+
+
 #: The events that answer a request naming a timer by id and token.
 _ANSWERS = frozenset({FiredKind.CANCEL, FiredKind.PAUSE, FiredKind.RESUME})
 
@@ -113,7 +137,7 @@ def token_digest(token: str) -> str:
     """
     if not token:
         return ""
-    return TOKEN_DIGEST_PREFIX + hashlib.sha256(token.encode()).hexdigest()[:24]
+    return TOKEN_DIGEST_PREFIX + sha256(token.encode()).hexdigest()[:24]
 
 
 @dataclass(frozen=True)
