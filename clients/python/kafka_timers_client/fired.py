@@ -33,7 +33,6 @@ __all__ = [
     "SkipReason",
     "TimerLike",
     "defines_state",
-    "sha256",
     "token_digest",
 ]
 
@@ -119,7 +118,7 @@ def _builtin_sha256() -> Callable[[bytes], _Hash]:
 
 
 #: The SHA-256 constructor of :func:`token_digest` (a worker digests every token it fires).
-sha256 = _builtin_sha256()
+_sha256 = _builtin_sha256()
 
 
 #: The events that answer a request naming a timer by id and token.
@@ -137,7 +136,7 @@ def token_digest(token: str) -> str:
     """
     if not token:
         return ""
-    return TOKEN_DIGEST_PREFIX + sha256(token.encode()).hexdigest()[:24]
+    return TOKEN_DIGEST_PREFIX + _sha256(token.encode()).hexdigest()[:24]
 
 
 @dataclass(frozen=True)
