@@ -28,9 +28,11 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import time
 from collections.abc import Collection
 from datetime import datetime
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from confluent_kafka import Message
@@ -39,7 +41,7 @@ from bench.context import RunContext, ScenarioResult
 from bench.load import RequestLoad, TimerSpec
 from bench.report import Figure, fmt_count, fmt_ms, fmt_seconds
 from bench.scan import TopicFollower
-from bench.stack import wait_serving, wait_until
+from bench.stack import Worker, wait_serving, wait_until
 from bench.stats import summarize
 from bench.targets import KILL_MARGIN_SECONDS, ROLLING_RESTART_SECONDS
 
@@ -180,6 +182,43 @@ def _wait_refired(
             raise TimeoutError(f"partitions {set(partitions) - set(refired)} never fired again")
 
 
+#: What :func:`storing_state` reads from each worker's metrics, by sample name.
+STORING_METRICS = (
+    "kafka_timers_scheduled_total",
+    "kafka_timers_requests_forwarded_total",
+    "kafka_timers_dropped_total",
+    "kafka_timers_rejected_total",
+    "kafka_timers_request_lag_records",
+    "kafka_timers_pending",
+)
+
+
+def storing_state(workers: Collection[Worker], work_dir: Path) -> str:
+    """What each worker had done with the requests when storing them did not finish: its
+    counters (stored, forwarded, dropped, dead-lettered, its request lag) and the last
+    lines of its log, copied where the next run of the scenario does not wipe them.
+
+    The full run's ``restarts`` twice waited 464 s for its timers to be stored with no
+    error in the logs, and passed when run alone; both times the logs were gone by the
+    time anyone looked (the rerun wiped its directory)."""
+    kept = work_dir / "restarts-failed"
+    kept.mkdir(parents=True, exist_ok=True)
+    parts = []
+    for worker in workers:
+        samples = worker.samples()
+        seen = {name: sum(s.value for s in samples if s.name == name) for name in STORING_METRICS}
+        log = worker.process.log_path
+        if log.exists():
+            shutil.copy(log, kept / log.name)
+        parts.append(
+            f"{worker.name} (serving: {bool(samples)}): "
+            + ", ".join(
+                f"{name.removeprefix('kafka_timers_')} {value:,.0f}" for name, value in seen.items()
+            )
+        )
+    return "; ".join(parts) + f"; logs kept in {kept}"
+
+
 def run(ctx: RunContext) -> ScenarioResult:
     cfg = ctx.config
     p_count = cfg.partitions
@@ -202,12 +241,15 @@ def run(ctx: RunContext) -> ScenarioResult:
         )
         load.flush()
         total = len(trickle) + bulk
-        wait_until(
-            lambda: sum(w.metric("kafka_timers_scheduled_total") for w in workers) >= total,
-            60 + total / 500,
-            f"{total:,} timers stored",
-            0.5,
-        )
+        try:
+            wait_until(
+                lambda: sum(w.metric("kafka_timers_scheduled_total") for w in workers) >= total,
+                60 + total / 500,
+                f"{total:,} timers stored",
+                0.5,
+            )
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}; {storing_state(workers, ctx.work_dir)}") from exc
         with TopicFollower(stack.settings, stack.settings.topics.fired, _fire) as follower:
             _watch(follower, max(time.time(), now + TRICKLE_START) + WARM_SECONDS)
             # 1. Rolling restart of worker-1.

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-import pytest
+from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
-from bench.restarts import Fire, refired_after, trickle_check, waited_longest
+import pytest
+from prometheus_client.samples import Sample
+
+from app.dev.stack import ServiceProcess
+from bench.restarts import Fire, refired_after, storing_state, trickle_check, waited_longest
+from bench.stack import Worker
 
 
 def fire(partition: int, due: int, at: float, worker: str = "worker-2") -> Fire:
@@ -58,3 +65,36 @@ def test_trickle_check_counts_lost_early_and_duplicate_timers() -> None:
         "early": 1,
         "duplicates": 1,
     }
+
+
+class _StubWorker(Worker):
+    """A worker whose metrics page is given, not served."""
+
+    def __init__(self, name: str, log: Path, samples: list[Sample]) -> None:
+        super().__init__(
+            cast(ServiceProcess, SimpleNamespace(name=name, log_path=log)), 0, log.parent
+        )
+        self._given = samples
+
+    def samples(self, timeout: float = 2.0) -> list[Sample]:
+        return self._given
+
+
+def test_a_storing_timeout_says_what_each_worker_did_and_keeps_its_log(tmp_path: Path) -> None:
+    log = tmp_path / "run" / "worker-1.log"
+    log.parent.mkdir()
+    log.write_text("the worker's last words\n")
+    stored = Sample("kafka_timers_scheduled_total", {}, 1234.0)
+    lag = Sample("kafka_timers_request_lag_records", {"partition": "0"}, 7.0)
+    lag2 = Sample("kafka_timers_request_lag_records", {"partition": "1"}, 3.0)
+    workers = [
+        _StubWorker("worker-1", log, [stored, lag, lag2]),
+        _StubWorker("worker-2", tmp_path / "run" / "worker-2.log", []),  # not serving, no log
+    ]
+    said = storing_state(workers, tmp_path / "work")
+    assert "worker-1 (serving: True): scheduled_total 1,234" in said
+    assert "request_lag_records 10" in said  # summed over its partitions
+    assert "worker-2 (serving: False)" in said
+    kept = tmp_path / "work" / "restarts-failed" / "worker-1.log"
+    assert kept.read_text() == "the worker's last words\n"
+    assert not (tmp_path / "work" / "restarts-failed" / "worker-2.log").exists()
