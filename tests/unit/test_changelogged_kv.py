@@ -4,6 +4,7 @@ they are applied or discarded."""
 
 from __future__ import annotations
 
+import gc
 import tempfile
 from typing import Any
 
@@ -47,5 +48,54 @@ def test_a_multi_get_reads_what_point_reads_read(steps: list[Any], asked: list[b
                 else:
                     kv.discard_deferred()
                 assert kv.get_many(asked) == [kv.get(key) for key in asked]
+        finally:
+            db.close()
+
+
+def test_a_scan_stops_at_its_bound_when_the_caller_keeps_neither_bound() -> None:
+    """A tick scans ``kv.scan(bucket_floor(start), bucket_floor(second + 1))``: both
+    bounds are temporaries, gone once the call returns, and the scan is read after. A
+    scan that did not keep them (rocksdict's item iterator returned as is) walked past
+    its upper bound: 501 keys of a second that holds 500, the next one outside it."""
+    with tempfile.TemporaryDirectory() as path:
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        db = Rdict(path, options)
+        try:
+            kv = ChangeloggedKV(db, FakeOutput(), "changelog", 0)  # type: ignore[arg-type]
+            second = 1_767_225_600
+            for i in range(500):
+                kv.put(b"T%012d\x00t%09d" % (second, i), b"v" * 10)
+            kv.put(b"W", b"1")  # past the second's keys
+            for _ in range(20):
+                scan = kv.scan(b"T%012d" % 0, b"T%012d" % (second + 1))
+                gc.collect()
+                assert sum(1 for _ in scan) == 500
+        finally:
+            db.close()
+
+
+_keys = st.lists(st.binary(min_size=1, max_size=6), max_size=40, unique=True)
+
+
+@settings(max_examples=100, deadline=None)
+@given(_keys, st.binary(max_size=6), st.binary(max_size=6))
+def test_a_scan_reads_exactly_its_range_however_late_it_is_read(
+    keys: list[bytes], low: bytes, high: bytes
+) -> None:
+    """Whatever the keys and bounds, a scan read after the call that made it returned
+    yields the range's keys in order with their values, and nothing at or past its
+    upper bound."""
+    with tempfile.TemporaryDirectory() as path:
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        db = Rdict(path, options)
+        try:
+            kv = ChangeloggedKV(db, FakeOutput(), "changelog", 0)  # type: ignore[arg-type]
+            for key in keys:
+                kv.put(key, key[::-1])
+            scan = kv.scan(low, high)
+            gc.collect()
+            assert list(scan) == [(k, k[::-1]) for k in sorted(keys) if low <= k < high]
         finally:
             db.close()
