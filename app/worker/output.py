@@ -29,6 +29,9 @@ __all__ = ["DeliveryFailure", "Output", "OutputProducer", "TransactionAborted"]
 
 log = logging.getLogger(__name__)
 
+#: The partition argument that lets the producer's partitioner choose
+#: (librdkafka's ``RD_KAFKA_PARTITION_UA``; confluent-kafka's own default for it).
+_ANY_PARTITION = -1
 #: Between two attempts of a transactional producer's initialisation at start.
 INIT_TRANSACTIONS_BACKOFF = Backoff(initial=1.0, maximum=30.0, factor=2.0)
 
@@ -219,18 +222,21 @@ class OutputProducer:
         on_delivery: Callable[[KafkaError | None, Message], None] | None = None,
         timestamp_ms: int | None = None,
     ) -> None:
-        kwargs: dict[str, Any] = {"key": key, "value": value}
-        if partition is not None:
-            kwargs["partition"] = partition
-        if timestamp_ms is not None:
-            kwargs["timestamp"] = timestamp_ms
-        if headers:
-            kwargs["headers"] = headers
-        if on_delivery is not None:
-            kwargs["on_delivery"] = on_delivery
+        # Every argument by position, librdkafka's defaults where not given (the reason:
+        # :meth:`callback`).
+        args = (
+            topic,
+            value,
+            key,
+            _ANY_PARTITION if partition is None else partition,
+            on_delivery,
+            None,
+            timestamp_ms or 0,
+            headers or None,
+        )
         while True:
             try:
-                self._producer.produce(topic, **kwargs)
+                self._producer.produce(*args)
                 return
             except BufferError:
                 self._producer.poll(0.05)  # local queue full: let deliveries drain, then retry
@@ -283,10 +289,14 @@ class OutputProducer:
             if err is not None:
                 self._failed.append((timer, str(err)))
 
-        # Produced directly, with no kwargs dict or retry loop, unless the queue is full.
+        # Produced directly, with no kwargs dict or retry loop, unless the queue is full,
+        # and every argument positional (partition, callback, on_delivery, timestamp,
+        # headers: librdkafka's defaults where not ours): with any keyword, confluent-kafka
+        # looks each keyword it has up in the call's dict by a str made from a C string,
+        # a third of this produce's instructions (13,891 against 9,328, callgrind).
         try:
             self._producer.produce(
-                timer.topic, timer.value, timer.key, on_delivery=delivered, headers=headers
+                timer.topic, timer.value, timer.key, _ANY_PARTITION, delivered, None, 0, headers
             )
         except BufferError:
             self._produce(

@@ -201,15 +201,18 @@ class RecordingProducer:
         topic: str,
         value: bytes | str | None = None,
         key: bytes | str | None = None,
-        partition: int | None = None,
+        partition: int = -1,
+        callback: object = None,
         on_delivery: object = None,
-        *,
+        timestamp: int = 0,
         headers: list[tuple[str, str | bytes | None]] | None = None,
-        **_ignored: object,
     ) -> None:
+        """confluent-kafka's ``produce``, parameter for parameter (by position or name)."""
         record = Produced(topic, key, value, tuple(headers or ()))
         self.records.append(record)
-        self._unacked.append((record, on_delivery, partition))
+        self._unacked.append(
+            (record, callback or on_delivery, None if partition < 0 else partition)
+        )
 
     def poll(self, timeout: float = 0) -> int:
         return self.flush(timeout)

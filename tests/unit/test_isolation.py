@@ -174,7 +174,10 @@ def _real_output(captured: list[dict[str, Any]]) -> Any:
 
         def produce(self, topic: str, *args: Any, **kw: Any) -> None:
             real(topic, *args, **kw)  # raises as librdkafka would
-            captured.append({"topic": topic, **kw})
+            # confluent-kafka's parameters after the topic, by position or by name
+            names = ("value", "key", "partition", "callback", "on_delivery", "timestamp", "headers")
+            given = dict(zip(names[: len(args)], args, strict=True))
+            captured.append({"topic": topic, **given, **kw})
 
     output._producer = Recording()  # type: ignore[assignment]
     return output

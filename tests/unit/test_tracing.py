@@ -62,7 +62,9 @@ class _CallbackRecorder(_RecordingProducer):
         self, topic: str, value: Any = None, key: Any = None, *args: Any, **kw: Any
     ) -> None:
         super().produce(topic, value, key)
-        self.headers.append(list(kw.get("headers") or []))
+        # headers: the eighth of produce's parameters, passed by position or by name
+        positional = args[4] if len(args) > 4 else None
+        self.headers.append(list(positional or kw.get("headers") or []))
 
 
 def traced_output(tracing: OtelTracing | None) -> tuple[OutputProducer, _CallbackRecorder]:
