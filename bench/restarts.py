@@ -195,8 +195,8 @@ STORING_METRICS = (
 
 def storing_state(workers: Collection[Worker], work_dir: Path) -> str:
     """What each worker had done with the requests when storing them did not finish: its
-    counters (stored, forwarded, dropped, dead-lettered, its request lag) and the last
-    lines of its log, copied where the next run of the scenario does not wipe them.
+    counters (stored, forwarded, dropped, dead-lettered, its request lag, pending), with
+    its whole log copied where the next run of the scenario does not wipe it.
 
     The full run's ``restarts`` twice waited 464 s for its timers to be stored with no
     error in the logs, and passed when run alone; both times the logs were gone by the
