@@ -660,7 +660,9 @@ class TimerService:
         gated = self.gates.gated
         for partition, second in newest.items():
             part = await self._partition(partition)
-            timers = part.wheel.begin_tick(second, hold=gated, since=self._clock())
+            timers = part.wheel.begin_tick(
+                second, hold=gated, since=self._clock(), keep=self.gates.flowing
+            )
             if timers is not None:
                 if gated or part.wheel.holding:  # one check per round without limits
                     timers = self._through_gates(partition, part.wheel, timers)
@@ -1035,7 +1037,9 @@ class TimerService:
         """One tick as one transaction; 0 if aborted (the next tick retries it)."""
         async with self._unit_lock:
             part = await self._partition(partition)
-            timers = part.wheel.begin_tick(second, hold=self.gates.gated, since=self._clock())
+            timers = part.wheel.begin_tick(
+                second, hold=self.gates.gated, since=self._clock(), keep=self.gates.flowing
+            )
             if timers is None:
                 return 0
             if self.gates.gated or part.wheel.holding:
