@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -139,6 +140,12 @@ class RequestPolicy:
             horizon_seconds=horizon_seconds,
             denied_topics=tuple(compile_topic_pattern(p) for p in deny_patterns),
         )
+
+    @property
+    def passed_topics(self) -> AbstractSet[str]:
+        """The callback topics that passed :meth:`check_topic` so far (a live view: the
+        fire path skips the check for them)."""
+        return self._allowed
 
     def check_topic(self, topic: str) -> None:
         """Raise :class:`RejectedRequest` unless callbacks may be written to ``topic``."""

@@ -45,7 +45,7 @@ from __future__ import annotations
 
 import struct
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -1007,17 +1007,17 @@ class PartitionWheel:
                 room = BEHIND_MAX - len(behind)
         if room <= 0:
             return fired
-        now: list[Timer] = []
-        leaving: list[Timer] = []
-        for timer in fired:
-            if room > 0 and timer.id in taken and timer.recurrence is None:
-                leaving.append(timer)
-                room -= 1
-            else:
-                now.append(timer)
+        leaving = [t for t in fired if t.id in taken and t.recurrence is None]
+        if len(leaving) == len(fired) and room >= len(fired):
+            # A limited round: every one taken from the held ones, with room for all.
+            self._record_behind(leaving)
+            return []
+        if len(leaving) > room:
+            leaving = leaving[:room]  # the oldest go behind, as a round delivered them
+        chosen = {id(t) for t in leaving}
         if leaving:
             self._record_behind(leaving)
-        return now
+        return [t for t in fired if id(t) not in chosen]
 
     def _record_behind(self, leaving: list[Timer]) -> None:
         """Leave ``leaving`` (one-shot timers just delivered) to be forgotten later, and
@@ -1030,9 +1030,15 @@ class PartitionWheel:
         new = tuple.__new__  # a _Behind without its Python-level constructor: one a timer
         put, batch_left = self._kv.put, self._batch_left
         # Each one's key second, once: a one-shot timer's due is its version_due.
-        keyed = [slots.get((t.id, t.due), t.due) if slots else t.due for t in leaving]
+        if slots:
+            keyed = [slots.get((t.id, t.due), t.due) for t in leaving]
+        else:
+            keyed = [t.due for t in leaving]
+        # Each one's pending index entry (_pending_entry), its prefix formatted once a
+        # slot: a round's timers share one second, or a few.
+        prefixes = {slot: b"P%012d" % slot for slot in set(keyed)}
         recorded: list[expiry_batch.Entry] = [
-            (timer.id.encode(), _pending_entry(slot, timer.token))
+            (timer.id.encode(), prefixes[slot] + timer.token.encode())
             for timer, slot in zip(leaving, keyed, strict=True)
         ]
         at = 0
@@ -1047,9 +1053,10 @@ class PartitionWheel:
                 behind[timer_id] = new(
                     _Behind, (timer_id, due, timer.token, timer.topic, due, slot, key)
                 )
-                order.append(timer_id)
-                slot_counts[slot] = slot_counts.get(slot, 0) + 1
             at = end
+        order.extend([timer.id for timer in leaving])
+        for slot, n in Counter(keyed).items():
+            slot_counts[slot] = slot_counts.get(slot, 0) + n
 
     @property
     def behind(self) -> int:

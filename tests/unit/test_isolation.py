@@ -359,6 +359,35 @@ def test_timers_stored_under_wider_rules_are_refused_when_due_and_a_series_ends(
     assert h.metrics.skipped.labels(reason="not_allowed")._value.get() == 2
 
 
+def test_timers_stored_under_a_larger_payload_limit_are_refused_when_due() -> None:
+    """The payload limit lowered and the workers restarted: a stored timer over it is
+    dead-lettered when due, even after a timer to the same topic went out in the same
+    tick (the fire path's shortcut for topics that passed still checks the size)."""
+    from app.core.policy import RequestPolicy
+
+    h = Harness()
+    # The callback value is the id: "kept" is 4 bytes, "z-too-big" 9 (and after it in
+    # the store's key order, so the topic has passed by the time it is fired).
+    h.requests(h.schedule("kept", NOW + 5), h.schedule("z-too-big", NOW + 5))
+    h.service = TimerService(
+        policy=RequestPolicy.build(
+            allow_patterns=(".*",),
+            own_topics=("ticks", "requests", "fired", "dlq"),
+            app_id="kt",
+            max_payload_bytes=5,
+            horizon_seconds=86400,
+        ),
+        output=h.output,
+        metrics=h.metrics,
+        stores=h.stores,
+        clock=h.clock,
+    )
+    h.tick(NOW + 5)
+    assert h.fired() == ["kept"]
+    refused = {(timer_id, reason.value) for timer_id, reason in h.output.durable.dead_timers}
+    assert refused == {("z-too-big", "payload_too_large")}
+
+
 def test_requests_dropped_as_duplicates_or_cancelled_earlier_are_counted() -> None:
     h = Harness()
     h.requests(h.cancel("early"), h.schedule("early", NOW + 5))
