@@ -149,16 +149,6 @@ TAKE_BATCH = 1000
 #: peak RSS unchanged (323-350 MB), the forgetting after the last callback (19-21 s)
 #: instead (docs/performance.md, "Room to forget a million later").
 BEHIND_MAX = 150_000
-#: Most memory one partition spends on held timers kept decoded
-#: (:attr:`PartitionWheel._kept`), bytes by :data:`_KEPT_OVERHEAD` plus each one's
-#: stored bytes: 32 MiB is about 37,000 timers with small payloads (a 300,000 burst over
-#: 8 partitions), each about the memory the same burst with no limit keeps for a timer
-#: until it is delivered (see BEHIND_MAX). Past it a tick holds timers by their key
-#: alone, read back when released.
-KEEP_HELD_BYTES = 32 * 2**20
-#: A decoded timer's memory beyond its stored bytes (tracemalloc: 884 B for a timer of
-#: 140 stored bytes, its object, its dict and its strings).
-_KEPT_OVERHEAD = 750
 #: How an index entry of a cancel in advance starts: cancelled, due second 0.
 _IN_ADVANCE_PREFIX = b"C%012d" % 0
 
@@ -355,15 +345,6 @@ class PartitionWheel:
         #: them, not the timers' payloads.
         self._held: dict[str, HeldQueue] = {}
         self._held_order = count()
-        #: Held timers a tick's scan decoded already, by id: ``(slot, timer, bytes)``,
-        #: for topics that go out at a rate (not paused: those may wait for weeks), up
-        #: to :data:`KEEP_HELD_BYTES`. :meth:`take_held` then neither reads nor decodes
-        #: them again, inside the delivery of a limited burst. Dropped wherever the id
-        #: is touched (:meth:`schedule`, :meth:`_index`: every request, cancel, pause
-        #: and lookup goes through one of them), so one kept is always the version
-        #: stored under its key, as a read back would find it.
-        self._kept: dict[str, tuple[int, Timer, int]] = {}
-        self._kept_bytes = 0
         #: Whether this round took held timers (:meth:`abort_tick` must then rescan).
         self._taken = False
         #: The one-shot timers this round took from the held ones: the ones
@@ -402,8 +383,6 @@ class PartitionWheel:
         """
         if self._behind:
             self._settle(timer.id)
-        if self._kept:
-            self._drop_kept(timer.id)
         ikey = index_key(timer.id)
         raw = self._kv.get(ikey)
         index = _IndexEntry.decode(raw) if raw is not None else None
@@ -754,11 +733,7 @@ class PartitionWheel:
     # -- ticks ------------------------------------------------------------------
 
     def begin_tick(
-        self,
-        second: int,
-        hold: AbstractSet[str] = frozenset(),
-        since: float = 0.0,
-        keep: AbstractSet[str] = frozenset(),
+        self, second: int, hold: AbstractSet[str] = frozenset(), since: float = 0.0
     ) -> list[Timer] | None:
         """Collect every pending timer due at or before ``second``.
 
@@ -770,10 +745,8 @@ class PartitionWheel:
         Timers whose callback topic is in ``hold`` (rate-limited or paused topics) are
         held at once, as :meth:`hold` would hold them (``since`` is the time they are
         held from), and not returned. They are told apart by their topic alone and
-        unpacked once, when :meth:`take_held` releases them; but those of a topic in
-        ``keep`` (a subset of ``hold``: limited, not paused, so they go out soon) are
-        decoded here and kept (:attr:`_kept`, up to :data:`KEEP_HELD_BYTES`), so that
-        their release neither reads nor decodes them inside the limited delivery.
+        unpacked once, when :meth:`take_held` releases them: unpacking them here too
+        was a third of a held timer's cost.
         """
         if self.ticked_through is not None and second <= self.ticked_through:
             return None
@@ -784,31 +757,17 @@ class PartitionWheel:
         series: set[str] = set()
         series_stored: dict[str, bytes] = {}
         held, order, behind = self._held, self._held_order, self._behind
-        kept = self._kept
         for key, value in self._kv.scan(bucket_floor(start), bucket_floor(second + 1)):
             if behind and parse_timer_key(key)[1] in behind:
                 continue  # delivered already (a reload's rescan): forgotten later
-            if hold:
-                decoded = None
-                if keep and self._kept_bytes < KEEP_HELD_BYTES:
-                    decoded = unpack_timer(value)
-                    topic = decoded.topic
-                else:
-                    topic = stored_topic(value)
-                if topic in hold:
-                    slot, timer_id = parse_timer_key(key)
-                    queue = held.get(topic)  # _held_queue inline: runs for every timer held
-                    if queue is None:
-                        queue = held[topic] = HeldQueue()
-                    queue.push((slot, next(order), timer_id, since))
-                    if decoded is not None and topic in keep:
-                        size = _KEPT_OVERHEAD + len(value)
-                        kept[timer_id] = (slot, decoded, size)
-                        self._kept_bytes += size
-                    continue
-                timer = decoded if decoded is not None else unpack_timer(value)
-            else:
-                timer = unpack_timer(value)
+            if hold and (topic := stored_topic(value)) in hold:
+                slot, timer_id = parse_timer_key(key)
+                queue = held.get(topic)  # _held_queue inline: this runs for every timer held
+                if queue is None:
+                    queue = held[topic] = HeldQueue()
+                queue.push((slot, next(order), timer_id, since))
+                continue
+            timer = unpack_timer(value)
             timers.append(timer)
             if timer.recurrence is not None or timer.spread:
                 if timer.recurrence is not None:
@@ -1137,7 +1096,6 @@ class PartitionWheel:
         """
         if self._held or self._taken or self._behind:
             self._held = {}
-            self._kept, self._kept_bytes = {}, 0
             self.fired_through = self._persisted_through
             # What earlier rounds delivered and recorded stays delivered: read back
             # from their records, as a reload would, and skipped by the rescan.
@@ -1187,69 +1145,45 @@ class PartitionWheel:
         :meth:`begin_tick`'s scan finds it; :meth:`finish_tick` checks the index once
         more), and an id held twice (a request sent again while held) goes out once.
         One read per timer, in batches of up to :data:`TAKE_BATCH` (a scan each:
-        :meth:`_read_clustered`), and one unpack; none for a timer the tick's scan kept
-        decoded (:attr:`_kept`: nothing has touched its id since, so its key still holds
-        that version).
+        :meth:`_read_clustered`), and one unpack.
         """
         queue = self._held.get(topic)
         if not queue:
             return []
         taken: list[HeldTimer] = []
         in_flight, paused, taken_ids = self._in_flight, self._paused, self._taken_ids
-        behind, kept = self._behind, self._kept
+        behind = self._behind
         while queue and (n is None or len(taken) < n):
             # A batch of candidates, read with one scan: as many as are still wanted
             # (each may turn out cancelled), at most TAKE_BATCH at once.
             want = TAKE_BATCH if n is None else min(TAKE_BATCH, n - len(taken))
             batch: list[HeldEntry] = []
-            decoded: list[Timer | None] = []
             chosen: set[str] = set()
             while queue and len(batch) < want:
                 entry = queue.pop()
                 timer_id = entry[2]
                 if timer_id in in_flight:
-                    if kept:
-                        self._drop_kept(timer_id)
                     continue  # held twice: it goes out once
                 if behind and timer_id in behind:
                     # Held twice, the other delivered in an earlier round and left
                     # behind: its key is still there until forgotten, and is that
                     # delivery's (a request for the id would have forgotten it first).
-                    if kept:
-                        self._drop_kept(timer_id)
                     continue
                 if timer_id in chosen:  # decided once the batch's read tells which is live
                     queue.put_back(entry)
                     break
                 if paused and timer_id in paused:  # paused while held: waits for its resume
-                    if kept:
-                        self._drop_kept(timer_id)
                     self._park(timer_id, entry[0], topic, entry[3])
                     continue
                 batch.append(entry)
                 chosen.add(timer_id)
-                got = kept.pop(timer_id, None) if kept else None
-                if got is None:
-                    decoded.append(None)
-                else:
-                    self._kept_bytes -= got[2]
-                    decoded.append(got[1] if got[0] == entry[0] else None)
-            raws = iter(
-                self._read_clustered(
-                    [
-                        timer_key(slot, timer_id)
-                        for (slot, _, timer_id, _), timer in zip(batch, decoded, strict=True)
-                        if timer is None
-                    ]
-                )
+            raws = self._read_clustered(
+                [timer_key(slot, timer_id) for slot, _, timer_id, _ in batch]
             )
-            for (slot, _, _, since), held_timer in zip(batch, decoded, strict=True):
-                timer = held_timer
-                if timer is None:
-                    raw = next(raws)
-                    if raw is None:
-                        continue  # cancelled or rescheduled while held
-                    timer = unpack_timer(raw)
+            for (slot, _, _, since), raw in zip(batch, raws, strict=True):
+                if raw is None:
+                    continue  # cancelled or rescheduled while held
+                timer = unpack_timer(raw)
                 taken.append((timer, since))
                 in_flight.add(timer.id)
                 if timer.recurrence is not None:
@@ -1263,13 +1197,6 @@ class PartitionWheel:
         if taken:
             self._taken = True
         return taken
-
-    def _drop_kept(self, timer_id: str) -> None:
-        """Forget the decoded copy kept of ``timer_id`` (if any): the id was touched, or
-        its entry left the held queue without it."""
-        got = self._kept.pop(timer_id, None)
-        if got is not None:
-            self._kept_bytes -= got[2]
 
     def _read_clustered(self, keys: list[bytes]) -> list[bytes | None]:
         """The values of ``keys`` (``None`` where absent), keys that sit together in the
@@ -1468,7 +1395,5 @@ class PartitionWheel:
     def _index(self, timer_id: str) -> _IndexEntry | None:
         if self._behind:
             self._settle(timer_id)
-        if self._kept:
-            self._drop_kept(timer_id)
         raw = self._kv.get(index_key(timer_id))
         return None if raw is None else _IndexEntry.decode(raw)

@@ -660,9 +660,7 @@ class TimerService:
         gated = self.gates.gated
         for partition, second in newest.items():
             part = await self._partition(partition)
-            timers = part.wheel.begin_tick(
-                second, hold=gated, since=self._clock(), keep=self.gates.flowing
-            )
+            timers = part.wheel.begin_tick(second, hold=gated, since=self._clock())
             if timers is not None:
                 if gated or part.wheel.holding:  # one check per round without limits
                     timers = self._through_gates(partition, part.wheel, timers)
@@ -1058,9 +1056,7 @@ class TimerService:
         """One tick as one transaction; 0 if aborted (the next tick retries it)."""
         async with self._unit_lock:
             part = await self._partition(partition)
-            timers = part.wheel.begin_tick(
-                second, hold=self.gates.gated, since=self._clock(), keep=self.gates.flowing
-            )
+            timers = part.wheel.begin_tick(second, hold=self.gates.gated, since=self._clock())
             if timers is None:
                 return 0
             if self.gates.gated or part.wheel.holding:

@@ -199,10 +199,6 @@ class TopicGates:
         #: The topics held back (limited or paused); empty when none is: then the fire
         #: path does nothing more than read this attribute once per round.
         self.gated: frozenset[str] = frozenset()
-        #: The limited topics not paused: their held timers go out at a rate, soon, so a
-        #: tick keeps them decoded (``PartitionWheel.begin_tick``'s ``keep``); a paused
-        #: topic's may wait for weeks and are read back when resumed.
-        self.flowing: frozenset[str] = frozenset()
         for topic, rate in (limits or {}).items():
             self.set_rate(topic, rate)
 
@@ -315,6 +311,5 @@ class TopicGates:
 
     def _changed(self) -> None:
         self.gated = frozenset(self._limits) | frozenset(self._paused)
-        self.flowing = frozenset(self._limits) - frozenset(self._paused)
         for listener in self._listeners:
             listener()

@@ -61,9 +61,6 @@ class Model:
 
     def __init__(self) -> None:
         self.pending: dict[str, tuple[str, int]] = {}
-        #: The payload of each pending version (every request carries its own), so a
-        #: stale copy of an older version (a decoded one kept) cannot pass for it.
-        self.values: dict[str, bytes] = {}
         self.accepted: dict[str, int] = {}
         self.serial = count()
         self.paused: set[str] = set()
@@ -81,7 +78,6 @@ class Model:
     def deliver(self, timers: list[Timer], second: int) -> None:
         for t in timers:
             assert self.pending.get(t.id) == (t.token, t.due), (t, self.pending)
-            assert t.value == self.values[t.id], (t, self.values[t.id])
             assert t.due <= second  # never early
             assert t.id not in self.paused
             del self.pending[t.id]
@@ -96,22 +92,14 @@ def assert_behind_still_pending(wheel: PartitionWheel, kv: MemoryKV) -> None:
         assert kv.get(index_key(entry.id)) == _pending_entry(entry.slot, entry.token), entry
 
 
-def run(
-    steps: list[tuple[object, ...]],
-    scan_holds: bool = False,
-    behind: bool = False,
-    keep: bool = False,
-) -> None:
+def run(steps: list[tuple[object, ...]], scan_holds: bool = False, behind: bool = False) -> None:
     """``scan_holds``: the tick's scan holds the gated topic's timers itself (as the
     service's ticks do, unpacking them only when released); else they are returned and
     held through :meth:`PartitionWheel.hold` (as a topic gated after the scan is).
-    ``behind``: rounds leave the held timers they deliver to be forgotten later.
-    ``keep`` (with ``scan_holds``): the scan keeps the held timers decoded, as it does
-    for a limited topic, and their release reads none back."""
+    ``behind``: rounds leave the held timers they deliver to be forgotten later."""
     kv = MemoryKV()
     clock = [float(START)]
     model = Model()
-    values = count()
 
     def load() -> PartitionWheel:
         wheel = PartitionWheel(kv, clock=lambda: clock[0])
@@ -154,12 +142,7 @@ def run(
     def tick(second: int, budget: int) -> None:
         clock[0] = float(second)
         if scan_holds:
-            timers = wheel.begin_tick(
-                second,
-                hold=frozenset({GATED}),
-                since=clock[0],
-                keep=frozenset({GATED}) if keep else frozenset(),
-            )
+            timers = wheel.begin_tick(second, hold=frozenset({GATED}), since=clock[0])
         else:
             timers = wheel.begin_tick(second)
         if timers is None:
@@ -185,13 +168,12 @@ def run(
                 due=now() + int(str(offset)),
                 topic=str(topic),
                 key=b"k",
-                value=b"v%d" % next(values),
+                value=b"v",
                 token=str(token),
             )
             accepted = wheel.schedule(timer)
             if accepted.outcome in (Scheduled.STORED, Scheduled.FIRE_NOW):
                 model.pending[timer.id] = (timer.token, timer.due)
-                model.values[timer.id] = timer.value or b""
                 model.accepted[timer.id] = next(model.serial)
                 model.paused.discard(timer.id)  # a new version is not paused
             if accepted.outcome is Scheduled.FIRE_NOW:
@@ -276,16 +258,6 @@ def test_held_timers_go_out_as_the_model_says(
     steps: list[tuple[object, ...]], scan_holds: bool, behind: bool
 ) -> None:
     run(steps, scan_holds, behind)
-
-
-@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_steps, st.booleans())
-def test_held_timers_kept_decoded_go_out_as_the_model_says(
-    steps: list[tuple[object, ...]], behind: bool
-) -> None:
-    """The tick's scan keeps its held timers decoded (a limited topic's): a cancel, a
-    reschedule, a pause or a reload in between still decides what goes out."""
-    run(steps, scan_holds=True, behind=behind, keep=True)
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
