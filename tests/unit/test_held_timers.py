@@ -61,6 +61,9 @@ class Model:
 
     def __init__(self) -> None:
         self.pending: dict[str, tuple[str, int]] = {}
+        #: The payload of each pending version (every request carries its own), so a
+        #: stale copy of an older version cannot pass for it.
+        self.values: dict[str, bytes] = {}
         self.accepted: dict[str, int] = {}
         self.serial = count()
         self.paused: set[str] = set()
@@ -78,6 +81,7 @@ class Model:
     def deliver(self, timers: list[Timer], second: int) -> None:
         for t in timers:
             assert self.pending.get(t.id) == (t.token, t.due), (t, self.pending)
+            assert t.value == self.values[t.id], (t, self.values[t.id])
             assert t.due <= second  # never early
             assert t.id not in self.paused
             del self.pending[t.id]
@@ -100,6 +104,7 @@ def run(steps: list[tuple[object, ...]], scan_holds: bool = False, behind: bool 
     kv = MemoryKV()
     clock = [float(START)]
     model = Model()
+    values = count()
 
     def load() -> PartitionWheel:
         wheel = PartitionWheel(kv, clock=lambda: clock[0])
@@ -168,12 +173,13 @@ def run(steps: list[tuple[object, ...]], scan_holds: bool = False, behind: bool 
                 due=now() + int(str(offset)),
                 topic=str(topic),
                 key=b"k",
-                value=b"v",
+                value=b"v%d" % next(values),
                 token=str(token),
             )
             accepted = wheel.schedule(timer)
             if accepted.outcome in (Scheduled.STORED, Scheduled.FIRE_NOW):
                 model.pending[timer.id] = (timer.token, timer.due)
+                model.values[timer.id] = timer.value or b""
                 model.accepted[timer.id] = next(model.serial)
                 model.paused.discard(timer.id)  # a new version is not paused
             if accepted.outcome is Scheduled.FIRE_NOW:
