@@ -320,30 +320,14 @@ def test_a_tick_that_runs_while_a_unit_pauses_fires_what_the_unit_stored_once(
 
 def test_timers_stored_under_wider_rules_are_refused_when_due_and_a_series_ends() -> None:
     """An operator narrows the allow-list and restarts: stored timers stop (issue 22)."""
-    from app.core.policy import RequestPolicy
-    from app.worker.service import TimerService
-
     h = Harness()
     h.requests(
         h.schedule("kept", NOW + 5, topic="orders"),
         h.schedule("banned", NOW + 5, topic="abused"),
         h.series("banned-series", every=1),
     )
-    narrowed = TimerService(
-        policy=RequestPolicy.build(
-            allow_patterns=("orders", "cb"),
-            deny_patterns=("cb",),
-            own_topics=("ticks", "requests", "fired", "dlq"),
-            app_id="kt",
-            max_payload_bytes=1000,
-            horizon_seconds=86400,
-        ),
-        output=h.output,
-        metrics=h.metrics,
-        stores=h.stores,
-        clock=h.clock,
-    )
-    h.service = narrowed  # the worker restarted with the narrower rules
+    # The worker restarted with the narrower rules.
+    narrowed = h.restart(allow_patterns=("orders", "cb"), deny_patterns=("cb",))
     h.tick(NOW + 5)
     assert h.fired() == ["kept"]
     refused = {(timer_id, reason.value) for timer_id, reason in h.output.durable.dead_timers}
@@ -363,25 +347,11 @@ def test_timers_stored_under_a_larger_payload_limit_are_refused_when_due() -> No
     """The payload limit lowered and the workers restarted: a stored timer over it is
     dead-lettered when due, even after a timer to the same topic went out in the same
     tick (the fire path's shortcut for topics that passed still checks the size)."""
-    from app.core.policy import RequestPolicy
-
     h = Harness()
     # The callback value is the id: "kept" is 4 bytes, "z-too-big" 9 (and after it in
     # the store's key order, so the topic has passed by the time it is fired).
     h.requests(h.schedule("kept", NOW + 5), h.schedule("z-too-big", NOW + 5))
-    h.service = TimerService(
-        policy=RequestPolicy.build(
-            allow_patterns=(".*",),
-            own_topics=("ticks", "requests", "fired", "dlq"),
-            app_id="kt",
-            max_payload_bytes=5,
-            horizon_seconds=86400,
-        ),
-        output=h.output,
-        metrics=h.metrics,
-        stores=h.stores,
-        clock=h.clock,
-    )
+    h.restart(max_payload_bytes=5)
     h.tick(NOW + 5)
     assert h.fired() == ["kept"]
     refused = {(timer_id, reason.value) for timer_id, reason in h.output.durable.dead_timers}

@@ -41,6 +41,19 @@ class Clock:
         return self.now
 
 
+def _policy(**rules: Any) -> RequestPolicy:
+    """The harness's rules (any topic, 1,000-byte values, a day ahead), ``rules`` overriding."""
+    options: dict[str, Any] = {
+        "allow_patterns": (".*",),
+        "own_topics": ("ticks", "requests", "fired", "dlq"),
+        "app_id": "kt",
+        "max_payload_bytes": 1000,
+        "horizon_seconds": 86400,
+        **rules,
+    }
+    return RequestPolicy.build(**options)
+
+
 class Harness:
     """A service on memory stores, plus helpers to feed it requests and ticks."""
 
@@ -49,21 +62,24 @@ class Harness:
         self.output = FakeOutput(transactional=transactional)
         self.stores = MemoryStores(self.output)
         self.metrics = WorkerMetrics()
-        self.service = TimerService(
-            policy=RequestPolicy.build(
-                allow_patterns=(".*",),
-                own_topics=("ticks", "requests", "fired", "dlq"),
-                app_id="kt",
-                max_payload_bytes=1000,
-                horizon_seconds=86400,
-            ),
+        self.service = self._service(_policy(), **service_options)
+        self._offsets: dict[int, int] = {}
+
+    def _service(self, policy: RequestPolicy, **service_options: Any) -> TimerService:
+        return TimerService(
+            policy=policy,
             output=self.output,
             metrics=self.metrics,
             stores=self.stores,
             clock=self.clock,
             **service_options,
         )
-        self._offsets: dict[int, int] = {}
+
+    def restart(self, **rules: Any) -> TimerService:
+        """The worker restarted on the same stores under other rules (``rules`` override
+        :func:`_policy`'s): the new service replaces the old one, and is returned."""
+        self.service = self._service(_policy(**rules))
+        return self.service
 
     def record(self, value: bytes | None, partition: int = 0, key: bytes = b"k") -> RawRecord:
         offset = self._offsets.get(partition, -1) + 1
