@@ -253,9 +253,14 @@ _CANCELLED_EARLIER = Accepted(Scheduled.CANCELLED_EARLIER)
 _DUPLICATE = Accepted(Scheduled.DUPLICATE)
 
 
+def _pending_prefix(due: int) -> bytes:
+    """What every pending index entry for ``due`` starts with (:func:`_pending_entry`)."""
+    return b"P%012d" % due
+
+
 def _pending_entry(due: int, token: str) -> bytes:
     """``_IndexEntry(_PENDING, due, token).encode()`` without building the dataclass."""
-    return b"P%012d" % due + token.encode()
+    return _pending_prefix(due) + token.encode()
 
 
 class _Parked(NamedTuple):
@@ -995,7 +1000,7 @@ class PartitionWheel:
             keyed = [t.due for t in leaving]
         # Each one's pending index entry (_pending_entry), its prefix formatted once a
         # slot: a round's timers share one second, or a few.
-        prefixes = {slot: b"P%012d" % slot for slot in set(keyed)}
+        prefixes = {slot: _pending_prefix(slot) for slot in set(keyed)}
         recorded: list[expiry_batch.Entry] = [
             (timer.id.encode(), prefixes[slot] + timer.token.encode())
             for timer, slot in zip(leaving, keyed, strict=True)
