@@ -32,7 +32,6 @@ Pure: the worker (:mod:`app.worker.control`) and the CLI build and read records 
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -90,8 +89,30 @@ def _ignored(reason: str) -> ControlRecord:
     return ControlRecord("ignored", reason=reason)
 
 
+#: How the reason of a record ignored by a bug here starts (see :func:`read_control`).
+INTERNAL_ERROR = "internal error reading it"
+
+
 def read_control(key: bytes | None, value: bytes | None) -> ControlRecord:
-    """What the record ``key``/``value`` sets; total (a bad record is ``ignored``)."""
+    """What the record ``key``/``value`` sets; total (a bad record is ``ignored``).
+
+    The one place that decides what a control record is: every worker reads the topic
+    from its start as it starts, so a record that raised would stop each of them, each
+    time (a rate past any float once did). Generated records show the reading total
+    (``tests/unit/test_control.py``); should a bug still raise, the record is ignored
+    with a reason naming the exception's class (never its message, which may quote the
+    record), and the worker goes on. Only :class:`MemoryError`, the process's and not
+    the record's, goes through.
+    """
+    try:
+        return _read_control(key, value)
+    except MemoryError:
+        raise
+    except Exception as exc:
+        return _ignored(f"{INTERNAL_ERROR}: {type(exc).__name__} (please report)")
+
+
+def _read_control(key: bytes | None, value: bytes | None) -> ControlRecord:
     if key is None:
         return _ignored("no key")
     if len(key) > MAX_KEY_BYTES:
@@ -144,10 +165,13 @@ def read_control(key: bytes | None, value: bytes | None) -> ControlRecord:
     rate = doc["per_second"]
     if rate is _UNLIMITED:
         return ControlRecord(kind, topic, per_second=None)
+    # Compared as it came, never converted first: a JSON integer may be past any float
+    # (math.isfinite raised OverflowError on 400 digits, and every worker, reading the
+    # topic from its start, then failed to start). NaN and the infinities fail the
+    # comparison as well.
     if (
         isinstance(rate, bool)
         or not isinstance(rate, int | float)
-        or not math.isfinite(rate)
         or not 0 < rate <= MAX_CONTROL_RATE
     ):
         return _ignored(f"'per_second' must be above 0 and at most {MAX_CONTROL_RATE:g}")

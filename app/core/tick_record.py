@@ -17,7 +17,6 @@ Every part ignored is reported as a :class:`TickIgnored` reason for the caller t
 from __future__ import annotations
 
 import json
-import math
 from decimal import Decimal, InvalidOperation
 from enum import Enum
 from typing import Any, NamedTuple
@@ -129,7 +128,9 @@ def record_time(timestamp: float | None) -> float | None:
     """A record timestamp (epoch s) if it is one: a number from 1970 to the horizon."""
     if isinstance(timestamp, bool) or not isinstance(timestamp, int | float):
         return None
-    if not math.isfinite(timestamp) or not 0 < timestamp <= MAX_SECONDS:
+    # Compared as it came (NaN and the infinities fail it too): math.isfinite raised
+    # OverflowError for an int past any float.
+    if not 0 < timestamp <= MAX_SECONDS:
         return None
     return float(timestamp)
 

@@ -24,7 +24,7 @@ from app.kafka.config import confluent_consumer, confluent_producer
 from app.kafka.topic_config import control_topic
 from app.settings import Settings
 
-__all__ = ["ControlReader", "bulk_cancel", "send_control"]
+__all__ = ["ControlReader", "bulk_answer", "bulk_cancel", "send_control"]
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,8 @@ class ControlReader:
         self._at_end: set[int] = set()
         #: Records read so far (read to end and polled), all of them.
         self.count = 0
+        #: Called once for each record read and ignored (a worker counts them).
+        self.on_ignored: Callable[[], object] = lambda: None
 
     def _assign(self, timeout: float) -> None:
         try:
@@ -133,6 +135,7 @@ class ControlReader:
                     msg.offset(),
                     record.reason,
                 )
+                self.on_ignored()
             else:
                 apply(record)
             read += 1
@@ -141,6 +144,27 @@ class ControlReader:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def bulk_answer(value: bytes | None, request_id: str) -> dict[str, Any] | None:
+    """One partition's answer to bulk cancel ``request_id``, read from a fired-topic
+    record's value, or None if the record is not one: anything can be written to the
+    fired topic, so an answer counts only with whole numbers where numbers are added up
+    (``partition``, ``matched``, ``cancelled``), never a float past any integer or a
+    string that would stop the command with a traceback."""
+    try:
+        doc = json.loads(value or b"")
+    except (ValueError, RecursionError):
+        return None
+    if (
+        isinstance(doc, dict)
+        and doc.get("event") == FiredKind.BULK_CANCEL.value
+        and doc.get("request") == request_id
+        and "partition" in doc
+        and all(type(doc.get(name, 0)) is int for name in ("partition", "matched", "cancelled"))
+    ):
+        return doc
+    return None
 
 
 def bulk_cancel(
@@ -195,17 +219,9 @@ def bulk_cancel(
                 for msg in consumer.consume(1000, 0.5):
                     if msg.error() is not None or msg.key() != key:
                         continue
-                    try:
-                        doc = json.loads(msg.value() or b"")
-                    except ValueError:
-                        continue
-                    if (
-                        isinstance(doc, dict)
-                        and doc.get("event") == FiredKind.BULK_CANCEL.value
-                        and doc.get("request") == request_id
-                        and isinstance(doc.get("partition"), int)
-                    ):
-                        answers.setdefault(doc["partition"], doc)
+                    answer = bulk_answer(msg.value(), request_id)
+                    if answer is not None:
+                        answers.setdefault(answer["partition"], answer)
         finally:
             send_control(settings, key, None, timeout)  # done: no later worker applies it
     finally:
@@ -214,8 +230,8 @@ def bulk_cancel(
         "request": request_id,
         "dry_run": dry_run,
         "filter": flt.to_query(),
-        "matched": sum(int(a.get("matched", 0)) for a in answers.values()),
-        "cancelled": sum(int(a.get("cancelled", 0)) for a in answers.values()),
+        "matched": sum(a.get("matched", 0) for a in answers.values()),
+        "cancelled": sum(a.get("cancelled", 0) for a in answers.values()),
         "partitions_answered": len(answers),
         "partitions_missing": [p for p in partitions if p not in answers],
         "control_offset": offset,

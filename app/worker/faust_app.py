@@ -280,7 +280,7 @@ def build_worker(
     # Pauses and limits set at run time (the control topic, app.worker.control): read to
     # its end now, before anything can fire, then followed while the worker runs.
     control = ControlFollower(settings, gates, dict(settings.topic_rate_limits))
-    control.load(CONTROL_LOAD_TIMEOUT)
+    control.load(CONTROL_LOAD_TIMEOUT, on_ignored=metrics.control_ignored.inc)
     service = TimerService(
         policy=policy,
         output=output,

@@ -179,6 +179,13 @@ class WorkerMetrics:
         )
         for ignored in TickIgnored:
             self.ticks_ignored.labels(reason=ignored.value)
+        self.control_ignored = Counter(
+            "kafka_timers_control_records_ignored",
+            "Control-topic records ignored (no known key, a value that is no record of its "
+            "kind): each is logged with its offset and reason. Every worker reads the "
+            "whole topic as it starts, so the count starts with what is there already.",
+            registry=r,
+        )
         self.ticks_skipped = Counter(
             "kafka_timers_ticks_skipped",
             "Old tick records never read: a tick partition far behind its end skips to its "

@@ -11,7 +11,8 @@ and clears a limit the same way.
 Alongside, a series' owner pauses it with its token (``kafka-timers pause --id --token
 --wait``, answered ``paused``): no occurrence fires while paused, across the same
 restart; ``resume --id`` fires the missed ones as one coalesced occurrence, then on
-schedule.
+schedule. A hostile control record (a rate past any float) sent before the pause is
+ignored, by the running worker and by the restarted one that reads it again.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from typing import Any
 
 from app.client import TimerClient
 from app.core.fired import FiredKind, FiredRecord
+from app.dev.broker import free_port
 from app.dev.stack import wait_until_firing
+from app.kafka.control import send_control
 from app.kafka.records import TopicReader
 from tests.support.cli import run_cli
-from tests.support.probes import get_json
+from tests.support.probes import get_json, metric_total
 from tests.support.stack import Stack, fired_ids
 from tests.support.waiting import keep_reading, wait_until
 
@@ -35,6 +38,9 @@ FREE = 100
 WEB_PORT = 6381
 #: How long held timers must stay held to show the pause holds (past their second).
 HOLD_SECONDS = 4.0
+#: A rate past any float: reading it once raised OverflowError, so a worker that read
+#: the control topic from its start at a restart stopped, every time.
+HUGE_RATE = b'{"per_second": 1' + b"0" * 400 + b"}"
 
 
 def seq_of(record: Any) -> int:
@@ -49,6 +55,10 @@ def gate_of(topic: str) -> dict[str, Any] | None:
     return gate
 
 
+def ignored_count(metrics_port: int) -> float:
+    return metric_total(f"http://127.0.0.1:{metrics_port}", "kafka_timers_control_records_ignored")
+
+
 def test_a_paused_topic_holds_across_a_restart_and_resume_fires_it(stack: Stack) -> None:
     settings = stack.settings
     app_id = settings.app_id
@@ -57,7 +67,8 @@ def test_a_paused_topic_holds_across_a_restart_and_resume_fires_it(stack: Stack)
     owned = stack.callback_topic(f"owned-{app_id}")
     stack.oscillator()
     data_dir = stack.base_dir / "w-1"
-    worker = stack.worker("w-1", web_port=WEB_PORT, data_dir=data_dir)
+    metrics_port = free_port()
+    worker = stack.worker("w-1", web_port=WEB_PORT, metrics_port=metrics_port, data_dir=data_dir)
     client = TimerClient(settings)
     callbacks = TopicReader(settings, paused)
     audit = TopicReader(settings, settings.topics.fired)
@@ -77,6 +88,12 @@ def test_a_paused_topic_holds_across_a_restart_and_resume_fires_it(stack: Stack)
         assert out.returncode == 0, out.stderr
         assert '"outcome": "paused"' in out.stdout, out.stdout
         paused_at_ms = int(time.time() * 1000) + 1000  # an occurrence on its way may land
+        # A hostile control record before the pause, read by the running worker and again
+        # from the topic's start by the restarted one: ignored with a reason both times.
+        send_control(settings, b"rate/" + paused.encode(), HUGE_RATE, timeout=10)
+        wait_until(
+            lambda: ignored_count(metrics_port) >= 1, 20, "the worker to count the record ignored"
+        )
         out = run_cli(settings, "pause", "--topic", paused)
         assert out.returncode == 0, out.stderr
         wait_until(
@@ -121,7 +138,13 @@ def test_a_paused_topic_holds_across_a_restart_and_resume_fires_it(stack: Stack)
         # Stopped and started again on its disk while paused: still held.
         assert worker.stop() == 0
         restarted_at = time.time()
-        stack.worker("w-1", web_port=WEB_PORT, data_dir=data_dir, log_name="w-1-again")
+        stack.worker(
+            "w-1",
+            web_port=WEB_PORT,
+            metrics_port=metrics_port,
+            data_dir=data_dir,
+            log_name="w-1-again",
+        )
         wait_until_firing(settings, client, free, timeout=90)
         held_again = (PAUSED_FIRE + PAUSED_SKIP, True)
         wait_until(  # one reading of both (a second request could time out on a busy host)
@@ -131,6 +154,8 @@ def test_a_paused_topic_holds_across_a_restart_and_resume_fires_it(stack: Stack)
             20,
             "the restarted worker to hold the paused topic's timers again, still paused",
         )
+        # It read the hostile record again from the topic's start, and went on.
+        assert ignored_count(metrics_port) >= 1
         callbacks.poll(1.0)
         assert callbacks.records == [], "a paused topic's timer fired after the restart"
         series_reader.poll(0.5)

@@ -6,8 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from app.core.control import (
+    INTERNAL_ERROR,
+    MAX_CONTROL_RATE,
     ControlRecord,
     ControlState,
     cancel_bulk_record,
@@ -118,3 +122,144 @@ def test_cancel_bulk_records() -> None:
     ):
         assert read_control(b"cancel-bulk/r2", bad).kind == "ignored", bad
     assert read_control(b"cancel-bulk/r2", None).kind == "cancel_bulk"  # its tombstone
+
+
+# -- totality, by generated records ---------------------------------------------------
+
+#: JSON leaves a hostile writer of the control topic can send: numbers past any float
+#: (a 400-digit integer), NaN and infinities (json.dumps writes them), strings with lone
+#: surrogates (JSON's "\ud800"), and every other kind of value.
+_LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.integers(min_value=10**300, max_value=10**400),
+    st.integers(min_value=-(10**400), max_value=-(10**300)),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(st.characters(codec=None, exclude_categories=())),
+)
+_FIELDS = st.sampled_from(
+    [
+        *("per_second", "paused", "filter", "dry_run", "by", "at_ms"),
+        *("topic", "key", "key_prefix", "id_prefix", "due_from", "due_to", "series"),
+    ]
+)
+_JSON = st.recursive(
+    _LEAVES,
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(_FIELDS | st.text(max_size=8), inner, max_size=5)
+    ),
+    max_leaves=12,
+)
+_TOPICS = st.text(st.characters(codec="utf-8"), min_size=1, max_size=20)
+_KEYS = st.one_of(
+    # Mostly a key every reader takes for a control record, so that the generated values
+    # reach each kind's own checks; also anything at all.
+    st.builds(
+        lambda prefix, topic: prefix + topic.encode(),
+        st.sampled_from([b"pause/", b"rate/", b"cancel-bulk/"]),
+        _TOPICS,
+    ),
+    st.none(),
+    st.binary(max_size=600),
+)
+#: A record's value: a JSON object of the fields readers look at, each there or not (a
+#: filter of the fields a bulk cancel reads among them), any JSON at all, or bytes that
+#: are not JSON.
+_FILTER_FIELDS = ["topic", "key", "key_prefix", "id_prefix", "due_from", "due_to", "series"]
+_FILTERS = st.fixed_dictionaries(
+    {}, optional={name: _LEAVES | st.text(max_size=12) for name in _FILTER_FIELDS}
+) | st.dictionaries(st.text(max_size=8), _LEAVES, max_size=3)
+_OBJECTS = st.fixed_dictionaries(
+    {},
+    optional={
+        "per_second": _LEAVES,
+        "paused": _LEAVES,
+        "filter": _FILTERS | _LEAVES,
+        "dry_run": _LEAVES,
+        "by": _LEAVES,
+    },
+).map(lambda doc: json.dumps(doc).encode())
+_VALUES = st.one_of(
+    _OBJECTS,
+    st.none(),
+    _JSON.map(lambda doc: json.dumps(doc).encode()),
+    st.binary(max_size=200),
+)
+
+
+@settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(key=_KEYS, value=_VALUES)
+def test_any_control_record_is_read_or_ignored_with_a_reason(
+    key: bytes | None, value: bytes | None
+) -> None:
+    """A control record of any shape is read as what it sets, or ignored with a reason;
+    nothing escapes. The topic is read from the start by every worker as it starts, so
+    a record that raised would stop every worker, each time it started."""
+    record = read_control(key, value)
+    assert record.kind in ("pause", "rate", "cancel_bulk", "ignored")
+    if record.kind == "ignored":
+        assert record.reason and not record.reason.startswith(INTERNAL_ERROR), record.reason
+        return
+    assert record.topic
+    if record.kind == "rate" and not record.clear and record.per_second is not None:
+        assert 0 < record.per_second <= MAX_CONTROL_RATE
+    if record.kind == "cancel_bulk" and not record.clear:
+        assert record.filter is not None
+
+
+@pytest.mark.parametrize(
+    "rate", [b"1" + b"0" * 400, b"-1" + b"0" * 400, b"1e400", b"Infinity", b"-Infinity"]
+)
+def test_a_rate_past_any_float_is_ignored(rate: bytes) -> None:
+    record = read_control(b"rate/x", b'{"per_second": ' + rate + b"}")
+    assert record.kind == "ignored" and "per_second" in record.reason
+
+
+def test_a_bulk_cancel_answer_counts_only_with_whole_numbers() -> None:
+    from app.kafka.control import bulk_answer
+
+    good = {"event": "bulk_cancel", "request": "r1", "partition": 3, "matched": 2}
+    assert bulk_answer(json.dumps(good).encode(), "r1") == good
+    assert bulk_answer(json.dumps(good).encode(), "r2") is None  # another request's
+    for bad in (
+        {**good, "matched": 1e400},  # json.dumps writes Infinity
+        {**good, "cancelled": "7"},
+        {**good, "partition": True},
+        {key: value for key, value in good.items() if key != "partition"},
+    ):
+        assert bulk_answer(json.dumps(bad).encode(), "r1") is None, bad
+    for value in (None, b"", b"\xff", b"[" * 100_000, b"[1]"):
+        assert bulk_answer(value, "r1") is None
+
+
+@given(doc=_OBJECTS | _JSON.map(lambda doc: json.dumps(doc).encode()) | st.binary())
+def test_any_fired_record_is_an_answer_or_not_never_an_error(doc: bytes) -> None:
+    """Whatever the fired topic holds, reading it as an answer returns or declines."""
+    from app.kafka.control import bulk_answer
+
+    answer = bulk_answer(doc, "r1")
+    if answer is not None:
+        assert all(type(answer.get(n, 0)) is int for n in ("partition", "matched", "cancelled"))
+
+
+def test_a_bug_in_reading_ignores_the_record_and_names_the_exception(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import app.core.control as control
+
+    def broken(key: bytes | None, value: bytes | None) -> ControlRecord:
+        raise KeyError("the record's bytes, never shown")
+
+    monkeypatch.setattr(control, "_read_control", broken)
+    record = read_control(b"pause/x", b"{}")
+    assert record.kind == "ignored"
+    assert record.reason == f"{INTERNAL_ERROR}: KeyError (please report)"
+
+    def out_of_memory(key: bytes | None, value: bytes | None) -> ControlRecord:
+        raise MemoryError
+
+    monkeypatch.setattr(control, "_read_control", out_of_memory)
+    with pytest.raises(MemoryError):  # the process's, not the record's
+        read_control(b"pause/x", b"{}")

@@ -108,7 +108,9 @@ def test_source_names_are_cut_and_made_encodable() -> None:
     assert empty.tick is not None and empty.tick.source == UNKNOWN_SOURCE
 
 
-@pytest.mark.parametrize("stamp", [float("nan"), float("inf"), -1.0, 0.0, 1e300])
+@pytest.mark.parametrize(
+    "stamp", [float("nan"), float("inf"), float("-inf"), -1.0, 0.0, 1e300, 10**400, -(10**400)]
+)
 def test_a_record_timestamp_out_of_range_is_no_send_time(stamp: float) -> None:
     parsed = parse_tick(str(NOW).encode(), b"1", stamp)
     assert parsed.tick == Tick(NOW, UNKNOWN_SOURCE, None)
