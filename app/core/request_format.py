@@ -294,7 +294,11 @@ def _from_protobuf(record: RawRecord, now: float | None) -> Timer | Cancel:
         return Cancel(id=future.id, token=future.token, action=asked)
     if action != proto.SCHEDULE:
         raise RejectedRequest(RejectReason.UNKNOWN_FORMAT, f"unknown action {action}")
-    headers = future.headers
+    # The headers before anything else about the timer: a forged service header is
+    # refused for what it is (reserved_header), whatever else is wrong with the request,
+    # as the schema's comments say (tests/unit/test_future_proto.py reads them so). A
+    # request without a due second and with a timer-* header was told missing_due.
+    headers = _headers(future.headers) if future.headers else ()
     has = future.HasField
     recurrence = None
     if has("cron") or has("every") or has("tz") or has("start") or has("end") or has("count"):
@@ -321,7 +325,7 @@ def _from_protobuf(record: RawRecord, now: float | None) -> Timer | Cancel:
         key=future.callBackKey.encode() if has("callBackKey") else None,
         value=future.callBack,
         token=future.token,
-        headers=_headers(headers) if headers else (),
+        headers=headers,
         recurrence=recurrence,
         seq=1 if recurrence is not None else 0,
         late=_late(future.late) if has("late") else None,

@@ -250,3 +250,22 @@ def test_a_field_of_the_schema_with_the_wrong_wire_type_is_dead_lettered() -> No
     newer = article + bytes([0x80, 0x01, 1]) + bytes([0x8D, 0x01]) + b"abcd"
     record = RawRecord("timer-request", 0, 0, 0, b"1767225600", newer)
     assert isinstance(parsed(record), Timer), "a newer producer's fields are skipped"
+
+
+def test_a_forged_service_header_is_refused_for_what_it_is_before_a_missing_due() -> None:
+    """Found by the generated model above: a request with no due second (no key to read
+    one from) and a ``timer-*`` header was told ``missing_due``, where the schema says
+    a service header is refused whatever else is wrong."""
+    future = protowire.Future(
+        callback_topic=None,
+        callback_key=None,
+        callback=None,
+        id=None,
+        token=None,
+        due=None,
+        headers=[("TIMER-", b"")],
+        action=0,
+    )
+    record = RawRecord("timer-request", 5, 77, 1_767_225_600_000, None, protowire.encode(future))
+    assert meant(future, record) is RejectReason.RESERVED_HEADER
+    assert parsed(record) is RejectReason.RESERVED_HEADER
