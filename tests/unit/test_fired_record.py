@@ -154,3 +154,35 @@ def test_a_dropped_request_is_answered_with_a_digest_and_read_back() -> None:
     assert back.event is FiredKind.DROPPED and back.outcome == "duplicate"
     assert back.request_offset == 7 and back.due == timer.due
     assert b"secret" not in record.to_json()
+
+
+_JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(["event", "id", "token", "due", "partition", "outcome"])
+            | st.text(max_size=6),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=10,
+)
+
+
+@given(
+    st.one_of(
+        _JSON_VALUES.map(lambda doc: json.dumps(doc).encode()),
+        st.binary(max_size=64),
+        st.just(b"[" * 100_000),
+    )
+)
+def test_any_value_is_a_fired_record_or_a_value_error(data: bytes) -> None:
+    """Whatever the fired topic holds: a record, or ValueError, never another error (a
+    reader waiting for an answer skips exactly those)."""
+    try:
+        record = FiredRecord.from_json(data)
+    except ValueError:
+        return
+    assert isinstance(record.event, FiredKind)

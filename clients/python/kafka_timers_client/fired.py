@@ -24,7 +24,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from enum import Enum
-from typing import Any, Protocol
+from typing import Protocol
 
 __all__ = [
     "TOKEN_DIGEST_PREFIX",
@@ -304,9 +304,18 @@ class FiredRecord:
 
     @classmethod
     def from_json(cls, data: bytes | str) -> FiredRecord:
-        """Parse a record's value; raise ``ValueError`` if it is not one."""
+        """Parse a record's value; raise ``ValueError`` if it is not one, and nothing
+        else: anyone who may write the fired topic can write anything there, and a
+        reader waiting for an answer (``TimerClient``'s ``--wait``) skips what is not
+        one. JSON that is not an object raised ``AttributeError`` here, and JSON nested
+        past the decoder's depth ``RecursionError``."""
         try:
-            doc: dict[str, Any] = json.loads(data)
+            doc = json.loads(data)
+        except RecursionError:
+            raise ValueError("not a fired-topic record: JSON nested too deeply") from None
+        if not isinstance(doc, dict):
+            raise ValueError(f"not a fired-topic record: a JSON {type(doc).__name__}")
+        try:
             known = {f.name for f in fields(cls)}
             values = {k: v for k, v in doc.items() if k in known}
             values["event"] = FiredKind(doc["event"])
