@@ -524,6 +524,7 @@ def _from_json(record: RawRecord, now: float | None) -> Timer | Cancel:
                 token=_json_str(doc, "token", ""),
                 action=asked,
             )
+        headers = _json_headers(doc)  # first, as for protobuf (see _from_protobuf)
         recurrence = _json_recurrence(doc, _sent_second(record, now))
         late = doc.get("late")
         if late is not None and not isinstance(late, str):
@@ -540,7 +541,7 @@ def _from_json(record: RawRecord, now: float | None) -> Timer | Cancel:
             key=_json_bytes(doc, "key"),
             value=_json_bytes(doc, "value") or b"",
             token=_json_str(doc, "token", ""),
-            headers=_json_headers(doc),
+            headers=headers,
             recurrence=recurrence,
             seq=1 if recurrence is not None else 0,
             late=_late(late),

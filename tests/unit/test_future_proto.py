@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from dataclasses import replace
 from decimal import Decimal
 from importlib import resources
 from pathlib import Path
@@ -269,3 +270,6 @@ def test_a_forged_service_header_is_refused_for_what_it_is_before_a_missing_due(
     record = RawRecord("timer-request", 5, 77, 1_767_225_600_000, None, protowire.encode(future))
     assert meant(future, record) is RejectReason.RESERVED_HEADER
     assert parsed(record) is RejectReason.RESERVED_HEADER
+    # The same request in JSON is refused the same way.
+    as_json = replace(record, value=b'{"topic": "t", "headers": {"Timer-Id": "x"}}')
+    assert parsed(as_json) is RejectReason.RESERVED_HEADER
