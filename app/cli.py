@@ -30,14 +30,40 @@ DEFAULT_CANCEL_WAIT = 10.0
 DEFAULT_GET_SINCE = "1d"
 
 
+#: Longest wait or timeout a flag takes, seconds (about 116 days): ``inf`` and
+#: ``1e400`` overflowed librdkafka's milliseconds with a traceback, and ``nan`` made a
+#: wait for the broker that never reached its deadline.
+MAX_FLAG_SECONDS = 1e7
+
+
 def _positive_seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, not {text}")
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text[:40]!r}") from None
+    if not 0 < value <= MAX_FLAG_SECONDS:  # NaN fails it too
+        raise argparse.ArgumentTypeError(
+            f"must be more than 0 and at most {MAX_FLAG_SECONDS:,.0f} seconds, not {text[:40]}"
+        )
     return value
+
+
+def _unreadable_argument(args: Sequence[str]) -> str | None:
+    """The first of ``args`` that is not valid UTF-8, shown safely, or None.
+
+    Bytes that are not UTF-8 reach Python as lone surrogates, which no Kafka client,
+    URL or JSON can carry: every command that encoded one (an id, a topic, a header, a
+    value) stopped with a traceback. Refused here, once, before anything is parsed."""
+    for arg in args:
+        try:
+            arg.encode()
+        except UnicodeEncodeError:
+            try:  # the bytes as given (os.fsdecode's surrogateescape), escaped
+                raw = arg.encode("utf-8", "surrogateescape")
+            except UnicodeEncodeError:  # a surrogate no bytes made
+                raw = arg.encode("utf-8", "backslashreplace")
+            return raw.decode("utf-8", "backslashreplace")[:80]
+    return None
 
 
 class _Parser(argparse.ArgumentParser):
@@ -379,13 +405,15 @@ def _pause_arguments(p: argparse.ArgumentParser, done: str, refused: str) -> Non
     p.add_argument(
         "--wait",
         nargs="?",
-        type=float,
+        type=_positive_seconds,
         const=DEFAULT_CANCEL_WAIT,
         metavar="SECONDS",
         help=f"with --id: wait for the answer and print it: {done}, {refused} "
         f"(default {DEFAULT_CANCEL_WAIT:g} s; exit 3 if none came)",
     )
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds to reach the broker")
+    p.add_argument(
+        "--timeout", type=_positive_seconds, default=10.0, help="seconds to reach the broker"
+    )
 
 
 def cmd_rate(args: argparse.Namespace) -> int:
@@ -659,13 +687,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_broker)
 
     p = sub.add_parser("topics", help="create the service topics (all with one partition count)")
-    p.add_argument("--timeout", type=float, default=15.0)
+    p.add_argument("--timeout", type=_positive_seconds, default=15.0)
     p.set_defaults(func=cmd_topics)
 
     p = sub.add_parser("oscillator", help="send one tick per second to every partition")
     p.add_argument("--id", help="name in logs and tick records (default: host-pid)")
     p.add_argument("--metrics-port", type=int)
-    p.add_argument("--timeout", type=float, default=15.0)
+    p.add_argument("--timeout", type=_positive_seconds, default=15.0)
     p.set_defaults(func=cmd_oscillator)
 
     p = sub.add_parser("worker", help="run a Faust worker that stores and fires timers")
@@ -674,7 +702,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--web-port", type=int, help="Faust web / status page port (default 6066)")
     p.add_argument("--metrics-port", type=int)
     p.add_argument("--loglevel", default="info")
-    p.add_argument("--timeout", type=float, default=15.0)
+    p.add_argument("--timeout", type=_positive_seconds, default=15.0)
     p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser(
@@ -707,7 +735,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--id", dest="timer_id", help="timer id (scheduling an id again replaces it)")
     p.add_argument("--token", help="cancellation token (default: random)")
     p.add_argument("--header", action="append", help="callback header name=value (repeatable)")
-    p.add_argument("--timeout", type=float, default=10.0)
+    p.add_argument("--timeout", type=_positive_seconds, default=10.0)
     p.set_defaults(func=cmd_schedule)
 
     p = sub.add_parser(
@@ -731,7 +759,9 @@ def build_parser() -> argparse.ArgumentParser:
         f"cancelled_in_advance or not_found (default {DEFAULT_CANCEL_WAIT:g} s; "
         "exit 3 if none came)",
     )
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds to reach the broker")
+    p.add_argument(
+        "--timeout", type=_positive_seconds, default=10.0, help="seconds to reach the broker"
+    )
     p.set_defaults(func=cmd_cancel)
 
     p = sub.add_parser(
@@ -764,7 +794,9 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="back to KAFKA_TIMERS_TOPIC_RATE_LIMITS's limit for the topic (or none)",
     )
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds to reach the broker")
+    p.add_argument(
+        "--timeout", type=_positive_seconds, default=10.0, help="seconds to reach the broker"
+    )
     p.set_defaults(func=cmd_rate)
 
     p = sub.add_parser("status", help="pending, fires, lateness and ticks of running workers")
@@ -788,7 +820,10 @@ def build_parser() -> argparse.ArgumentParser:
         f"(default {DEFAULT_GET_SINCE})",
     )
     p.add_argument(
-        "--timeout", type=float, default=30.0, help="seconds for reading the fired topic"
+        "--timeout",
+        type=_positive_seconds,
+        default=30.0,
+        help="seconds for reading the fired topic",
     )
     p.set_defaults(func=cmd_get)
 
@@ -815,7 +850,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=120.0,
         help="seconds to wait for every partition's answer (exit 3 past it)",
     )
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds to reach the broker")
+    p.add_argument(
+        "--timeout", type=_positive_seconds, default=10.0, help="seconds to reach the broker"
+    )
     p.set_defaults(func=cmd_cancel_bulk)
 
     p = sub.add_parser(
@@ -823,7 +860,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--app-id", help="the deployment's app id (default: $KAFKA_TIMERS_APP_ID)")
     p.add_argument("--output", "-o", help="file to write (default: stdout)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds to read the changelog")
+    p.add_argument(
+        "--timeout", type=_positive_seconds, default=120.0, help="seconds to read the changelog"
+    )
     p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("import", help="send the timers of an export to a deployment (idempotent)")
@@ -832,7 +871,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--request-topic",
         help="the deployment's request topic (default: $KAFKA_TIMERS_REQUEST_TOPIC)",
     )
-    p.add_argument("--timeout", type=float, default=30.0)
+    p.add_argument("--timeout", type=_positive_seconds, default=30.0)
     p.set_defaults(func=cmd_import)
 
     p = sub.add_parser(
@@ -861,7 +900,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="go on although the old workers' consumer group has members",
     )
-    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--timeout", type=_positive_seconds, default=120.0)
     p.set_defaults(func=cmd_migrate)
 
     # Everything after "audit" (flags included) belongs to the audit's own parser.
@@ -878,7 +917,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--timers", type=int, default=36)
     p.add_argument(
         "--duration",
-        type=float,
+        type=_positive_seconds,
         default=None,
         help="stop after this many seconds once all fired (default: run until Ctrl-C)",
     )
@@ -889,6 +928,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    unreadable = _unreadable_argument(sys.argv[1:] if argv is None else argv)
+    if unreadable is not None:
+        print(f"kafka-timers: error: an argument is not valid UTF-8: {unreadable}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"

@@ -272,10 +272,11 @@ class Settings:
             return LatePolicy.parse(self.late_policy).over(DEFAULT_POLICY)
         except KafkaTimersError as exc:
             detail = getattr(exc, "detail", str(exc))
-            raise ConfigurationError(f"{PREFIX}LATE_POLICY: {detail}") from exc
+            raise ConfigurationError(f"{PREFIX}LATE_POLICY: {_cut(detail)}") from exc
         except (ValueError, ArithmeticError) as exc:  # e.g. a skip-after too long for a float
             raise ConfigurationError(
-                f"{PREFIX}LATE_POLICY={self.late_policy!r} cannot be read ({exc})"
+                f"{PREFIX}LATE_POLICY={_shown(self.late_policy)} cannot be read "
+                f"({type(exc).__name__})"
             ) from exc
 
     @property
@@ -754,6 +755,25 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
 
 
+#: Most characters of a variable's value a complaint quotes back.
+_SHOWN_CHARS = 100
+
+
+def _shown(raw: str) -> str:
+    """``raw`` quoted for a complaint, cut to :data:`_SHOWN_CHARS` characters: a value of
+    a megabyte made a complaint of a megabyte (and one line is the promise)."""
+    if len(raw) <= _SHOWN_CHARS:
+        return repr(raw)
+    return f"{raw[:_SHOWN_CHARS]!r}... ({len(raw):,} characters)"
+
+
+def _cut(text: str) -> str:
+    """``text`` (a complaint's detail, which may quote the value) cut like :func:`_shown`."""
+    if len(text) <= 2 * _SHOWN_CHARS:
+        return text
+    return f"{text[: 2 * _SHOWN_CHARS]}..."
+
+
 class _Reader:
     """Reads and checks one variable at a time; every complaint names its variable."""
 
@@ -761,9 +781,19 @@ class _Reader:
         self.env = env
 
     def text(self, name: str) -> str | None:
-        """``KAFKA_TIMERS_<name>``, or ``None`` when unset or empty."""
+        """``KAFKA_TIMERS_<name>``, or ``None`` when unset or empty.
+
+        Refused unless it is valid UTF-8: bytes that are not come in as lone surrogates,
+        which librdkafka cannot take (an unreadable ``SASL_USERNAME`` failed every Kafka
+        client with a traceback instead of this line)."""
         value = self.env.get(PREFIX + name)
-        return value if value not in (None, "") else None
+        if value in (None, ""):
+            return None
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise ConfigurationError(f"{PREFIX}{name} is not valid UTF-8") from None
+        return value
 
     def url(self, name: str) -> str | None:
         """An ``http://`` or ``https://`` URL in variable ``name`` (no prefix), or None."""
@@ -794,7 +824,7 @@ class _Reader:
         try:
             return kind(raw)
         except (ValueError, ArithmeticError) as exc:
-            raise ConfigurationError(f"{name}={raw!r} is not {what}") from exc
+            raise ConfigurationError(f"{name}={_shown(raw)} is not {what}") from exc
 
     def integer(self, name: str, default: _T, low: int, high: int, meaning: str) -> int | _T:
         raw = self.text(name)
@@ -803,7 +833,7 @@ class _Reader:
         value = self._parse(PREFIX + name, raw, int)
         if not low <= value <= high:
             raise ConfigurationError(
-                f"{PREFIX}{name}={raw!r}: must be from {low} to {high} ({meaning})"
+                f"{PREFIX}{name}={_shown(raw)}: must be from {low} to {high} ({meaning})"
             )
         return value
 
@@ -825,7 +855,7 @@ class _Reader:
         if not math.isfinite(value) or value < low or too_high:
             upper = "" if high is None else f" {'to under' if below_high else 'to'} {high:g}"
             span = f"from {low:g}{upper}" if upper else f"at least {low:g}"
-            raise ConfigurationError(f"{PREFIX}{name}={raw!r}: must be {span} ({meaning})")
+            raise ConfigurationError(f"{PREFIX}{name}={_shown(raw)}: must be {span} ({meaning})")
         return value
 
     def rate_limits(self, name: str) -> tuple[tuple[str, float], ...]:
@@ -846,7 +876,7 @@ class _Reader:
             return True
         if word in _FALSE:
             return False
-        raise ConfigurationError(f"{PREFIX}{name}={raw!r}: use true or false")
+        raise ConfigurationError(f"{PREFIX}{name}={_shown(raw)}: use true or false")
 
     def topic(self, name: str, default: str) -> str:
         raw = self.text(name)
@@ -854,7 +884,8 @@ class _Reader:
             return default
         if not is_legal_topic(raw):
             raise ConfigurationError(
-                f"{PREFIX}{name}={raw!r} is not a Kafka topic name (1 to 249 of A-Z a-z 0-9 . _ -)"
+                f"{PREFIX}{name}={_shown(raw)} is not a Kafka topic name "
+                "(1 to 249 of A-Z a-z 0-9 . _ -)"
             )
         return raw
 
@@ -864,7 +895,7 @@ class _Reader:
             return default
         if len(raw) > MAX_APP_ID_CHARS or raw in (".", "..") or not _LEGAL_NAME.fullmatch(raw):
             raise ConfigurationError(
-                f"{PREFIX}APP_ID={raw!r}: use 1 to {MAX_APP_ID_CHARS} of A-Z a-z 0-9 . _ - "
+                f"{PREFIX}APP_ID={_shown(raw)}: use 1 to {MAX_APP_ID_CHARS} of A-Z a-z 0-9 . _ - "
                 f"(it names the consumer group and the topic <app id>-{TABLE_NAME}-changelog)"
             )
         return raw
@@ -875,7 +906,7 @@ class _Reader:
             return default
         if len(raw) > longest or not raw.isprintable() or raw != raw.strip():
             raise ConfigurationError(
-                f"{PREFIX}{name}={raw!r}: use up to {longest} printable characters, "
+                f"{PREFIX}{name}={_shown(raw)}: use up to {longest} printable characters, "
                 "without leading or trailing spaces"
             )
         return raw
@@ -885,9 +916,9 @@ class _Reader:
         if raw is None:
             return default
         if not raw.isprintable():
-            raise ConfigurationError(f"{PREFIX}{name}={raw!r} is not a usable path")
+            raise ConfigurationError(f"{PREFIX}{name}={_shown(raw)} is not a usable path")
         if os.path.exists(raw) and not os.path.isdir(raw):
-            raise ConfigurationError(f"{PREFIX}{name}={raw!r} exists and is not a directory")
+            raise ConfigurationError(f"{PREFIX}{name}={_shown(raw)} exists and is not a directory")
         return raw
 
     def file(self, name: str) -> str | None:
@@ -895,7 +926,7 @@ class _Reader:
         if raw is None:
             return None
         if not os.path.isfile(raw) or not os.access(raw, os.R_OK):
-            raise ConfigurationError(f"{PREFIX}{name}={raw!r} is not a readable file")
+            raise ConfigurationError(f"{PREFIX}{name}={_shown(raw)} is not a readable file")
         return raw
 
     def address(self, name: str, default: str) -> str:
@@ -904,7 +935,7 @@ class _Reader:
             return default
         if not _is_host(raw):
             raise ConfigurationError(
-                f"{PREFIX}{name}={raw!r} is not an IP address or host name to listen on"
+                f"{PREFIX}{name}={_shown(raw)} is not an IP address or host name to listen on"
             )
         return raw
 
@@ -915,7 +946,7 @@ class _Reader:
             return None
         value = self._parse(name, raw, int, "a port")
         if not 1 <= value <= 65535:
-            raise ConfigurationError(f"{name}={raw!r}: must be from 1 to 65535 (a TCP port)")
+            raise ConfigurationError(f"{name}={_shown(raw)}: must be from 1 to 65535 (a TCP port)")
         return value
 
     def bootstrap(self, default: str) -> str:
@@ -935,7 +966,7 @@ class _Reader:
             port = match["port"] if match else None
             if not good or (port is not None and not 1 <= int(port) <= 65535):
                 raise ConfigurationError(
-                    f"KAFKA_BOOTSTRAP_SERVERS={raw!r}: {entry!r} is not host:port "
+                    f"KAFKA_BOOTSTRAP_SERVERS={_shown(raw)}: {_shown(entry)} is not host:port "
                     "(use host:port[,host:port], no scheme)"
                 )
         return ",".join(entries)
@@ -946,7 +977,7 @@ class _Reader:
             return default
         patterns = split_allow_list(raw)
         if not patterns and name == "CALLBACK_ALLOW":
-            raise ConfigurationError(f"{PREFIX}{name}={raw!r} names no pattern")
+            raise ConfigurationError(f"{PREFIX}{name}={_shown(raw)} names no pattern")
         for pattern in patterns:
             try:
                 compile_topic_pattern(pattern)

@@ -71,9 +71,10 @@ def read_demo_stack(path: Path) -> DemoStack | None:
             metrics=tuple(str(u) for u in doc.get("metrics", ())),
             operator_token=str(doc["operator_token"]) if doc.get("operator_token") else None,
         )
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None
-    if stack.pid <= 0 or not stack.workers or not _alive(stack.pid):
+    # A pid past what os.kill takes raised OverflowError (a file anyone may write).
+    if not 0 < stack.pid < 2**31 or not stack.workers or not _alive(stack.pid):
         return None
     return stack
 

@@ -90,6 +90,10 @@ def _text(doc: dict[str, Any], name: str, default: str | None = None) -> str:
     value = doc.get(name, default)
     if not isinstance(value, str):
         raise LineError(f"{name!r} must be a string")
+    try:  # a lone surrogate ("\ud800", or stdin's bytes that are not UTF-8) encodes to
+        value.encode()  # nothing a request can carry: it stopped an import with a traceback
+    except UnicodeEncodeError:
+        raise LineError(f"{name!r} is not valid UTF-8 (a lone surrogate)") from None
     return value
 
 

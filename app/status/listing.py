@@ -137,8 +137,8 @@ def list_workers(
                 query["cursor"] = cursor
             try:
                 status, body = get(f"{base}/timers?{urlencode(query)}", token=token)
-            except OSError as exc:
-                failed.append(f"{base}: {exc}")
+            except (OSError, ValueError) as exc:  # not a URL; an answer that is not JSON
+                failed.append(f"{base}: {' '.join(str(exc).splitlines())[:200]}")
                 break
             if status == 503:
                 busy_since = busy_since or time.monotonic()

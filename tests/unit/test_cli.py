@@ -55,6 +55,16 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         (["schedule", "--topic", "t", "--every", "5s", "--in", "5s"], "not allowed with"),
         (["schedule", "--topic", "t", "--in", "5s", "--count", "3"], "--count needs --cron"),
         (["schedule", "--topic", "t", "--in", "5s", "--late", "later"], "late-fire policy"),
+        # Never a wait without end (nan never reaches a deadline) nor one past
+        # librdkafka's milliseconds (inf, 1e400 overflowed with a traceback).
+        (["schedule", "--topic", "t", "--in", "5s", "--timeout", "nan"], "at most 10,000,000"),
+        (["pause", "--topic", "t", "--timeout", "inf"], "at most 10,000,000"),
+        (["rate", "--topic", "t", "--limit", "5/s", "--timeout", "1e400"], "at most"),
+        (["pause", "--id", "x", "--token", "y", "--wait", "inf"], "at most"),
+        # Bytes that are not UTF-8 reach Python as lone surrogates (os.fsdecode): each
+        # command that encoded one stopped with a traceback.
+        (["status", "--timer", "a\udcff"], "not valid UTF-8: a\\xff"),
+        (["schedule", "--topic", "t", "--in", "5s", "--header", "a=\udcff"], "not valid UTF-8"),
     ],
 )
 def test_errors_are_one_line(args: list[str], expected: str) -> None:

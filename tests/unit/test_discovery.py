@@ -50,7 +50,16 @@ def test_a_stale_or_broken_file_is_no_demo(tmp_path: Path) -> None:
     assert read_demo_stack(path) is None
     write_demo_stack(path, stack(dead_pid()))
     assert read_demo_stack(path) is None, "its demo was killed: a stale file"
-    for text in ("", "{", "[]", '{"pid": 1}', '{"pid": "x", "bootstrap": 1}'):
+    for text in (
+        "",
+        "{",
+        "[]",
+        '{"pid": 1}',
+        '{"pid": "x", "bootstrap": 1}',
+        "[" * 100_000,  # past the decoder's depth: RecursionError
+        '{"pid": 100000000000000000000, "bootstrap": "b", "app_id": "a", "workers": ["w"], '
+        '"operator_token": null}',  # past what os.kill takes: OverflowError
+    ):
         path.write_text(text)
         assert read_demo_stack(path) is None, text
 

@@ -123,3 +123,19 @@ def test_round_trip_of_a_filter() -> None:
         {"topic": "t", "key_prefix": "k", "id_prefix": "i", "due_from": "5", "series": "1"}
     )
     assert TimerFilter.from_query(flt.to_query()) == flt
+
+
+def test_a_worker_url_that_is_no_url_or_answers_no_json_is_a_failed_worker() -> None:
+    """``kafka-timers list`` names such a worker in one line, as ``status`` does: a
+    ValueError from urllib or from the JSON decoder went past it with a traceback."""
+    from app.status.listing import list_workers
+
+    def not_json(url: str, token: str | None = None) -> tuple[int, Any]:
+        raise ValueError("Expecting value: line 1 column 1 (char 0)\n<html>")
+
+    count, failed = list_workers(
+        ["http://127.0.0.1:1"], TimerFilter(), token=None, emit=lambda _: None, fetch=not_json
+    )
+    assert count == 0 and len(failed) == 1 and "\n" not in failed[0]
+    count, failed = list_workers(["notaurl"], TimerFilter(), token=None, emit=lambda _: None)
+    assert count == 0 and len(failed) == 1 and failed[0].startswith("notaurl: ")

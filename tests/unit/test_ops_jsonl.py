@@ -132,6 +132,19 @@ def test_a_line_reads_as_the_request_formats_fields() -> None:
             "'seq'",
         ),
         ('{"id": "x", "topic": "t", "key": null, "value": "v", "due": 1, "headers": {}}', "list"),
+        # A lone surrogate (a JSON escape, or stdin's bytes that are not UTF-8) in any
+        # text: it stopped the import with a traceback once the request was encoded.
+        ('{"id": "\\ud800", "topic": "t", "key": null, "value": "v", "due": 1}', "'id'"),
+        ('{"id": "x", "topic": "t\udcff", "key": null, "value": "v", "due": 1}', "'topic'"),
+        (
+            '{"id": "x", "topic": "t", "key": null, "value": "v", "due": 1, "token": "\\udfff"}',
+            "'token'",
+        ),
+        (
+            '{"id": "x", "topic": "t", "key": null, "value": "v", "due": 1, '
+            '"headers": [{"name": "\\ud800", "value": "v"}]}',
+            "'name'",
+        ),
     ],
 )
 def test_a_line_that_is_no_timer_is_refused_with_why(line: str, why: str) -> None:

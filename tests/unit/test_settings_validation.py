@@ -164,7 +164,6 @@ def test_the_allow_list_survives_the_trip_to_a_child_process() -> None:
         ("(?<!x)cb", "invalid perl operator"),  # lookbehind
         ("[a-", "missing ]"),
         ("x{1,1001}", "invalid repetition size"),
-        ("\ud800", "UTF-8"),
     ],
 )
 def test_a_pattern_re2_refuses_is_one_line_naming_it(pattern: str, why: str) -> None:
@@ -530,3 +529,38 @@ def test_a_bad_setting_stops_each_entry_point_with_one_line_and_status_2(
     assert len(lines) == 1, result.stderr
     assert lines[0].startswith(expected), lines[0]
     assert result.stdout == ""
+
+
+def test_a_value_that_is_not_utf8_is_one_line() -> None:
+    """Bytes that are not UTF-8 arrive as lone surrogates: librdkafka could not take the
+    SASL user name, and every Kafka client failed with a traceback."""
+    env = {
+        "KAFKA_TIMERS_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "KAFKA_TIMERS_SASL_MECHANISM": "PLAIN",
+        "KAFKA_TIMERS_SASL_USERNAME": "u\udcff",
+        "KAFKA_TIMERS_SASL_PASSWORD": "p",
+    }
+    with pytest.raises(ConfigurationError, match="KAFKA_TIMERS_SASL_USERNAME is not valid UTF-8"):
+        Settings.from_env(env)
+    # The allow-list too, before RE2 is asked (it refused such a pattern as well).
+    with pytest.raises(ConfigurationError, match="KAFKA_TIMERS_CALLBACK_ALLOW is not valid UTF-8"):
+        Settings.from_env({"KAFKA_TIMERS_CALLBACK_ALLOW": "\ud800"})
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("KAFKA_TIMERS_WEB_PORT", "1" * 100_000),
+        ("KAFKA_TIMERS_APP_ID", "x" * 1_000_000),
+        ("KAFKA_TIMERS_LATE_POLICY", "skip-after " + "9" * 5_000),
+        ("KAFKA_BOOTSTRAP_SERVERS", "h" * 100_000),
+        ("KAFKA_TIMERS_REMEMBER_SECONDS", "9" * 5_000),
+    ],
+)
+def test_a_huge_value_is_quoted_cut_short(name: str, value: str) -> None:
+    """A complaint quotes at most a hundred or two characters of the value: a value of a
+    megabyte made a complaint of a megabyte."""
+    with pytest.raises(ConfigurationError) as raised:
+        Settings.from_env({name: value})
+    message = str(raised.value)
+    assert name in message and len(message) < 500, len(message)
