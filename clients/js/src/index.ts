@@ -414,13 +414,8 @@ export class TimerClient {
         autoCommit: false,
         eachMessage: async ({ partition, message }) => {
           if (message.value === null || this.waiting.size === 0) return;
-          let doc: Record<string, unknown>;
-          try {
-            doc = JSON.parse(message.value.toString());
-          } catch {
-            return; // not ours to judge: the audit reports malformed records
-          }
-          if (doc.event !== "cancel" || typeof doc.request_offset !== "number") return;
+          const doc = cancelAnswerOf(message.value);
+          if (doc === null) return; // not ours to judge: the audit reports malformed records
           const resolve = this.waiting.get(`${partition}/${doc.request_offset}/${doc.id}`);
           if (resolve !== undefined && doc.partition === partition) {
             resolve({ outcome: String(doc.outcome) });
@@ -449,6 +444,25 @@ export class TimerClient {
  * before the send, else the first second of its grid after the send; without a start,
  * one interval after the send.
  */
+/**
+ * A fired-topic record's value as a cancel's answer, or null if it is none. Anyone who
+ * may write the fired topic can write anything there: `null`, `5` or `[1]` parse as JSON
+ * but are no object, and reading `.event` of `null` threw inside the answers consumer's
+ * handler, which kafkajs then retried, record after record, while cancels waited.
+ */
+export function cancelAnswerOf(value: Buffer): Record<string, unknown> | null {
+  let doc: unknown;
+  try {
+    doc = JSON.parse(value.toString());
+  } catch {
+    return null;
+  }
+  if (doc === null || typeof doc !== "object" || Array.isArray(doc)) return null;
+  const answer = doc as Record<string, unknown>;
+  if (answer.event !== "cancel" || typeof answer.request_offset !== "number") return null;
+  return answer;
+}
+
 export function firstOfInterval(every: number, start: number | undefined, sentSecond: number): number {
   if (start === undefined) return sentSecond + every;
   if (start >= sentSecond) return start;

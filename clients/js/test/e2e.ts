@@ -6,9 +6,19 @@
  * Usage: node dist/test/e2e.js BROKERS REQUEST_TOPIC FIRED_TOPIC CALLBACK_TOPIC ID...
  */
 
-import { TimerClient, partitionFor } from "../src";
+import { TimerClient, cancelAnswerOf, partitionFor } from "../src";
+
+/** Whatever the fired topic holds is an answer or not, never an error (checked first). */
+function checkHostileAnswers(): void {
+  for (const text of ["null", "5", "[1]", '"cancel"', "{", "", '{"event": "cancel"}', "[".repeat(100000)]) {
+    if (cancelAnswerOf(Buffer.from(text)) !== null) throw new Error(`read as an answer: ${text.slice(0, 20)}`);
+  }
+  const answer = cancelAnswerOf(Buffer.from('{"event": "cancel", "request_offset": 7, "id": "x", "partition": 1}'));
+  if (answer === null || answer.request_offset !== 7) throw new Error("an answer was not read");
+}
 
 async function main(): Promise<void> {
+  checkHostileAnswers();
   const [brokers, requestTopic, firedTopic, callbacks, partitionsText, ...ids] = process.argv.slice(2);
   const client = new TimerClient({ brokers: brokers.split(","), requestTopic, firedTopic });
   try {
