@@ -66,7 +66,7 @@ class ControlReader:
     (:meth:`read_to_end`, the end as the fetch reports it, not ListOffsets), then on
     (:meth:`poll`). One thread at a time."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, on_ignored: Callable[[], object] = lambda: None) -> None:
         self.topic = control_topic(settings)
         self._consumer = Consumer(
             confluent_consumer(
@@ -81,7 +81,7 @@ class ControlReader:
         #: Records read so far (read to end and polled), all of them.
         self.count = 0
         #: Called once for each record read and ignored (a worker counts them).
-        self.on_ignored: Callable[[], object] = lambda: None
+        self.on_ignored = on_ignored
 
     def _assign(self, timeout: float) -> None:
         try:

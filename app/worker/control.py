@@ -72,12 +72,10 @@ class ControlFollower:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def load(self, timeout: float, on_ignored: Callable[[], object] | None = None) -> None:
+    def load(self, timeout: float, on_ignored: Callable[[], object] = lambda: None) -> None:
         """Read the control topic to its end and apply it (before the event loop runs).
         ``on_ignored`` is called for each record ignored, then and while following."""
-        reader = ControlReader(self._settings)
-        if on_ignored is not None:
-            reader.on_ignored = on_ignored
+        reader = ControlReader(self._settings, on_ignored)
         try:
             count = reader.read_to_end(self.state.apply, timeout)
         except BaseException:

@@ -138,11 +138,10 @@ _LEAVES = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(st.characters(codec=None, exclude_categories=())),
 )
+#: The fields a bulk cancel's filter reads (app.core.timer_filter).
+_FILTER_FIELDS = ("topic", "key", "key_prefix", "id_prefix", "due_from", "due_to", "series")
 _FIELDS = st.sampled_from(
-    [
-        *("per_second", "paused", "filter", "dry_run", "by", "at_ms"),
-        *("topic", "key", "key_prefix", "id_prefix", "due_from", "due_to", "series"),
-    ]
+    [*("per_second", "paused", "filter", "dry_run", "by", "at_ms"), *_FILTER_FIELDS]
 )
 _JSON = st.recursive(
     _LEAVES,
@@ -167,7 +166,6 @@ _KEYS = st.one_of(
 #: A record's value: a JSON object of the fields readers look at, each there or not (a
 #: filter of the fields a bulk cancel reads among them), any JSON at all, or bytes that
 #: are not JSON.
-_FILTER_FIELDS = ["topic", "key", "key_prefix", "id_prefix", "due_from", "due_to", "series"]
 _FILTERS = st.fixed_dictionaries(
     {}, optional={name: _LEAVES | st.text(max_size=12) for name in _FILTER_FIELDS}
 ) | st.dictionaries(st.text(max_size=8), _LEAVES, max_size=3)
