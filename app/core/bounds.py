@@ -11,6 +11,7 @@ from kafka_timers_client.bounds import (
     MAX_SERIES_COUNT,
     MAX_SPEC_CHARS,
     MAX_TOKEN_CHARS,
+    RESERVED_HEADER_PREFIXES,
     checked_text,
 )
 
@@ -22,5 +23,6 @@ __all__ = [
     "MAX_SERIES_COUNT",
     "MAX_SPEC_CHARS",
     "MAX_TOKEN_CHARS",
+    "RESERVED_HEADER_PREFIXES",
     "checked_text",
 ]

@@ -47,10 +47,9 @@ from app.core.bounds import (
     MAX_HEADER_NAME_CHARS,
     MAX_HEADERS,
     MAX_ID_CHARS,
-    MAX_SECONDS,
-    MAX_SERIES_COUNT,
     MAX_SPEC_CHARS,
     MAX_TOKEN_CHARS,
+    RESERVED_HEADER_PREFIXES,
     checked_text,
 )
 from app.core.due import due_second, parse_at, parse_duration, parse_epoch
@@ -409,15 +408,6 @@ def _recurrence(
         return None
     if cron is not None and every is not None:
         raise RejectedRequest(RejectReason.INVALID_RECURRENCE, "give cron or every, not both")
-    for name, number in (("start", start), ("end", end)):
-        if number is not None and not 0 <= number <= MAX_SECONDS:
-            raise RejectedRequest(
-                RejectReason.INVALID_RECURRENCE, f"{name} is not an epoch second from 0 to 10^12"
-            )
-    if count is not None and count > MAX_SERIES_COUNT:
-        raise RejectedRequest(
-            RejectReason.INVALID_RECURRENCE, f"count is more than {MAX_SERIES_COUNT}"
-        )
     if cron is not None:
         checked_text(cron, "cron", MAX_SPEC_CHARS)
     if tz is not None:
@@ -446,11 +436,6 @@ def _headers(headers: Any) -> tuple[Header, ...]:
             _refuse_misread_fields(header, 2)
         out.append((header.name, header.value))
     return _refuse_reserved(tuple(out))
-
-
-#: Header names the service writes on callbacks (``timer-id``, ``timer-token``,
-#: ``timer-due``, ``timer-seq``..., and etf1's ``scheduler-key``...), compared without case.
-RESERVED_HEADER_PREFIXES = ("timer-", "scheduler-")
 
 
 def _refuse_reserved(headers: tuple[Header, ...]) -> tuple[Header, ...]:

@@ -8,7 +8,12 @@ is dropped as a duplicate; one whose version was cancelled is dropped as cancell
 earlier (``kafka_timers_dropped_total{reason}``, and a ``dropped`` record on the fired
 topic). Importing the same file twice leaves each timer once.
 
-Every line is read and checked before anything is sent: a bad line sends nothing.
+Every line is read and checked before anything is sent: a bad line sends nothing. A
+line is checked as the worker will read the request it becomes (the due second from 0
+to 10^12, the bounds and rules of the request formats, the exact timer back): what the
+worker would refuse is refused here, with its reason. What the target's own policy says
+(allowed topics, payload size, its horizon) is the target's: a timer it refuses is
+dead-lettered there with a reason, as any request's.
 """
 
 from __future__ import annotations
@@ -19,11 +24,11 @@ from dataclasses import dataclass
 
 from app.core.timer import Timer
 from app.ops.jsonl import LineError, decode_line
-from app.ops.requests import RequestRecord, as_request
+from app.ops.requests import RequestRecord, checked_request
 from app.ops.sending import RequestSender
 from app.settings import Settings
 
-__all__ = ["ImportReport", "import_timers", "read_lines"]
+__all__ = ["ImportReport", "import_timers", "read_lines", "requests_of"]
 
 
 @dataclass(frozen=True)
@@ -47,17 +52,24 @@ def read_lines(lines: Iterable[str]) -> list[Timer]:
     return timers
 
 
+def requests_of(timers: Iterable[Timer], now_ms: int) -> list[tuple[Timer, RequestRecord]]:
+    """The request that recreates each of ``timers``, each read back as the worker will
+    read it (:func:`~app.ops.requests.checked_request`); :class:`LineError` names the
+    first timer that none recreates exactly."""
+    requests = []
+    for timer in timers:
+        try:
+            requests.append((timer, checked_request(timer, now_ms)))
+        except LineError as exc:
+            raise LineError(f"timer {timer.id[:80]!r}: {exc}") from None
+    return requests
+
+
 def import_timers(settings: Settings, lines: Iterable[str], timeout: float = 30.0) -> ImportReport:
     """Send every timer of ``lines`` to ``settings``' request topic; return once the
     broker has acknowledged them all."""
     timers = read_lines(lines)
-    now_ms = int(time.time() * 1000)
-    requests: list[tuple[Timer, RequestRecord]] = []
-    for timer in timers:
-        try:
-            requests.append((timer, as_request(timer, now_ms)))
-        except LineError as exc:
-            raise LineError(f"timer {timer.id!r}: {exc}") from None
+    requests = requests_of(timers, int(time.time() * 1000))
     sender = RequestSender(settings, timeout)
     for timer, request in requests:
         sender.send(

@@ -24,6 +24,7 @@ import binascii
 import json
 from typing import Any
 
+from app.core.bounds import MAX_SECONDS
 from app.core.errors import KafkaTimersError
 from app.core.late import LatePolicy
 from app.core.recurrence import Recurrence
@@ -106,6 +107,15 @@ def _int(doc: dict[str, Any], name: str, *, required: bool = False) -> int | Non
     return value
 
 
+def _second(doc: dict[str, Any], name: str, *, required: bool = False) -> int | None:
+    """An epoch second as the worker stores one (its keys hold 12 digits): a number past
+    that would go out wrapped in a request's 64 bits, or not at all."""
+    second = _int(doc, name, required=required)
+    if second is not None and not 0 <= second <= MAX_SECONDS:
+        raise LineError(f"{name!r} must be an epoch second from 0 to {MAX_SECONDS}")
+    return second
+
+
 def _get_bytes(doc: dict[str, Any], name: str, *, nullable: bool) -> bytes | None:
     if f"{name}_b64" in doc:
         try:
@@ -157,8 +167,8 @@ def decode_timer(doc: Any) -> Timer:
     if "cron" in doc or "every" in doc:
         if "cron" in doc and "every" in doc:
             raise LineError("a series has 'cron' or 'every', not both")
-        start = _int(doc, "start", required=True)
-        end, count = _int(doc, "end"), _int(doc, "count")
+        start = _second(doc, "start", required=True)
+        end, count = _second(doc, "end"), _int(doc, "count")
         if "cron" in doc:
             recurrence = Recurrence(
                 cron=_text(doc, "cron"),
@@ -177,7 +187,7 @@ def decode_timer(doc: Any) -> Timer:
         fired_before = _int(doc, "fired_before") or 0
         if seq < 1:
             raise LineError("'seq' of a series starts at 1")
-    due = _int(doc, "due", required=True)
+    due = _second(doc, "due", required=True)
     assert due is not None
     spread = _int(doc, "spread") or 0
     if not 0 <= spread <= MAX_SPREAD_SECONDS:

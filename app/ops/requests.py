@@ -34,11 +34,18 @@ import json
 from dataclasses import dataclass, replace
 
 from app.core import protowire
-from app.core.request_format import ETF1_EPOCH, ETF1_TARGET_KEY, ETF1_TARGET_TOPIC
+from app.core.errors import RejectedRequest
+from app.core.request_format import (
+    ETF1_EPOCH,
+    ETF1_TARGET_KEY,
+    ETF1_TARGET_TOPIC,
+    RawRecord,
+    parse_request,
+)
 from app.core.timer import Header, Timer
 from app.ops.jsonl import LineError
 
-__all__ = ["ETF1_PROVENANCE", "RequestRecord", "as_request", "continued"]
+__all__ = ["ETF1_PROVENANCE", "RequestRecord", "as_request", "checked_request", "continued"]
 
 #: The headers the worker puts first on an etf1 timer, in this order.
 ETF1_PROVENANCE = ("scheduler-timestamp", "scheduler-key", "scheduler-topic")
@@ -125,6 +132,36 @@ def as_request(timer: Timer, now_ms: int) -> RequestRecord:
         future.tz = rec.tz if rec.cron is not None else None
         future.start, future.end, future.count = rec.start, rec.end, rec.count
     return RequestRecord(key, protowire.encode(future), (), timestamp_ms)
+
+
+def checked_request(timer: Timer, now_ms: int) -> RequestRecord:
+    """:func:`as_request`, read back as the worker will read it: :class:`LineError`
+    unless the worker takes it as exactly :func:`continued` ``(timer)``.
+
+    An export line is outside input once it is a file: a line the worker would refuse
+    is refused here with the worker's reason, not dead-lettered after the import said
+    it sent it, and a number no request carries is refused rather than sent wrapped (a
+    due of 2**64 went out as a protobuf varint that reads back as second 0, due at
+    once). Read without the worker's clock, as the audit reads: a series anchors at
+    the request's timestamp, which :func:`as_request` sets to its pending occurrence.
+    """
+    request = as_request(timer, now_ms)
+    record = RawRecord(
+        topic="",
+        partition=0,
+        offset=0,
+        timestamp_ms=request.timestamp_ms,
+        key=request.key,
+        value=request.value,
+        headers=request.headers,
+    )
+    try:
+        back = parse_request(record)
+    except RejectedRequest as refused:
+        raise LineError(f"the worker would refuse its request: {refused}") from None
+    if back != continued(timer):
+        raise LineError("no request recreates it exactly: a number past what a request holds?")
+    return request
 
 
 def _as_json(timer: Timer) -> bytes:

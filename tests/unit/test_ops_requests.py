@@ -3,12 +3,14 @@ reads it; and the worker keeps one timer when it gets that request twice."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from itertools import islice
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.core.bounds import MAX_SECONDS
 from app.core.keys import timer_key
 from app.core.late import CatchUp, LatePolicy
 from app.core.recurrence import Recurrence
@@ -16,6 +18,8 @@ from app.core.request_format import RawRecord, parse_request
 from app.core.stored import pack_timer
 from app.core.timer import Cancel, Timer
 from app.core.wheel import CancelOutcome, PartitionWheel, Scheduled
+from app.ops.import_ import read_lines, requests_of
+from app.ops.jsonl import LineError
 from app.ops.requests import as_request, continued
 from app.ops.snapshot import _pending_of
 from tests.support.memkv import MemoryKV
@@ -203,3 +207,77 @@ def test_the_snapshot_keeps_one_timer_per_id_the_one_the_worker_would_fire() -> 
     assert {t.id: t for t in _pending_of(kv.data)}["s"] == series  # the index names it
     kv.put(b"Is", b"P%012d" % (NOW + 10) + b"ts")
     assert {t.id: t for t in _pending_of(kv.data)}["s"] == successor
+
+
+#: What a hand-edited or damaged export line can hold in place of a field's value.
+hostile_values: st.SearchStrategy[object] = st.one_of(
+    st.sampled_from([2**63, 2**64, 2**64 + 7, -1, -(2**64), 10**12, 10**400, 0, 1.5]),
+    st.integers(),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=8),
+    st.sampled_from(["\ud800", "", "timer-due", "x" * 1100, None, True, [], {}]),
+)
+line_fields = st.sampled_from(
+    [
+        "id",
+        "token",
+        "topic",
+        "key",
+        "value",
+        "due",
+        "late",
+        "spread",
+        "every",
+        "start",
+        "end",
+        "count",
+        "seq",
+        "fired_before",
+        "cron",
+        "tz",
+    ]
+)
+
+
+@st.composite
+def export_lines(draw: st.DrawFn) -> str:
+    """An export line of a plausible timer, with up to three fields replaced by
+    hostile values (or added where the timer had none)."""
+    doc: dict[str, object] = {
+        "id": draw(st.text(min_size=1, max_size=8)),
+        "token": draw(texts),
+        "topic": "cb",
+        "key": None,
+        "value": "v",
+        "headers": [],
+        "due": draw(st.integers(NOW - 3000, NOW + 10**8)),
+    }
+    if draw(st.booleans()):
+        doc.update(every=draw(st.integers(1, 86400)), start=doc["due"], seq=1, fired_before=0)
+    for name in draw(st.lists(line_fields, max_size=3)):
+        doc[name] = draw(hostile_values)
+    return json.dumps(doc)
+
+
+@settings(max_examples=800, deadline=None)
+@given(st.lists(export_lines(), min_size=1, max_size=3))
+def test_an_import_refuses_a_line_in_one_line_or_sends_what_the_worker_reads_back_as_it(
+    lines: list[str],
+) -> None:
+    try:
+        requests = requests_of(read_lines(lines), NOW * 1000)
+    except LineError as refused:
+        assert "\n" not in str(refused)
+        return
+    for timer, request in requests:
+        assert 0 <= timer.due <= MAX_SECONDS
+        record = RawRecord(
+            topic=TOPIC,
+            partition=0,
+            offset=7,
+            timestamp_ms=request.timestamp_ms,
+            key=request.key,
+            value=request.value,
+            headers=request.headers,
+        )
+        assert parse_request(record) == continued(timer)

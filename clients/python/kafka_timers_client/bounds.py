@@ -20,6 +20,7 @@ __all__ = [
     "MAX_SERIES_COUNT",
     "MAX_SPEC_CHARS",
     "MAX_TOKEN_CHARS",
+    "RESERVED_HEADER_PREFIXES",
     "checked_text",
 ]
 
@@ -38,6 +39,10 @@ MAX_SPEC_CHARS = 256
 MAX_SECONDS = 10**12 - 1
 #: Most occurrences a series may ask for.
 MAX_SERIES_COUNT = 10**12
+#: Header names the service writes on callbacks (``timer-id``, ``timer-token``,
+#: ``timer-due``, ``timer-seq``..., and etf1's ``scheduler-key``...), compared without
+#: case: a request that carries one is refused (``reserved_header``).
+RESERVED_HEADER_PREFIXES = ("timer-", "scheduler-")
 
 
 def checked_text(text: str, name: str, limit: int) -> str:

@@ -23,6 +23,15 @@ from typing import Any, overload
 from confluent_kafka import KafkaError, Message, Producer
 
 from kafka_timers_client import protowire
+from kafka_timers_client.bounds import (
+    MAX_HEADER_NAME_CHARS,
+    MAX_HEADERS,
+    MAX_ID_CHARS,
+    MAX_SECONDS,
+    MAX_TOKEN_CHARS,
+    RESERVED_HEADER_PREFIXES,
+    checked_text,
+)
 from kafka_timers_client.config import (
     ClientConfig,
     ClientConfigSource,
@@ -63,6 +72,53 @@ class ScheduledTimer:
         fixes (:mod:`kafka_timers_client.spread`)."""
         seq = 0 if self.recurrence is None else 1
         return spread_second(self.id, seq, self.due, self.spread)
+
+
+def _key_text(key: bytes | str | None) -> str | None:
+    """The callback key as the protobuf request carries it: text (``callBackKey`` is a
+    protobuf string), so bytes must be UTF-8."""
+    if isinstance(key, bytes):
+        try:
+            return key.decode()
+        except UnicodeDecodeError:
+            raise KafkaTimersError(
+                f"key {key[:20]!r}...: a callback key must be UTF-8 (the request carries text)"
+            ) from None
+    if key is not None:
+        checked_text(key, "the key", len(key))  # UTF-8 only: the size budget bounds it
+    return key
+
+
+def _named(timer_id: str, token: str) -> None:
+    """Refuse here what the worker would dead-letter about a request that names a timer
+    (a cancel, pause or resume): no id, or an id or token that is too long or not
+    UTF-8 (which failed to encode with a traceback)."""
+    if not timer_id:
+        raise KafkaTimersError("a timer id is needed to name the timer")
+    checked_text(timer_id, "the id", MAX_ID_CHARS)
+    checked_text(token, "the token", MAX_TOKEN_CHARS)
+
+
+def _checked_headers(
+    headers: Mapping[str, str | bytes] | Iterable[tuple[str, bytes]] | None,
+) -> list[tuple[str, bytes]]:
+    """``headers`` as the request's list, refused here as the worker would refuse them
+    (too many, a name too long or not UTF-8, a service header's name), not
+    dead-lettered later."""
+    pairs = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
+    if len(pairs) > MAX_HEADERS:
+        raise KafkaTimersError(f"{len(pairs)} headers, at most {MAX_HEADERS}")
+    out = []
+    for name, value in pairs:
+        checked_text(name, "a header name", MAX_HEADER_NAME_CHARS)
+        if name[:10].lower().startswith(RESERVED_HEADER_PREFIXES):
+            raise KafkaTimersError(
+                f"header {name[:80]!r}: timer-* and scheduler-* are the service's own"
+            )
+        if isinstance(value, str):
+            value = checked_text(value, "a header value", len(value)).encode()
+        out.append((name, value))
+    return out
 
 
 class TimerClient:
@@ -172,19 +228,18 @@ class TimerClient:
         series). Call :meth:`flush` (or use the client as a context manager) to be sure it
         was accepted. A bad recurrence or policy raises :class:`KafkaTimersError` here.
         """
-        timer_id = timer_id or uuid.uuid4().hex
-        token = token or secrets.token_hex(8)
-        if isinstance(headers, Mapping):
-            header_list = [(k, v.encode() if isinstance(v, str) else v) for k, v in headers.items()]
-        else:
-            header_list = list(headers or ())
+        timer_id = checked_text(timer_id or uuid.uuid4().hex, "the id", MAX_ID_CHARS)
+        token = checked_text(token or secrets.token_hex(8), "the token", MAX_TOKEN_CHARS)
+        checked_text(topic, "the topic", len(topic))  # UTF-8: the policy judges the name
+        header_list = _checked_headers(headers)
+        key = _key_text(key)
         policy = late.text() if isinstance(late, LatePolicy) else late
         if policy:
             LatePolicy.parse(policy)  # refused here, not dead-lettered later
         spread_seconds = self.spread_seconds(spread, every)
         future = protowire.Future(
             callback_topic=topic,
-            callback_key=key.decode() if isinstance(key, bytes) else key,
+            callback_key=key,
             callback=value,
             id=timer_id,
             token=token,
@@ -197,12 +252,7 @@ class TimerClient:
                 raise KafkaTimersError("start, end, count and tz need cron= or every=")
             if (at is None) == (delay is None):
                 raise KafkaTimersError("give exactly one of at=, delay=, cron= or every=")
-            when = (
-                Decimal(str(at))
-                if at is not None
-                else Decimal(str(self._clock())) + Decimal(str(delay))
-            )
-            future.due = due_second(when)
+            future.due = self._due_second(at, delay)
             self._send(timer_id, protowire.encode(future))
             return ScheduledTimer(id=timer_id, token=token, due=future.due, spread=spread_seconds)
         if at is not None or delay is not None:
@@ -224,6 +274,31 @@ class TimerClient:
             recurrence=anchored,
             spread=spread_seconds,
         )
+
+    def _due_second(self, at: float | Decimal | None, delay: float | None) -> int:
+        """The second a one-shot timer is due at (``at``, or ``delay`` from now, rounded
+        up), within what every deployment's policy accepts: 0 to ``MAX_SECONDS``.
+
+        Checked as a number before it is rounded or encoded: a due of 2**64 went out as a
+        varint that the worker reads back as second 0 (fired at once), NaN and infinities
+        raised from ``math.ceil``, and ``Decimal("1e999999999")`` would be rounded to a
+        billion digits.
+        """
+        try:
+            when = (
+                Decimal(str(at))
+                if at is not None
+                else Decimal(str(self._clock())) + Decimal(str(delay))
+            )
+            within = when.is_finite() and 0 <= when <= MAX_SECONDS
+        except (ArithmeticError, ValueError):  # not a number; an int too long for str()
+            within = False
+        if not within:
+            given = f"at={at!r}" if at is not None else f"delay={delay!r}"
+            raise KafkaTimersError(
+                f"{given[:60]}: the due time must be epoch seconds from 0 to {MAX_SECONDS}"
+            )
+        return due_second(when)
 
     @staticmethod
     def spread_seconds(spread: float | str | None, every: float | str | None = None) -> int:
@@ -284,6 +359,7 @@ class TimerClient:
         came within ``wait`` (the cancel was sent and will still be applied), and
         :class:`BrokerUnavailable` if the broker did not take it.
         """
+        _named(timer_id, token)
         future = protowire.Future(id=timer_id, token=token, action=protowire.ACTION_CANCEL)
         return self._cancel(timer_id, protowire.encode(future), wait)
 
@@ -302,6 +378,7 @@ class TimerClient:
         :attr:`CancelOutcome.WRONG_TOKEN`. Answers like :meth:`cancel` otherwise, except
         that an unknown id is :attr:`CancelOutcome.NOT_FOUND` (nothing is remembered).
         """
+        _named(timer_id, "")
         return self._cancel(timer_id, None, wait)
 
     @overload
@@ -332,6 +409,7 @@ class TimerClient:
     def _pause_or_resume(
         self, timer_id: str, token: str, action: int, wait: float | None
     ) -> PauseOutcome | None:
+        _named(timer_id, token)
         value = protowire.encode(protowire.Future(id=timer_id, token=token, action=action))
         if wait is None:
             self._send(timer_id, value)

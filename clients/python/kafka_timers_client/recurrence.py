@@ -44,6 +44,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
+from kafka_timers_client.bounds import MAX_SECONDS, MAX_SERIES_COUNT
 from kafka_timers_client.errors import RejectedRequest, RejectReason
 
 __all__ = ["ANCHOR_SLACK_SECONDS", "MAX_EVERY_SECONDS", "Recurrence"]
@@ -204,6 +205,19 @@ class Recurrence:
         return recurrence
 
     def _check_bounds(self) -> None:
+        """The bounds a series is held to, before any arithmetic on it: the worker's
+        reader and :class:`~kafka_timers_client.TimerClient` both build series through
+        :meth:`cron_series` and :meth:`interval`, so both refuse the same ones."""
+        for name, number in (("start", self.start), ("end", self.end)):
+            if number is not None and not 0 <= number <= MAX_SECONDS:
+                raise RejectedRequest(
+                    RejectReason.INVALID_RECURRENCE,
+                    f"{name} is not an epoch second from 0 to 10^12",
+                )
+        if self.count is not None and self.count > MAX_SERIES_COUNT:
+            raise RejectedRequest(
+                RejectReason.INVALID_RECURRENCE, f"count is more than {MAX_SERIES_COUNT}"
+            )
         if self.count is not None and self.count < 1:
             raise RejectedRequest(
                 RejectReason.INVALID_RECURRENCE, f"count {self.count}: at least 1 occurrence"
