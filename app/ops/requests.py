@@ -146,8 +146,12 @@ def checked_request(timer: Timer, now_ms: int) -> RequestRecord:
     the request's timestamp, which :func:`as_request` sets to its pending occurrence.
     """
     request = as_request(timer, now_ms)
+    # An etf1 timer's provenance names the request topic it was read from: read back as
+    # from that topic (a target with another request topic names its own, as it would
+    # for any etf1 record; nothing else of the timer changes).
+    topic = timer.headers[2][1].decode(errors="replace") if _is_etf1(timer) else ""
     record = RawRecord(
-        topic="",
+        topic=topic,
         partition=0,
         offset=0,
         timestamp_ms=request.timestamp_ms,

@@ -139,6 +139,21 @@ export function partitionFor(key: string | Buffer, partitions: number): number {
   });
 }
 
+/** Largest epoch second a request may name (10^12 - 1): the worker's keys hold 12 digits. */
+export const MAX_SECONDS = 10 ** 12 - 1;
+
+/**
+ * `seconds` if it is an epoch second the worker takes (0 to `MAX_SECONDS`); refused here,
+ * in one line, rather than sent: `NaN` and `Infinity` became JSON `null`, which the worker
+ * dead-letters, while `schedule` had already resolved with a due of `NaN`.
+ */
+function boundedSecond(seconds: number, name: string): number {
+  if (!Number.isFinite(seconds) || seconds < 0 || seconds > MAX_SECONDS) {
+    throw new KafkaTimersError(`${name} ${seconds}: epoch seconds from 0 to ${MAX_SECONDS}`);
+  }
+  return seconds;
+}
+
 function epochSeconds(instant: Instant): number {
   if (instant instanceof Date) return instant.getTime() / 1000;
   if (typeof instant === "number") return instant;
@@ -258,8 +273,10 @@ export class TimerClient {
       if ((options.at === undefined) === (options.delay === undefined)) {
         throw new KafkaTimersError("give exactly one of at, delay, cron or every");
       }
-      const at =
-        options.at !== undefined ? epochSeconds(options.at) : sentMs / 1000 + options.delay!;
+      const at = boundedSecond(
+        options.at !== undefined ? epochSeconds(options.at) : sentMs / 1000 + options.delay!,
+        options.at !== undefined ? "at" : "delay: due",
+      );
       due = Math.ceil(at);
       request.at = at;
     } else {
@@ -269,9 +286,10 @@ export class TimerClient {
       if (options.cron !== undefined && options.every !== undefined) {
         throw new KafkaTimersError("give cron or every, not both");
       }
-      const start = options.start === undefined ? undefined : Math.ceil(epochSeconds(options.start));
+      const start =
+        options.start === undefined ? undefined : Math.ceil(boundedSecond(epochSeconds(options.start), "start"));
       if (start !== undefined) request.start = start;
-      if (options.end !== undefined) request.end = Math.floor(epochSeconds(options.end));
+      if (options.end !== undefined) request.end = Math.floor(boundedSecond(epochSeconds(options.end), "end"));
       if (options.count !== undefined) request.count = options.count;
       if (options.cron !== undefined) {
         request.cron = options.cron;

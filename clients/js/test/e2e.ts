@@ -6,7 +6,7 @@
  * Usage: node dist/test/e2e.js BROKERS REQUEST_TOPIC FIRED_TOPIC CALLBACK_TOPIC ID...
  */
 
-import { TimerClient, cancelAnswerOf, partitionFor } from "../src";
+import { KafkaTimersError, TimerClient, cancelAnswerOf, partitionFor } from "../src";
 
 /** Whatever the fired topic holds is an answer or not, never an error (checked first). */
 function checkHostileAnswers(): void {
@@ -17,11 +17,36 @@ function checkHostileAnswers(): void {
   if (answer === null || answer.request_offset !== 7) throw new Error("an answer was not read");
 }
 
+/** A due time no request can carry is refused before anything is sent (checked first). */
+async function checkHostileDueTimes(client: TimerClient): Promise<void> {
+  const hostile: Array<Record<string, unknown>> = [
+    { at: Number.NaN },
+    { at: Infinity },
+    { at: -1 },
+    { at: 1e13 },
+    { at: new Date(Number.NaN) },
+    { delay: Number.NaN },
+    { delay: -Infinity },
+    { every: "1s", start: 1e400 },
+    { every: "1s", end: Number.NaN },
+  ];
+  for (const options of hostile) {
+    try {
+      await client.schedule("never-sent", "x", options);
+    } catch (error) {
+      if (error instanceof KafkaTimersError) continue;
+      throw error;
+    }
+    throw new Error(`scheduled with ${JSON.stringify(options)}`);
+  }
+}
+
 async function main(): Promise<void> {
   checkHostileAnswers();
   const [brokers, requestTopic, firedTopic, callbacks, partitionsText, ...ids] = process.argv.slice(2);
   const client = new TimerClient({ brokers: brokers.split(","), requestTopic, firedTopic });
   try {
+    await checkHostileDueTimes(client);
     const partitions = Number(partitionsText);
     const placed = Object.fromEntries(ids.map((id) => [id, partitionFor(id, partitions)]));
     const now = Date.now() / 1000;
