@@ -54,7 +54,7 @@ test: install test-tools
 	echo "make test: parallel part exit $$parallel, serial part exit $$serial"; \
 	case "$$parallel $$serial" in "0 0"|"0 5"|"5 0") exit 0;; *) exit 1;; esac
 
-unit: install
+unit: install js-client
 	$(BIN)/pytest tests/unit
 
 integration: install js-client

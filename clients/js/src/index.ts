@@ -23,6 +23,23 @@ import {
   Producer,
 } from "kafkajs";
 
+import { CancelNotAnswered, KafkaTimersError } from "./errors";
+import { ScheduleOptions, cancelRequest, checkedName, scheduleRequest } from "./request";
+
+export { CancelNotAnswered, KafkaTimersError } from "./errors";
+export {
+  Instant,
+  MAX_SECONDS,
+  ScheduleOptions,
+  ScheduleRequest,
+  cancelRequest,
+  checkedName,
+  epochSeconds,
+  firstOfInterval,
+  parseDuration,
+  scheduleRequest,
+} from "./request";
+
 /** What a cancel did (the worker's answer on the fired topic). */
 export enum CancelOutcome {
   /** The pending timer was removed and will not fire (also the answer to a repeat). */
@@ -39,20 +56,6 @@ export enum CancelOutcome {
   NotRemembered = "not_remembered",
 }
 
-/** Root of the errors this client raises on purpose; `retriable` says whether trying again later may succeed. */
-export class KafkaTimersError extends Error {
-  readonly retriable: boolean = false;
-  constructor(message: string) {
-    super(message);
-    this.name = new.target.name;
-  }
-}
-
-/** A cancel was sent and acknowledged, but no worker answered it in time: it is still applied later. */
-export class CancelNotAnswered extends KafkaTimersError {
-  override readonly retriable = true;
-}
-
 /** Where the service is. The topic defaults are the service's defaults. */
 export interface ClientConfig {
   /** Bootstrap brokers, `host:port`. */
@@ -63,40 +66,6 @@ export interface ClientConfig {
   firedTopic?: string;
   /** Anything else for kafkajs (ssl, sasl, clientId, logLevel...). */
   kafka?: Omit<KafkaConfig, "brokers">;
-}
-
-/** A time: epoch seconds, a `Date`, or ISO 8601 text. */
-export type Instant = number | Date | string;
-
-export interface ScheduleOptions {
-  /** The callback's key (none: a keyless callback). */
-  key?: string | Buffer;
-  /** One-shot: fire at this time (a fraction of a second rounds up: never early). */
-  at?: Instant;
-  /** One-shot: fire this many seconds from now. */
-  delay?: number;
-  /** A series on a cron expression (5 fields, or 6 with the seconds first) in `tz`. */
-  cron?: string;
-  /** IANA time zone of `cron`, default UTC. */
-  tz?: string;
-  /** A series every so many seconds, or a duration such as `"30s"`. */
-  every?: number | string;
-  /** A series: no occurrence before it. */
-  start?: Instant;
-  /** A series: no occurrence after it. */
-  end?: Instant;
-  /** A series: at most this many occurrences. */
-  count?: number;
-  /** The late-fire policy, e.g. `"skip-after 5m"`, `"all"`. */
-  late?: string;
-  /** Fire at a second in [due, due + spread] fixed by the id: seconds or `"60s"`. */
-  spread?: number | string;
-  /** The timer's id (generated if absent); scheduling the same id again replaces it. */
-  id?: string;
-  /** The token cancels must present (generated if absent; `""`: none, a tombstone cancels it). */
-  token?: string;
-  /** Headers copied onto the callback (not `timer-*` or `scheduler-*`: those are the service's). */
-  headers?: Record<string, string>;
 }
 
 /** What `schedule` promises: keep `token` to cancel. */
@@ -137,46 +106,6 @@ export function partitionFor(key: string | Buffer, partitions: number): number {
     partitionMetadata,
     message: { key, value: null },
   });
-}
-
-/** Largest epoch second a request may name (10^12 - 1): the worker's keys hold 12 digits. */
-export const MAX_SECONDS = 10 ** 12 - 1;
-
-/**
- * `seconds` if it is an epoch second the worker takes (0 to `MAX_SECONDS`); refused here,
- * in one line, rather than sent: `NaN` and `Infinity` became JSON `null`, which the worker
- * dead-letters, while `schedule` had already resolved with a due of `NaN`.
- */
-function boundedSecond(seconds: number, name: string): number {
-  if (!Number.isFinite(seconds) || seconds < 0 || seconds > MAX_SECONDS) {
-    throw new KafkaTimersError(`${name} ${seconds}: epoch seconds from 0 to ${MAX_SECONDS}`);
-  }
-  return seconds;
-}
-
-function epochSeconds(instant: Instant): number {
-  if (instant instanceof Date) return instant.getTime() / 1000;
-  if (typeof instant === "number") return instant;
-  const asNumber = Number(instant);
-  if (instant.trim() !== "" && Number.isFinite(asNumber)) return asNumber;
-  const ms = Date.parse(instant);
-  if (Number.isNaN(ms)) throw new KafkaTimersError(`${JSON.stringify(instant)} is not a time`);
-  return ms / 1000;
-}
-
-const UNITS: Record<string, number> = { ms: 0.001, s: 1, m: 60, h: 3600, d: 86400, w: 604800 };
-
-/** Seconds of `30s`, `5m`, `2h`, `3d`, `1w`, `250ms` or bare seconds (the service's syntax). */
-export function parseDuration(text: number | string): number {
-  if (typeof text === "number") return text;
-  const match = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$/.exec(text);
-  if (match === null) throw new KafkaTimersError(`${JSON.stringify(text)} is not a duration`);
-  return Number(match[1]) * UNITS[match[2] ?? "s"];
-}
-
-function setPayload(request: Record<string, unknown>, name: string, data: string | Buffer): void {
-  if (typeof data === "string") request[name] = data;
-  else request[`${name}_b64`] = data.toString("base64");
 }
 
 /** Waits taken one at a time: one reader follows one partition's answers at a time. */
@@ -249,61 +178,16 @@ export class TimerClient {
     value: string | Buffer,
     options: ScheduleOptions = {},
   ): Promise<ScheduledTimer> {
-    const id = options.id ?? randomUUID().replace(/-/g, "");
-    const token = options.token ?? randomBytes(8).toString("hex");
-    const request: Record<string, unknown> = { topic, id, token };
-    setPayload(request, "value", value);
-    if (options.key !== undefined) setPayload(request, "key", options.key);
-    if (options.headers !== undefined) request.headers = options.headers;
-    if (options.late !== undefined) request.late = options.late;
-    if (options.spread !== undefined) request.spread = options.spread;
-    const series = options.cron !== undefined || options.every !== undefined;
     // The worker anchors a series at the record's timestamp: set it, and anchor here too.
     const sentMs = Math.floor(this.clock() * 1000);
-    let due: number | undefined;
-    if (!series) {
-      if (
-        options.start !== undefined ||
-        options.end !== undefined ||
-        options.count !== undefined ||
-        options.tz !== undefined
-      ) {
-        throw new KafkaTimersError("start, end, count and tz need cron or every");
-      }
-      if ((options.at === undefined) === (options.delay === undefined)) {
-        throw new KafkaTimersError("give exactly one of at, delay, cron or every");
-      }
-      const at = boundedSecond(
-        options.at !== undefined ? epochSeconds(options.at) : sentMs / 1000 + options.delay!,
-        options.at !== undefined ? "at" : "delay: due",
-      );
-      due = Math.ceil(at);
-      request.at = at;
-    } else {
-      if (options.at !== undefined || options.delay !== undefined) {
-        throw new KafkaTimersError("a recurring timer takes start, not at or delay");
-      }
-      if (options.cron !== undefined && options.every !== undefined) {
-        throw new KafkaTimersError("give cron or every, not both");
-      }
-      const start =
-        options.start === undefined ? undefined : Math.ceil(boundedSecond(epochSeconds(options.start), "start"));
-      if (start !== undefined) request.start = start;
-      if (options.end !== undefined) request.end = Math.floor(boundedSecond(epochSeconds(options.end), "end"));
-      if (options.count !== undefined) request.count = options.count;
-      if (options.cron !== undefined) {
-        request.cron = options.cron;
-        if (options.tz !== undefined) request.tz = options.tz;
-      } else {
-        if (options.tz !== undefined) throw new KafkaTimersError("tz applies to cron, not to every");
-        const every = parseDuration(options.every!);
-        if (!Number.isInteger(every) || every < 1) {
-          throw new KafkaTimersError(`every ${JSON.stringify(options.every)}: whole seconds, at least 1`);
-        }
-        request.every = `${every}s`;
-        due = firstOfInterval(every, start, Math.ceil(sentMs / 1000));
-      }
-    }
+    const { request, id, token, due } = scheduleRequest(
+      topic,
+      value,
+      options,
+      sentMs,
+      () => randomUUID().replace(/-/g, ""),
+      () => randomBytes(8).toString("hex"),
+    );
     await this.send(id, Buffer.from(JSON.stringify(request)), sentMs);
     return { id, token, due };
   }
@@ -315,8 +199,8 @@ export class TimerClient {
    */
   cancel(id: string, token: string, options?: { wait?: undefined }): Promise<undefined>;
   cancel(id: string, token: string, options: { wait: number }): Promise<CancelOutcome>;
-  cancel(id: string, token: string, options: WaitOptions = {}): Promise<CancelOutcome | undefined> {
-    return this.cancelWith(id, Buffer.from(JSON.stringify({ cancel: id, token })), options.wait);
+  async cancel(id: string, token: string, options: WaitOptions = {}): Promise<CancelOutcome | undefined> {
+    return this.cancelWith(id, Buffer.from(JSON.stringify(cancelRequest(id, token))), options.wait);
   }
 
   /**
@@ -326,7 +210,8 @@ export class TimerClient {
    */
   tombstone(id: string, options?: { wait?: undefined }): Promise<undefined>;
   tombstone(id: string, options: { wait: number }): Promise<CancelOutcome>;
-  tombstone(id: string, options: WaitOptions = {}): Promise<CancelOutcome | undefined> {
+  async tombstone(id: string, options: WaitOptions = {}): Promise<CancelOutcome | undefined> {
+    checkedName(id, "");
     return this.cancelWith(id, null, options.wait);
   }
 
@@ -458,11 +343,6 @@ export class TimerClient {
 }
 
 /**
- * The first occurrence of an interval series, as the worker computes it: `start` if not
- * before the send, else the first second of its grid after the send; without a start,
- * one interval after the send.
- */
-/**
  * A fired-topic record's value as a cancel's answer, or null if it is none. Anyone who
  * may write the fired topic can write anything there: `null`, `5` or `[1]` parse as JSON
  * but are no object, and reading `.event` of `null` threw inside the answers consumer's
@@ -479,10 +359,4 @@ export function cancelAnswerOf(value: Buffer): Record<string, unknown> | null {
   const answer = doc as Record<string, unknown>;
   if (answer.event !== "cancel" || typeof answer.request_offset !== "number") return null;
   return answer;
-}
-
-export function firstOfInterval(every: number, start: number | undefined, sentSecond: number): number {
-  if (start === undefined) return sentSecond + every;
-  if (start >= sentSecond) return start;
-  return start + Math.ceil((sentSecond - start) / every) * every;
 }
