@@ -679,7 +679,10 @@ JSON_FIELDS = (
     "end",
     "count",
     "late",
+    "spread",
     "cancel",
+    "pause",
+    "resume",
 )
 
 
@@ -697,7 +700,12 @@ def _json_templates() -> st.SearchStrategy[dict[str, JsonText]]:
             {**base, "id": _js("e"), "every": _js("1s"), "start": _js(NOW - 100)},
             {**base, "id": _js("f"), "every": _js("1h"), "end": _js(NOW + 7200)},
             {**base, "headers": '{"h": "v"}', "key_b64": _js("AAEC"), "at": _js(NOW + 5)},
+            {**base, "id": _js("g"), "at": _js(NOW + 30), "spread": _js("20s")},
+            {**base, "id": _js("h"), "every": _js("1m"), "spread": "30"},
             {"cancel": _js(VICTIM_ID), "token": _js(VICTIM_TOKEN)},
+            {"pause": _js(VICTIM_ID), "token": _js(VICTIM_TOKEN)},
+            {"resume": _js(VICTIM_ID), "token": _js(VICTIM_TOKEN)},
+            {"pause": _js(VICTIM_ID), "token": _js("wrong")},
             {"cancel": _js(VICTIM_ID), "token": _js("wrong")},
             {"cancel": _js("nobody"), "token": _js("t")},
         ]
@@ -764,7 +772,7 @@ def pb_encode(fields: Iterable[PbField]) -> bytes:
 #: Field numbers of ``Future`` by kind (see future.proto).
 PB_STRINGS = (1, 2, 4, 5, 9, 10, 15)
 PB_BYTES = (3,)
-PB_INTS = (6, 8, 11, 12, 13, 14)
+PB_INTS = (6, 8, 11, 12, 13, 14, 16)
 
 
 def _pb_text() -> st.SearchStrategy[bytes]:
@@ -796,7 +804,11 @@ def _pb_templates() -> st.SearchStrategy[list[PbField]]:
             [topic, (4, _LEN, s("d")), (11, _VARINT, 1), (14, _VARINT, 3), (15, _LEN, s("all"))],
             [topic, (4, _LEN, s("e")), (11, _VARINT, 60), (12, _VARINT, NOW - 3600)],
             [topic, (6, _VARINT, NOW + 5), (7, _LEN, pb_encode([(1, _LEN, b"h"), (2, _LEN, b"")]))],
+            [topic, (4, _LEN, s("g")), (6, _VARINT, NOW + 30), (16, _VARINT, 20)],
+            [topic, (4, _LEN, s("h")), (11, _VARINT, 60), (16, _VARINT, 30)],
             [(4, _LEN, s(VICTIM_ID)), (5, _LEN, s(VICTIM_TOKEN)), (8, _VARINT, 1)],
+            [(4, _LEN, s(VICTIM_ID)), (5, _LEN, s(VICTIM_TOKEN)), (8, _VARINT, 2)],
+            [(4, _LEN, s(VICTIM_ID)), (5, _LEN, s(VICTIM_TOKEN)), (8, _VARINT, 3)],
             [(4, _LEN, s(VICTIM_ID)), (5, _LEN, s("wrong")), (8, _VARINT, 1)],
             [(4, _LEN, s("nobody")), (8, _VARINT, 1)],
         ]
