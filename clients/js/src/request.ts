@@ -245,6 +245,7 @@ export function scheduleRequest(
   newId: () => string,
   newToken: () => string,
 ): ScheduleRequest {
+  if (options === null || typeof options !== "object") throw new KafkaTimersError("options must be an object");
   const id = options.id === undefined || options.id === "" ? newId() : checkedText(options.id, "the id", MAX_ID_CHARS);
   const token = options.token === undefined ? newToken() : checkedText(options.token, "the token", MAX_TOKEN_CHARS);
   const request: Record<string, unknown> = { topic: checkedText(topic, "the topic"), id, token };
