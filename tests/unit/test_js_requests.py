@@ -28,7 +28,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -46,6 +46,8 @@ VALID_CRONS = ["*/10 * * * * *", "0 9 * * MON-FRI", "0 0 1 1 *"]
 BAD_CRONS = ["bad", "61 * * * *", ""]
 VALID_ZONES = ["UTC", "Europe/Paris"]
 BAD_ZONES = ["Mars/Olympus", ""]
+#: Header names like the service's own (compared without case).
+RESERVED = ["timer-id", "Scheduler-Key", "TIMER-x"]
 
 
 class Node:
@@ -96,144 +98,182 @@ def buf(data: bytes) -> dict[str, str]:
     return {"$buf": base64.b64encode(data).decode()}
 
 
-def mostly(
-    valid: st.SearchStrategy[Any], hostile: st.SearchStrategy[Any]
-) -> st.SearchStrategy[Any]:
-    """``valid`` five times in six, else ``hostile``: one bad field in an otherwise good
-    request is what tests the client's checks one at a time (all-hostile requests are
-    refused by their first bad field, and the rest is never looked at)."""
-    return st.integers(0, 5).flatmap(lambda n: hostile if n == 0 else valid)
-
-
 NOW_S = SENT_MS / 1000
 good_numbers = st.one_of(
     st.floats(min_value=NOW_S - 10**6, max_value=NOW_S + 10**8),
     st.integers(int(NOW_S) - 10**6, int(NOW_S) + 10**8),
 )
 bad_numbers = st.one_of(
-    st.floats(allow_nan=True, allow_infinity=True),
+    st.floats(allow_nan=True, allow_infinity=True).map(special),
     st.integers(-(2**60), 2**60),
-    st.sampled_from([MAX_SECONDS, MAX_SECONDS + 1, MAX_SECONDS + 0.5, -1, 0, 1e-7, 2**53 + 1]),
+    st.sampled_from([MAX_SECONDS, MAX_SECONDS + 1, -1, 0, 1e-7, 2**53 + 1]),
+    st.sampled_from([MAX_SECONDS + 0.5, math.nan, math.inf, -math.inf]).map(special),
 )
-numbers = mostly(good_numbers, bad_numbers).map(lambda n: special(n) if isinstance(n, float) else n)
+wrong_types = st.one_of(st.none(), st.booleans(), st.lists(st.integers(), max_size=2))
 good_instants = st.one_of(
-    numbers,
-    numbers.map(lambda n: {"$date": n if isinstance(n, dict) else special(float(n) * 1000)}),
+    good_numbers,
+    good_numbers.map(lambda n: {"$date": n * 1000}),
     st.sampled_from(
         ["2027-01-01T09:00:00", "2027-01-01T09:00:00Z", "2027-01-01T09:00:00+02:00", "2027-01-01"]
     ),
     good_numbers.map(str),
 )
 bad_instants = st.one_of(
+    bad_numbers,
+    bad_numbers.map(lambda n: {"$date": n if isinstance(n, dict) else special(float(n) * 1000)}),
     st.sampled_from(
         ["2027-02-30T00:00:00Z", " 1800000100 ", "0x10", "1e400", "Infinity", "Dec 25 2027", ""]
     ),
     st.text(max_size=12),
+    wrong_types,
 )
-instants = mostly(good_instants, bad_instants)
 good_durations = st.one_of(
     st.integers(1, 10**6),
-    st.from_regex(r"\s?\d{1,6}(\.\d{1,3})?\s?(ms|s|m|h|d|w)?", fullmatch=True),
+    st.from_regex(r"\s?[1-9]\d{0,5}\s?(s|m|h|d|w)?", fullmatch=True),
 )
 bad_durations = st.one_of(
-    numbers,
-    st.sampled_from(["1e300", "-5s", "0.5s", "0", "1.5", "3162240001", "100000w"]),
+    bad_numbers,
+    st.sampled_from(["1e300", "-5s", "0.5s", "0", "1.5"]),
+    st.sampled_from([3162240001, "3162240001", "100000w", "86401", 86401]),  # past the bounds
     st.from_regex(r"\s?\d{1,13}(\.\d{1,3})?\s?(ms|s|m|h|d|w)?", fullmatch=True),
     st.text(max_size=8),
+    wrong_types,
 )
-durations = mostly(good_durations, bad_durations)
-#: Good items, then items the worker refuses (no duration, 0.1 ms, 0.5 ms: rounded to 0).
+#: A late policy the worker reads: at most one of fire/skip-after and one of coalesce/all.
+good_lates = st.tuples(
+    st.sampled_from(["", "fire", "FIRE", "skip-after 5m", "Skip-After  30 s", "skip-after 2ms"]),
+    st.sampled_from(["", "all", "coalesce"]),
+    st.booleans(),
+).map(lambda t: " ,\t".join(x for x in (t[:2] if t[2] else t[1::-1]) if x))
+#: Items the worker refuses (no duration, 0.1 ms, 0.5 ms: rounded to 0), among good ones.
 late_words = st.sampled_from(
     [
-        *("fire", "all", "coalesce", "skip-after 5m", "Skip-After  30 s", "FIRE"),
-        *("skip-after", "skip-after0.0001s", "skip-after 0.0005s", "skip-after 0.5ms", "5m"),
+        *("fire", "all", "coalesce", "skip-after 5m", "5m", "skip-after"),
+        *("skip-after0.0001s", "skip-after 0.0005s", "skip-after 0.5ms", "skip-after 1e3s"),
     ]
 )
-lates = mostly(
-    st.lists(late_words, max_size=3).map(" ,\t".join),
-    st.one_of(
-        st.lists(st.one_of(late_words, st.text(max_size=4)), max_size=3).map(", ".join),
-        st.text(max_size=12),
-    ),
+bad_lates = st.one_of(
+    st.sampled_from(["skip-after0.0001s", "skip-after 0.0005s", "skip-after 0.5ms", "all, all"]),
+    st.lists(st.one_of(late_words, st.text(max_size=4)), min_size=1, max_size=3).map(", ".join),
+    st.text(max_size=12),
+    wrong_types,
 )
 good_texts = st.one_of(
-    st.from_regex(r"[a-z0-9._-]{1,20}", fullmatch=True),
+    st.from_regex(r"[a-z0-9._]{1,20}", fullmatch=True),
     st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=20),
 )
-texts = mostly(
+bad_texts = st.one_of(
+    st.text(max_size=20),
+    st.sampled_from(["\ud800", "a\udfffb", "x" * 1025, "😀" * 1025, ""]),
+    wrong_types,
+)
+good_headers = st.dictionaries(
+    good_texts.filter(lambda n: not n[:10].lower().startswith(("timer-", "scheduler-"))),
     good_texts,
-    st.one_of(
-        st.text(max_size=20),
-        st.sampled_from(["\ud800", "a\udfffb", "😀" * 1024, "x" * 1025, "😀" * 1025, ""]),
+    max_size=3,
+)
+bad_headers = st.one_of(
+    st.dictionaries(st.sampled_from(RESERVED), good_texts, min_size=1, max_size=2),
+    st.dictionaries(bad_texts.filter(lambda n: isinstance(n, str)), good_texts, min_size=1),
+    st.dictionaries(good_texts, bad_texts, min_size=1, max_size=3),
+    st.integers(257, 260).map(lambda n: {f"h{i}": "v" for i in range(n)}),
+    wrong_types,
+)
+good_keys = st.one_of(good_texts, st.binary(max_size=8).map(buf))
+#: The fields of a case, each as (valid values, hostile values).
+FIELDS: dict[str, tuple[st.SearchStrategy[Any], st.SearchStrategy[Any]]] = {
+    "topic": (good_texts, bad_texts),
+    "value": (good_keys, bad_texts),
+    "kind": (
+        st.sampled_from(["at", "delay", "every", "cron"]),
+        st.sampled_from(["none", "both"]),
     ),
-)
-header_names = mostly(
-    good_texts, st.one_of(texts, st.sampled_from(["timer-id", "Scheduler-Key", "TIMER-x"]))
-)
-wrong_types = st.one_of(st.none(), st.booleans(), st.lists(st.integers(), max_size=2))
-headers = mostly(
-    st.dictionaries(header_names, mostly(good_texts, st.one_of(texts, wrong_types)), max_size=3),
-    st.integers(255, 258).map(lambda n: {f"h{i}": "v" for i in range(n)}),
-)
+    "at": (good_instants, bad_instants),
+    "delay": (st.integers(0, 10**6), st.one_of(bad_numbers, st.just("5"))),
+    # Past the longest interval, by itself too: among all bad durations it is rarely drawn.
+    "every": (good_durations, st.one_of(st.sampled_from([3162240001, "100000w"]), bad_durations)),
+    "cron": (st.sampled_from(VALID_CRONS), st.sampled_from(BAD_CRONS)),
+    "tz": (st.sampled_from(VALID_ZONES), st.sampled_from(BAD_ZONES)),
+    "start": (good_instants, bad_instants),
+    "end": (good_instants, bad_instants),
+    "count": (st.integers(1, 100), st.one_of(bad_numbers, wrong_types, st.just(1.5))),
+    "spread": (st.integers(0, 30), bad_durations),
+    "late": (good_lates, bad_lates),
+    "key": (good_keys, bad_texts),
+    "id": (good_texts, bad_texts),
+    "token": (good_texts, bad_texts),
+    "headers": (good_headers, bad_headers),
+    "options": (st.just(None), wrong_types),
+}
+#: The kind of request a field is read in (any other field: any kind).
+KIND_OF = {"at": "at", "delay": "delay", "every": "every", "cron": "cron", "tz": "cron"}
+KIND_OF.update({"start": "every", "end": "every", "count": "every"})
+#: Fields a series may take, and fields any request may take, each present or not.
+SERIES_FIELDS = ("start", "end", "count")
+OPTIONAL_FIELDS = ("spread", "late", "key", "id", "token", "headers")
+
+
+class Case(NamedTuple):
+    topic: Any
+    value: Any
+    options: Any
+    #: What the worker alone may refuse: a cron or zone drawn bad, an occurrence to find.
+    cron_judged: bool
+    occurrence_judged: bool
 
 
 @st.composite
-def schedule_options(draw: st.DrawFn) -> tuple[Any, dict[str, bool]]:
-    """The options of one ``schedule`` call, and what the worker alone may refuse."""
+def schedule_cases(draw: st.DrawFn) -> Case:
+    """One ``schedule`` call whose fields are all valid but at most one, drawn hostile:
+    a request with several bad fields is refused by its first, and the checks of the
+    others are never reached. None hostile, a tenth of the time: the valid path itself."""
+    hostile = draw(st.sampled_from([None, *FIELDS]))
+
+    def field(name: str) -> Any:
+        good, bad = FIELDS[name]
+        return draw(bad if name == hostile else good)
+
+    def present(name: str) -> bool:
+        return name == hostile or draw(st.booleans())
+
     options: dict[str, Any] = {}
-    worker_judges = {"cron": False, "end": False}
-    kind = draw(
-        mostly(st.sampled_from(["at", "delay", "every", "cron"]), st.sampled_from(["none", "both"]))
-    )
+    # The kind of request the hostile field belongs to, so that it is read at all.
+    kind = KIND_OF.get(hostile or "") or field("kind")
     if kind in ("at", "both"):
-        options["at"] = draw(instants)
+        options["at"] = field("at")
     if kind in ("delay", "both"):
-        options["delay"] = draw(mostly(st.integers(0, 10**6), numbers))
+        options["delay"] = field("delay")
+    if kind == "every":
+        options["every"] = field("every")
+    if kind == "cron":
+        options["cron"] = field("cron")
+        if present("tz"):
+            options["tz"] = field("tz")
     if kind in ("every", "cron"):
-        if kind == "every":
-            edges = st.sampled_from([3162240000, 3162240001, "100000w", "0.5s", 0])
-            options["every"] = draw(st.one_of(good_durations, edges, bad_durations))
-        else:
-            options["cron"] = draw(mostly(st.sampled_from(VALID_CRONS), st.sampled_from(BAD_CRONS)))
-            worker_judges["cron"] = options["cron"] in BAD_CRONS
-            if draw(st.booleans()):
-                options["tz"] = draw(
-                    mostly(st.sampled_from(VALID_ZONES), st.sampled_from(BAD_ZONES))
-                )
-                worker_judges["cron"] |= options["tz"] in BAD_ZONES
-        for name in ("start", "end"):
-            if draw(st.booleans()):
-                options[name] = draw(instants)
+        for name in SERIES_FIELDS:
+            if present(name):
+                options[name] = field(name)
+    for name in OPTIONAL_FIELDS:
+        if present(name):
+            options[name] = field(name)
+    junk = field("options")
+    return Case(
+        topic=field("topic"),
+        value=field("value"),
+        options=options if junk is None else junk,
+        cron_judged=hostile in ("cron", "tz"),
         # A cron series may have no occurrence before its end, or at all from a start
         # near the year 9999 (the last a calendar holds): cron's to compute, the worker's.
-        worker_judges["end"] = "end" in options or "start" in options
-        if draw(st.booleans()):
-            options["count"] = draw(mostly(st.integers(1, 100), st.one_of(numbers, wrong_types)))
-    for name, values in (
-        ("spread", mostly(st.integers(0, 30), durations)),
-        ("late", mostly(lates, wrong_types)),
-        ("key", st.one_of(texts, st.binary(max_size=8).map(buf))),
-        ("id", texts),
-        ("token", texts),
-        ("headers", headers),
-    ):
-        if draw(st.booleans()):
-            options[name] = draw(values)
-    if draw(st.integers(0, 29)) == 0:  # no options object at all (null, a number, a list)
-        return draw(wrong_types), worker_judges
-    return options, worker_judges
+        occurrence_judged="cron" in options and ("end" in options or "start" in options),
+    )
 
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    case=schedule_options(),
-    topic=texts,
-    value=st.one_of(texts, st.binary(max_size=8).map(buf)),
-)
+@given(case=schedule_cases())
 def test_what_the_js_client_sends_the_worker_reads_as_the_timer_it_returned(
-    node: Node, case: tuple[Any, dict[str, bool]], topic: str, value: Any
+    node: Node, case: Case
 ) -> None:
-    options, worker_judges = case
+    topic, value, options = case.topic, case.value, case.options
     answer = node.ask({"schedule": [topic, value, options, SENT_MS]})
     assert "crash" not in answer, answer["crash"]
     if "refused" in answer:
@@ -246,9 +286,9 @@ def test_what_the_js_client_sends_the_worker_reads_as_the_timer_it_returned(
         read = parse_request(record)
     except RejectedRequest as refused:
         judged = set()
-        if worker_judges["cron"]:
+        if case.cron_judged:
             judged |= {RejectReason.INVALID_CRON, RejectReason.UNKNOWN_TIME_ZONE}
-        if worker_judges["end"] and "cron" in options:
+        if case.occurrence_judged:
             judged.add(RejectReason.NO_OCCURRENCE)
         assert refused.reason in judged, f"sent {answer['sent'][:300]}, refused: {refused}"
         return
@@ -279,7 +319,7 @@ def test_what_the_js_client_sends_the_worker_reads_as_the_timer_it_returned(
 
 
 @settings(max_examples=300, deadline=None)
-@given(timer_id=st.one_of(texts, wrong_types), token=st.one_of(texts, wrong_types))
+@given(timer_id=st.one_of(good_texts, bad_texts), token=st.one_of(good_texts, bad_texts))
 def test_a_cancel_the_js_client_sends_names_its_timer_as_the_worker_reads_it(
     node: Node, timer_id: Any, token: Any
 ) -> None:

@@ -141,11 +141,16 @@ function isoMs(text: string): number | undefined {
 /** Seconds of `30s`, `5m`, `2h`, `3d`, `1w`, `250ms` or bare seconds (the service's syntax). */
 export function parseDuration(text: number | string): number {
   if (typeof text === "number") return text;
-  const match = typeof text === "string" && text.length <= MAX_SPEC_CHARS ? DURATION.exec(text) : null;
-  if (match === null) throw new KafkaTimersError(`${JSON.stringify(text)} is not a duration`);
-  const seconds = Number(match[1]) * UNITS[match[2] ?? "s"];
+  const seconds = durationSeconds(text);
+  if (seconds === undefined) throw new KafkaTimersError(`${JSON.stringify(text)} is not a duration`);
   if (!(seconds <= MAX_SECONDS)) throw new KafkaTimersError(`duration ${text} is longer than ${MAX_SECONDS}s`);
   return seconds;
+}
+
+/** Seconds of duration `text` in the service's syntax, unbounded; undefined if it is none. */
+function durationSeconds(text: unknown): number | undefined {
+  const match = typeof text === "string" && text.length <= MAX_SPEC_CHARS ? DURATION.exec(text) : null;
+  return match === null ? undefined : Number(match[1]) * UNITS[match[2] ?? "s"];
 }
 
 /**
@@ -171,9 +176,8 @@ export function checkedLatePolicy(text: unknown): string {
       continue;
     }
     if (item.startsWith("skip-after")) {
-      const match = DURATION.exec(item.slice("skip-after".length).trim());
-      const seconds = match === null ? Number.NaN : Number(match[1]) * UNITS[match[2] ?? "s"];
-      if (!(seconds <= MAX_SECONDS)) throw bad("has no duration after skip-after");
+      const seconds = durationSeconds(item.slice("skip-after".length).trim());
+      if (seconds === undefined || !(seconds <= MAX_SECONDS)) throw bad("has no duration after skip-after");
       // The worker rounds to ms half to even: 0.5 ms is 0, refused.
       if (seconds * 1000 <= 0.5) throw bad("skips after 0: use a positive duration");
     } else if (item !== "fire") {
