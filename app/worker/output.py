@@ -347,8 +347,9 @@ class OutputProducer:
     def dropped(
         self, timer: Timer, outcome: str, partition: int, request_offset: int | None = None
     ) -> None:
-        """Answer a request that was not stored (``duplicate``, ``cancelled_earlier``), on
-        the fired topic's partition numbered like the request's, as a cancel is answered."""
+        """Answer a request that was not stored (``duplicate``, ``cancelled_earlier``,
+        ``wrong_token``), on the fired topic's partition numbered like the request's, as a
+        cancel is answered."""
         record = FiredRecord.dropped(
             timer,
             outcome,

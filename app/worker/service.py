@@ -411,7 +411,9 @@ class TimerService:
                         if accepted.replaced:
                             pending_delta[record.partition] -= 1
                         fired_now.append((part, request))
-                    else:  # dropped: never silently (issue 22)
+                    elif accepted.outcome is Scheduled.WRONG_TOKEN:
+                        self._refused(record, request)
+                    else:  # dropped: never silently
                         self._dropped(record, request, accepted.outcome)
                 except Exception as exc:
                     if is_systemic(exc):
@@ -494,6 +496,18 @@ class TimerService:
             "that version already fired"
             if outcome is Scheduled.DUPLICATE
             else "a cancel with its token came first",
+        )
+
+    def _refused(self, record: RawRecord, timer: Timer) -> None:
+        """Answer and dead-letter a request that would have replaced a pending timer
+        protected by another token (:meth:`PartitionWheel.schedule`): answered on the fired
+        topic at the request's offset, as a cancel with a wrong token is (``"event":
+        "dropped"``, outcome ``wrong_token``), and dead-lettered ``wrong_token``."""
+        self._output.dropped(timer, Scheduled.WRONG_TOKEN.value, record.partition, record.offset)
+        self._reject(
+            record,
+            RejectReason.WRONG_TOKEN,
+            f"timer {timer.id[:80]!r} is pending under another token: not replaced",
         )
 
     def _cancel(self, part: _Partition, record: RawRecord, cancel: Cancel) -> None:

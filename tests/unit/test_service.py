@@ -247,6 +247,21 @@ def test_a_callback_the_broker_refuses_is_dead_lettered_and_the_rest_fire() -> N
     assert refused == 1
 
 
+def test_a_replace_without_the_token_is_answered_dead_lettered_and_the_original_fires() -> None:
+    h = Harness()
+    h.requests(h.schedule("a", NOW + 5))
+    h.requests(h.schedule("a", NOW + 9, token="other"), h.schedule("a", NOW + 2, token=""))
+    assert h.output.durable.dropped == [("a", "wrong_token", 0, 1), ("a", "wrong_token", 0, 2)]
+    reasons = [reason for _, reason, _ in h.output.durable.dead_letters]
+    assert reasons == [RejectReason.WRONG_TOKEN] * 2
+    assert h.pending() == 1
+    for second in range(NOW + 1, NOW + 10):
+        h.tick(second)
+    assert [(t.id, t.due, t.token) for t, _ in h.output.durable.callbacks] == [
+        ("a", NOW + 5, "tok")
+    ]
+
+
 def test_cancel_removes_a_pending_timer_and_a_wrong_token_is_dead_lettered() -> None:
     h = Harness()
     h.requests(h.schedule("a", NOW + 5), h.schedule("b", NOW + 5))
