@@ -384,11 +384,17 @@ class PartitionWheel:
 
     # -- requests ---------------------------------------------------------------
 
-    def schedule(self, timer: Timer) -> Accepted:
+    def schedule(self, timer: Timer, *, reread: bool = False) -> Accepted:
         """Store ``timer`` (replacing an older version of its id), or say to fire it now.
 
         For a series, "fire it now" means its first occurrence; the caller then stores
         the next one with :meth:`store_successor`.
+
+        ``reread``: the request is read again after a crash, and the store may hold the
+        effects of requests after it already (a newer version of its id among them).
+        Its second passed, it is then stored under the next tick's second instead of
+        fired at once: the rest of the re-read (the newer version) replaces it as it
+        did the first time, and if nothing does, it fires on the next tick.
 
         A token means it for every change. A pending timer stored with a token is
         replaced (rescheduled, given another payload or callback, imported over) only
@@ -447,7 +453,9 @@ class PartitionWheel:
                 if timer.id in self._paused:  # a new version is a new decision
                     self._unpause(timer.id)
         fire_at = timer.fire_at
-        if self.ticked_through is not None and fire_at <= self.ticked_through:
+        if reread:
+            fire_at = self._slot_for(fire_at)
+        elif self.ticked_through is not None and fire_at <= self.ticked_through:
             if replaced:
                 self._kv.delete(ikey)
                 counts.pending -= 1

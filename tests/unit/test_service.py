@@ -505,3 +505,26 @@ def test_a_paused_one_shot_fires_on_resume_and_a_new_version_is_not_paused() -> 
     h.requests(pause(h, "a", protowire.ACTION_PAUSE))
     assert h.output.durable.pauses[-1][1:3] == ("pause", "already_fired")
     assert h.pending() == 0
+
+
+def test_a_re_read_after_a_crash_never_fires_a_version_a_later_request_replaced() -> None:
+    """A batch applied locally and not made durable is read again after the restart;
+    if ticks have passed the first version's second meanwhile, it must not fire at once
+    before the rest of the re-read replaces it again."""
+    h = Harness()
+    h.tick(NOW + 1)
+    first, second = h.schedule("a", NOW + 5), h.schedule("a", NOW + 50)
+    h.output.fail_flush = True
+    with pytest.raises(DeliveryFailure):
+        h.requests(first, second)
+    h.output.fail_flush = False
+    h.service.forget_partitions([0])  # the restart, on its own data
+    h.tick(NOW + 10)  # ticks first: the first version's second has passed
+    h.requests(first, second)  # the re-read
+    h.requests(h.schedule("b", NOW + 3))  # a request read for the first time fires at once
+    for second_ in range(NOW + 11, NOW + 51):
+        h.tick(second_)
+    assert [(t.id, t.due) for t, _ in h.output.durable.callbacks] == [
+        ("b", NOW + 3),
+        ("a", NOW + 50),
+    ]
