@@ -473,16 +473,22 @@ class TimerService:
         if self._output.transactional:
             for part, timer in fired_now:  # atomically with the callbacks
                 part.wheel.mark_fired(timer)
-        # Where the next owner of each partition resumes: in the changelog with this
-        # batch, and in the local store only once the batch is durable, so a worker that
-        # restarts on its own data after a failed flush re-reads the batch.
+        # Where the next owner of each partition resumes. In exactly-once mode in the
+        # unit's transaction. In at-least-once mode only once the unit is durable, in the
+        # changelog as in the local store: produced with the unit, it could reach the
+        # broker before some of the unit's forwarded copies or callbacks (other
+        # partitions, other batches) and a crash in between then lost them, the batch
+        # never read again. Produced after the flush, it is durable with the next one; a
+        # crash before that reads the batch again, which is harmless (second copies are
+        # dropped by their owner, a re-read fires nothing at once).
         records, rest = records[:handled], records[handled:]
         last: dict[int, int] = {}
         for record in records:
             last[record.partition] = max(record.offset, last.get(record.partition, -1))
         resume = {p: b"%d" % offset for p, offset in last.items()}
-        for p, value in resume.items():
-            parts[p].kv.put_changelog(REQUEST_OFFSET, value)
+        if self._output.transactional:
+            for p, value in resume.items():
+                parts[p].kv.put_changelog(REQUEST_OFFSET, value)
         # Likewise the highest origin offsets of the forwarded copies applied: were they
         # written locally before the batch is durable, a worker restarting on its own
         # data would drop the copies the batch re-reads instead of applying them again.
@@ -494,6 +500,8 @@ class TimerService:
         except TransactionAborted as exc:
             raise DeliveryFailure(f"request batch not committed: {exc}") from exc
         for p, value in resume.items():
+            if not self._output.transactional:
+                parts[p].kv.put_changelog(REQUEST_OFFSET, value)
             parts[p].kv.put_local(REQUEST_OFFSET, value)
         for p, key, value in advanced:
             parts[p].kv.put_local(key, value)
