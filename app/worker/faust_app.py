@@ -486,7 +486,7 @@ def build_worker(
         except CatchUpAbandoned:
             log.info("worker stopping: changelog catch-up of %s abandoned", sorted(dbs))
 
-    before_table_recovery(app, catch_up_assigned)
+    before_table_recovery(app, catch_up_assigned, frozenset({settings.changelog_topic}))
     # Faust's recovery after it is started over when a broker request of it gets no
     # answer, instead of ending for good (faust_internals._recovery_wait).
     watch_recovery(RecoveryStalls(health, metrics, step=FAUST_RECOVERY_STEP))
