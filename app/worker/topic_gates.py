@@ -9,9 +9,15 @@ the store keeps them and a restart or a new owner finds them again, see
 :mod:`app.core.wheel`), in due order, and go out as the gate allows, each under its own
 late-fire policy: never dropped, never early.
 
-How a limit is shared by the workers: **one token bucket per partition and topic, at
-limit / N** (N the partition count of the service topics), not one bucket per worker
-at limit x owned / N. Chosen because
+How a limit is shared by the workers: **one token bucket per partition and topic**,
+whose rate is that partition's share of the limit. The shares follow demand
+(:mod:`app.core.rate_shares`): every worker publishes the backlog of its partitions and
+sets its buckets' rates from the backlogs of all (:meth:`TopicGates.share`, driven by
+:mod:`app.worker.demand`), so a topic whose timers all sit in one partition drains at
+the topic's limit. Until a worker has a current view of the backlogs (and for a topic
+no partition has a backlog for), each bucket runs at limit / N (N the partition count
+of the service topics): the buckets of all partitions add up to the limit either way.
+Buckets per partition, not per worker, because
 
 - it needs no coordination and no knowledge of who owns what: the N buckets together
   never exceed the limit, whichever workers hold them and however that changes;
@@ -25,11 +31,8 @@ at limit x owned / N. Chosen because
 - it keeps the due order where timers meet: one id's timers live in one partition, and
   each partition delivers its held timers strictly in due order.
 
-The price: a limit is a ceiling per partition. A topic whose timers sit unevenly across
-partitions drains at the rate of its busiest partition (with ids hashed by murmur2 the
-spread is even: 3,000 timers over 8 partitions differ by about 2%), and a limit below
-N per second (one callback per partition per N / limit seconds) can start with up to N
-callbacks in one second after an idle spell, one per partition.
+A limit below N per second (one callback per partition per N / limit seconds) can
+start with up to N callbacks in one second after an idle spell, one per partition.
 
 Two rules keep a limit, per bucket:
 
@@ -148,6 +151,17 @@ class TokenBucket:
         if given and given[-1][0] < when:
             given[-1] = (when, given[-1][1])
 
+    def retune(self, rate: float, now: float) -> None:
+        """A new share of its topic's limit from now on (:meth:`TopicGates.share`): what
+        accrued so far is kept, up to what the bucket may hold at the new rate (a
+        backlogged bucket keeps its window's worth). Called every few hundred
+        milliseconds while a topic has a backlog, so it must not waste tokens."""
+        self.refill(now)
+        self.rate = rate
+        self.capacity = max(1.0, rate * BURST_SECONDS)
+        cap = max(self.capacity, rate * WINDOW_SECONDS) if self.backlogged else self.capacity
+        self.tokens = min(self.tokens, cap)
+
     def set_rate(self, rate: float, now: float) -> None:
         """A new rate from now on: what accrued so far at the old one is kept (capped)."""
         self.refill(now)
@@ -193,6 +207,9 @@ class TopicGates:
         self._limits: dict[str, float] = {}
         self._paused: set[str] = set()
         self._buckets: dict[tuple[int, str], TokenBucket] = {}
+        #: Each partition's share of a limited topic's limit, callbacks a second, where
+        #: the demand exchange set one (:meth:`share`); else limit / N.
+        self._rates: dict[tuple[int, str], float] = {}
         #: Per partition, the buckets spent from in the round being produced.
         self._producing: dict[int, list[TokenBucket]] = {}
         self._listeners: list[Callable[[], None]] = []
@@ -210,6 +227,9 @@ class TopicGates:
         if per_second is not None and not (0 < per_second <= MAX_RATE):
             raise ValueError(f"rate must be above 0 and at most {MAX_RATE:g} (pause instead)")
         now = self._clock()
+        # Shares of the old limit are void; the next exchange of backlogs sets new ones.
+        for key in [k for k in self._rates if k[1] == topic]:
+            del self._rates[key]
         if per_second is None:
             self._limits.pop(topic, None)
             for key in [k for k in self._buckets if k[1] == topic]:
@@ -221,6 +241,30 @@ class TopicGates:
                 if t == topic:
                     bucket.set_rate(share, now)
         self._changed()
+
+    def share(self, topic: str, rates: Mapping[int, float] | None) -> None:
+        """Set the rate of ``topic``'s bucket on each partition in ``rates`` (its share of
+        the limit, from the backlogs of all partitions: :mod:`app.core.rate_shares`);
+        ``None``: back to limit / N on every partition (no current view of the
+        backlogs). A topic no longer limited is ignored."""
+        limit = self._limits.get(topic)
+        if limit is None:
+            return
+        now = self._clock()
+        if rates is None:
+            stale = [k for k in self._rates if k[1] == topic]
+            for key in stale:
+                del self._rates[key]
+                bucket = self._buckets.get(key)
+                if bucket is not None:
+                    bucket.retune(limit / self._partitions, now)
+            return
+        for partition, rate in rates.items():
+            key = (partition, topic)
+            self._rates[key] = rate
+            bucket = self._buckets.get(key)
+            if bucket is not None and bucket.rate != rate:
+                bucket.retune(rate, now)
 
     def pause(self, topic: str) -> None:
         """Hold every callback to ``topic`` until :meth:`resume` (a rate of 0)."""
@@ -299,13 +343,16 @@ class TopicGates:
         drop = set(partitions)
         for key in [k for k in self._buckets if k[0] in drop]:
             del self._buckets[key]
+        for key in [k for k in self._rates if k[0] in drop]:
+            del self._rates[key]
         for partition in drop:
             self._producing.pop(partition, None)
 
     def _bucket(self, partition: int, topic: str, limit: float) -> TokenBucket:
         bucket = self._buckets.get((partition, topic))
         if bucket is None:
-            bucket = TokenBucket(limit / self._partitions, self._clock())
+            rate = self._rates.get((partition, topic), limit / self._partitions)
+            bucket = TokenBucket(rate, self._clock())
             self._buckets[(partition, topic)] = bucket
         return bucket
 
