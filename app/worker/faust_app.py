@@ -27,7 +27,7 @@ from app.core import proto
 from app.core.fetch_pacing import TickWatch, tick_fetch_wait_ms
 from app.core.request_format import RawRecord
 from app.kafka.config import confluent_consumer, confluent_producer
-from app.kafka.demand import DemandPublisher, DemandTable, ensure_demand_topic
+from app.kafka.demand import DemandPublisher, DemandTable
 from app.kafka.topic_config import BROKER_DEFAULT_DELETE_RETENTION_MS
 from app.settings import TABLE_NAME, Settings
 from app.worker.control import BulkCanceller, ControlFollower
@@ -382,8 +382,8 @@ def build_worker(
         finally:
             control.stop()
 
-    # Each limited topic's limit shared by backlog across the deployment.
-    ensure_demand_topic(settings)
+    # Each limited topic's limit shared by backlog across the deployment (the demand
+    # topic is created with the service topics: app.kafka.topics.ensure_topics).
     demand = DemandExchange(
         service, DemandPublisher(settings), DemandTable(settings), settings.partition_count
     )
