@@ -1,7 +1,7 @@
 # kafka-timers: one image for both process types (the command picks one).
 #   docker build -t kafka-timers .
-#   docker run kafka-timers oscillator --id osc-1
-#   docker run -v kt-w1:/data -p 6066:6066 kafka-timers worker --id w-1
+#   docker run kafka-timers oscillator --oscillator-id osc-1
+#   docker run -v kt-w1:/data -p 6066:6066 kafka-timers worker --worker-id w-1
 # Two stages: wheels are built where a compiler could be used, and only the installed
 # result (no build tools, no source tree) goes into the runtime image.
 FROM python:3.11-slim AS build
