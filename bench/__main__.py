@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.results_dir / "latest.md").write_text(render_markdown(figures) + "\n")
     print(f"results: {path}")
     if args.readme:
-        for changed in readme.update_files(json.loads(path.read_text()), readme.FILES_PATHS):
+        for changed in readme.publish(path):
             print(f"updated {changed}")
     return 0
 
