@@ -198,6 +198,19 @@ def cmd_topics(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_preflight(args: argparse.Namespace) -> int:
+    from app.kafka.topics import resolve_partitions
+    from app.ops.preflight import Summary, run_preflight
+
+    settings = resolve_partitions(_settings(args), timeout=args.timeout)
+    checks = run_preflight(settings, args.role, args.callback_topic, timeout=args.timeout)
+    for check in checks:
+        print(json.dumps(check.as_dict()) if args.json else check.line())
+    summary = Summary.of(checks)
+    print(summary.line(), file=sys.stderr)
+    return summary.exit_status
+
+
 def cmd_oscillator(args: argparse.Namespace) -> int:
     from oscillator.main import run_oscillator
 
@@ -782,6 +795,7 @@ def _filter_flags(p: argparse.ArgumentParser) -> None:
 #: --command-config after its name too.
 KAFKA_COMMANDS = (
     "topics",
+    "preflight",
     "oscillator",
     "worker",
     "schedule",
@@ -861,6 +875,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _timeout(p, 15.0, "seconds to reach the broker")
     p.set_defaults(func=cmd_topics)
+
+    p = command(
+        "preflight",
+        "check a cluster before deploying, for one principal's role: the topics, their "
+        "settings, the callback topics, and the permissions the broker reports; print what "
+        "is missing and how to fix it",
+        "kafka-timers preflight --bootstrap-server kafka:9092 --command-config worker.properties",
+        "kafka-timers preflight --role producer --command-config producer.properties",
+        "kafka-timers preflight --callback-topic payments-retry --callback-topic 'reminders-*'",
+    )
+    p.add_argument(
+        "--role",
+        choices=("worker", "oscillator", "producer", "operator", "audit"),
+        default="worker",
+        help="what the principal of --command-config runs",
+    )
+    p.add_argument(
+        "--callback-topic",
+        action="append",
+        default=[],
+        metavar="TOPIC",
+        help="a callback topic the workers will write (repeatable; 'prefix*' for a prefix)",
+    )
+    p.add_argument("--json", action="store_true", help="print every check as a JSON line")
+    _timeout(p, 15.0, "seconds to reach the broker")
+    p.set_defaults(func=cmd_preflight)
 
     p = command(
         "oscillator",

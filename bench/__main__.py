@@ -83,7 +83,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--readme",
         action="store_true",
-        help="write the table into README.md and docs/performance.md (between their markers)",
+        help="publish the run: bench/published.json and the table in docs/performance.md",
     )
     return parser.parse_args(argv)
 

@@ -6,7 +6,7 @@
 # deploy/kubernetes for tests/unit/test_kubernetes.py; Debian package 'kubernetes-client'
 # where no kubectl is installed already), and kcat (tests/integration/test_kcat_protocol.py
 # runs docs/protocol.md's kcat example as written). `make test` and CI (`make test` through
-# .ci/run) both run this script, so the README's test command gets what CI gets.
+# .ci/run) both run this script, so `make test` gets what CI gets.
 #
 # Installs with apt where the machine allows it (root, or passwordless sudo, and
 # apt-get); never downloads a browser itself (`playwright install` reaches hosts these

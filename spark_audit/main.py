@@ -32,7 +32,7 @@ if __package__ in (None, ""):  # spark-submit runs this file as a script
         print(
             f"kafka-timers audit: error: this Python ({sys.executable}) lacks {missing.name}: "
             "run spark-submit with --conf spark.pyspark.python=<the project's python> "
-            "(or export PYSPARK_PYTHON), see README, Auditing on a cluster",
+            "(or export PYSPARK_PYTHON), see docs/audit.md, Auditing on a cluster",
             file=sys.stderr,
         )
         sys.exit(_COULD_NOT_RUN)
