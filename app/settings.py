@@ -180,7 +180,7 @@ class Settings:
     producer_message_max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES
     #: Consumer-group session timeout, seconds: how long a killed worker's partitions
     #: wait before a survivor takes them over. 6 s is the shortest a stock Apache Kafka
-    #: broker accepts (``group.min.session.timeout.ms``); see README, Operations.
+    #: broker accepts (``group.min.session.timeout.ms``); see docs/operations.md, Failover.
     session_timeout: float = 6.0
     #: Consumer-group heartbeat interval, seconds.
     heartbeat_interval: float = 1.0

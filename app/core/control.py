@@ -24,7 +24,7 @@ Values are JSON objects; fields other than these (``by``, ``at_ms``: who wrote i
 when, for people reading the topic) are ignored. A record that cannot be read is
 ignored, with a reason (:class:`ControlRecord` ``ignored``): no record on this topic can
 stop a worker. Who may write it is Kafka's ACLs on the topic: that is who is an
-operator for these commands (README, Threat model).
+operator for these commands (docs/security.md).
 
 Pure: the worker (:mod:`app.worker.control`) and the CLI build and read records here.
 """

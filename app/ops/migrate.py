@@ -1,7 +1,7 @@
 """``kafka-timers migrate``: move every pending timer to another deployment, while
 producers keep sending.
 
-The procedure (README, Operations: Moving timers to more partitions or another cluster):
+The procedure (docs/operations.md, Moving timers: export, import, migrate):
 
 1. Start the new deployment (its topics with the new partition count, its workers and
    oscillators): it fires nothing yet, it has no timers.

@@ -148,7 +148,8 @@ def test_audit_flags_reach_the_audit_parser() -> None:
     [
         (["worker", "--web-port", "99999"], "--web-port='99999': must be from 1 to 65535"),
         (["worker", "--metrics-port", "0"], "--metrics-port='0': must be from 1 to 65535"),
-        (["--bootstrap", "http://x:1", "topics"], "--bootstrap="),
+        (["--bootstrap", "http://x:1", "topics"], "--bootstrap-server="),
+        (["topics", "--bootstrap-server", "http://x:1"], "--bootstrap-server="),
     ],
 )
 def test_a_bad_flag_is_checked_as_its_setting_and_named_in_one_line(
