@@ -319,12 +319,32 @@ def _control_topic_name(text: str) -> str:
     return text
 
 
+def _control_settings(args: argparse.Namespace) -> Settings:
+    """The settings a control command signs with: ``KAFKA_TIMERS_CONTROL_SECRET``, else
+    the secret of a running ``kafka-timers demo`` when the command is aimed at its broker
+    and app id (its discovery file, readable by this user only)."""
+    from app.dev.discovery import read_demo_stack
+
+    settings = _settings(args)
+    if settings.control_secret is not None:
+        return settings
+    demo = read_demo_stack(Path(settings.demo_file))
+    if (
+        demo is not None
+        and demo.control_secret
+        and demo.bootstrap == settings.bootstrap_servers
+        and demo.app_id == settings.app_id
+    ):
+        return replace(settings, control_secret=demo.control_secret)
+    return settings
+
+
 def _send_control(args: argparse.Namespace, key: bytes, value: bytes | None) -> dict[str, Any]:
-    """Write one record to the control topic (created if missing); what to print."""
+    """Write one signed record to the control topic (created if missing); what to print."""
     from app.kafka.control import send_control
     from app.kafka.topics import ensure_control_topic
 
-    settings = _settings(args)
+    settings = _control_settings(args)
     topic = ensure_control_topic(settings, timeout=args.timeout)
     offset = send_control(settings, key, value, timeout=args.timeout)
     return {"control_topic": topic, "key": key.decode(), "offset": offset}
@@ -527,7 +547,7 @@ def cmd_cancel_bulk(args: argparse.Namespace) -> int:
             "cancel-bulk needs at least one filter (--topic, --key, --key-prefix, "
             "--id-prefix, --due-from, --due-to, --series)"
         )
-    settings = _settings(args)
+    settings = _control_settings(args)
     ensure_control_topic(settings, timeout=args.timeout)
     result = bulk_cancel(
         settings,
@@ -767,7 +787,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "pause",
         help="--topic: hold every callback to a topic (timers wait, pending) until resume, "
-        "through the control topic (Kafka's ACLs on it decide who may); --id --token: a "
+        "through the control topic (Kafka's ACLs on it decide who may; records are signed "
+        "with KAFKA_TIMERS_CONTROL_SECRET); --id --token: a "
         "timer's owner holds that timer or series",
     )
     _pause_arguments(p, "paused", "wrong_token, already_fired or not_found")

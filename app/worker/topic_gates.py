@@ -57,6 +57,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 
 __all__ = [
     "BURST_SECONDS",
@@ -177,6 +178,10 @@ class TopicGates:
     :attr:`gated` (the topics held back at all: a limit or a pause), :meth:`budget` and
     :meth:`spend` per partition and topic, and :meth:`forget` for a partition it no
     longer holds. Not thread-safe: call it on the worker's event loop.
+
+    Every change costs the same however many topics are paused or limited already (a
+    flood of control records must not cost the square of its length): :attr:`gated` is
+    kept up to date one topic at a time, and the buckets are found by their topic.
     """
 
     def __init__(
@@ -193,12 +198,15 @@ class TopicGates:
         self._limits: dict[str, float] = {}
         self._paused: set[str] = set()
         self._buckets: dict[tuple[int, str], TokenBucket] = {}
+        #: The same buckets by topic, then partition.
+        self._by_topic: dict[str, dict[int, TokenBucket]] = {}
         #: Per partition, the buckets spent from in the round being produced.
         self._producing: dict[int, list[TokenBucket]] = {}
         self._listeners: list[Callable[[], None]] = []
         #: The topics held back (limited or paused); empty when none is: then the fire
-        #: path does nothing more than read this attribute once per round.
-        self.gated: frozenset[str] = frozenset()
+        #: path does nothing more than read this attribute once per round. A live view,
+        #: changed in place: read it on the loop, never keep iterating it across an await.
+        self._gated: set[str] = set()
         for topic, rate in (limits or {}).items():
             self.set_rate(topic, rate)
 
@@ -212,19 +220,22 @@ class TopicGates:
         now = self._clock()
         if per_second is None:
             self._limits.pop(topic, None)
-            for key in [k for k in self._buckets if k[1] == topic]:
-                del self._buckets[key]
+            for partition in self._by_topic.pop(topic, {}):
+                del self._buckets[(partition, topic)]
+            if topic not in self._paused:
+                self._gated.discard(topic)
         else:
             self._limits[topic] = float(per_second)
+            self._gated.add(topic)
             share = per_second / self._partitions
-            for (_, t), bucket in self._buckets.items():
-                if t == topic:
-                    bucket.set_rate(share, now)
+            for bucket in self._by_topic.get(topic, {}).values():
+                bucket.set_rate(share, now)
         self._changed()
 
     def pause(self, topic: str) -> None:
         """Hold every callback to ``topic`` until :meth:`resume` (a rate of 0)."""
         self._paused.add(topic)
+        self._gated.add(topic)
         self._changed()
 
     def resume(self, topic: str) -> None:
@@ -232,12 +243,18 @@ class TopicGates:
         if topic not in self._paused:
             return
         self._paused.discard(topic)
+        if topic not in self._limits:
+            self._gated.discard(topic)
         now = self._clock()
-        for (_, t), bucket in self._buckets.items():
-            if t == topic:  # nothing accrued while paused
-                bucket.last = now
-                bucket.tokens = min(bucket.tokens, 0.0)
+        for bucket in self._by_topic.get(topic, {}).values():  # nothing accrued while paused
+            bucket.last = now
+            bucket.tokens = min(bucket.tokens, 0.0)
         self._changed()
+
+    @property
+    def gated(self) -> AbstractSet[str]:
+        """The topics held back (limited or paused), as a live read-only view."""
+        return self._gated
 
     def paused(self) -> frozenset[str]:
         return frozenset(self._paused)
@@ -299,6 +316,10 @@ class TopicGates:
         drop = set(partitions)
         for key in [k for k in self._buckets if k[0] in drop]:
             del self._buckets[key]
+            by_partition = self._by_topic[key[1]]
+            del by_partition[key[0]]
+            if not by_partition:
+                del self._by_topic[key[1]]
         for partition in drop:
             self._producing.pop(partition, None)
 
@@ -307,9 +328,9 @@ class TopicGates:
         if bucket is None:
             bucket = TokenBucket(limit / self._partitions, self._clock())
             self._buckets[(partition, topic)] = bucket
+            self._by_topic.setdefault(topic, {})[partition] = bucket
         return bucket
 
     def _changed(self) -> None:
-        self.gated = frozenset(self._limits) | frozenset(self._paused)
         for listener in self._listeners:
             listener()
