@@ -18,7 +18,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, NoReturn
 
-from app.core.errors import KafkaTimersError
+from app.core.errors import ConfigurationError, KafkaTimersError
 from app.settings import Settings
 
 __all__ = ["main"]
@@ -320,23 +320,34 @@ def _control_topic_name(text: str) -> str:
 
 
 def _control_settings(args: argparse.Namespace) -> Settings:
-    """The settings a control command signs with: ``KAFKA_TIMERS_CONTROL_SECRET``, else
-    the secret of a running ``kafka-timers demo`` when the command is aimed at its broker
-    and app id (its discovery file, readable by this user only)."""
+    """The settings a control command sends and signs with. ``KAFKA_TIMERS_CONTROL_SECRET``
+    set, the environment's and flags' alone. Unset, a running ``kafka-timers demo`` (its
+    discovery file, readable by this user only) gives its secret, and its broker and app
+    id unless the environment or ``--bootstrap`` chose others (then another stack: no
+    secret, and the command says so)."""
     from app.dev.discovery import read_demo_stack
 
     settings = _settings(args)
     if settings.control_secret is not None:
         return settings
     demo = read_demo_stack(Path(settings.demo_file))
+    chosen = settings.chosen
     if (
-        demo is not None
-        and demo.control_secret
-        and demo.bootstrap == settings.bootstrap_servers
-        and demo.app_id == settings.app_id
+        demo is None
+        or not demo.control_secret
+        or ("KAFKA_BOOTSTRAP_SERVERS" in chosen and settings.bootstrap_servers != demo.bootstrap)
+        or ("KAFKA_TIMERS_APP_ID" in chosen and settings.app_id != demo.app_id)
     ):
-        return replace(settings, control_secret=demo.control_secret)
-    return settings
+        raise ConfigurationError(
+            "KAFKA_TIMERS_CONTROL_SECRET is unset: the workers apply only control records "
+            "signed with the deployment's control secret"
+        )
+    return replace(
+        settings,
+        bootstrap_servers=demo.bootstrap,
+        app_id=demo.app_id,
+        control_secret=demo.control_secret,
+    )
 
 
 def _send_control(args: argparse.Namespace, key: bytes, value: bytes | None) -> dict[str, Any]:

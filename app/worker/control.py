@@ -90,7 +90,7 @@ class _BoundedLog:
         if now - self._window_start >= LOG_WINDOW_SECONDS:
             if self._dropped:
                 log.warning(
-                    "%d more control changes applied in the last %.0f s (not logged one by one)",
+                    "%d more control-topic lines in the last %.0f s (not logged one by one)",
                     self._dropped,
                     now - self._window_start,
                 )
@@ -245,7 +245,7 @@ class ControlFollower:
         if request in self._bulk_queue or request == self._bulk_running:
             return  # the same request again: it runs once
         if len(self._bulk_queue) >= BULK_QUEUE_LIMIT:
-            log.warning(
+            self._log.warning(
                 "bulk cancel %s ignored: %d bulk cancels wait already",
                 request[:100],
                 len(self._bulk_queue),
