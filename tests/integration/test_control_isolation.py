@@ -4,10 +4,11 @@ deployment (real processes, two deployments on one broker).
 Deployment B runs 30 timers: 10 on a topic a hostile pause names, 10 on a topic a hostile
 rate (``1e-300`` per second) names, 10 under a key prefix a hostile bulk cancel names.
 Deployment A (its own app id, topics, worker and oscillator; its allow-list ``.*``) is
-asked, by three ordinary JSON requests, for callbacks due at once to B's control topic
-whose keys and values are those three control records. Alongside, a producer writes the
-same three records to B's control topic itself: unsigned, and signed with a secret that
-is not B's (as an older deployment's callback, or a writer without the secret, would).
+asked, by three ordinary JSON requests on its request topic, for callbacks due at once
+to B's control topic whose keys and values are those three control records. Alongside,
+a producer writes the same three records to B's control topic itself: unsigned, and
+signed with a secret that is not B's (as an older deployment's callback, or a writer
+without the secret, would).
 
 - A refuses the three requests (dead-lettered ``topic_not_allowed``: ``*-timer-control``
   is refused by every deployment) and writes nothing to B's control topic;
@@ -98,14 +99,21 @@ def test_another_deployment_cannot_pause_throttle_or_cancel_this_ones_timers(
                     ids[topic].add(timer.id)
             b_client.flush()
 
-            # A's three ordinary requests: callbacks to B's control topic, due now.
+            # A's three ordinary JSON requests: callbacks to B's control topic, due now.
             records = hostile_records(paused, limited, prefix)
-            for key, value in records:
-                a_client.schedule(b_control, value, key, at=time.time())
-            a_client.flush()
+            producer = Producer(confluent_producer(a))
+            for n, (key, value) in enumerate(records):
+                request = {
+                    "id": f"hostile-{n}",
+                    "topic": b_control,
+                    "key": key.decode(),
+                    "value": value.decode(),
+                    "at": int(time.time()),
+                }
+                producer.produce(a.topics.requests, json.dumps(request).encode(), b"hostile")
+            assert producer.flush(15) == 0
             # The same records written straight to B's control topic: unsigned, and
             # signed with a secret that is not B's.
-            producer = Producer(confluent_producer(b))
             for key, value in records:
                 producer.produce(b_control, value, key)
                 wrong = sign_control("not-the-deployment-secret", b_control, key, value)
