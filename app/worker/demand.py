@@ -65,13 +65,18 @@ class DemandExchange:
         held = self._service.held_by_partition(limits)
         self._publisher.publish(held, self._wall())
         if not self._table.current():
-            for topic in limits:
+            for topic in gates.shared():
                 gates.share(topic, None)
             return
+        # Only topics with a backlog somewhere get shares (the others run at limit / N):
+        # the work is bounded by what is held, not by how many topics are limited.
         backlogs = self._table.backlogs()
-        for topic, limit in limits.items():
-            rates = partition_rates(limit, self._partitions, backlogs.get(topic, {}), held)
-            gates.share(topic, rates)
+        for topic in gates.shared() - backlogs.keys():
+            gates.share(topic, None)
+        for topic, by_partition in backlogs.items():
+            limit = limits.get(topic)
+            if limit is not None:
+                gates.share(topic, partition_rates(limit, self._partitions, by_partition, held))
 
     async def run(self, sleep: Callable[[float], Awaitable[object]] = asyncio.sleep) -> None:
         """Exchange every :data:`REPORT_SECONDS`, for ever (the table's thread runs meanwhile)."""

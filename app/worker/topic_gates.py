@@ -60,6 +60,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 
 __all__ = [
     "BURST_SECONDS",
@@ -191,6 +192,10 @@ class TopicGates:
     :attr:`gated` (the topics held back at all: a limit or a pause), :meth:`budget` and
     :meth:`spend` per partition and topic, and :meth:`forget` for a partition it no
     longer holds. Not thread-safe: call it on the worker's event loop.
+
+    Every change costs the same however many topics are paused or limited already (a
+    flood of control records must not cost the square of its length): :attr:`gated` is
+    kept up to date one topic at a time, and the buckets are found by their topic.
     """
 
     def __init__(
@@ -209,13 +214,16 @@ class TopicGates:
         self._buckets: dict[tuple[int, str], TokenBucket] = {}
         #: Each partition's share of a limited topic's limit, callbacks a second, where
         #: the demand exchange set one (:meth:`share`); else limit / N.
-        self._rates: dict[tuple[int, str], float] = {}
+        self._rates: dict[str, dict[int, float]] = {}
+        #: The same buckets by topic, then partition.
+        self._by_topic: dict[str, dict[int, TokenBucket]] = {}
         #: Per partition, the buckets spent from in the round being produced.
         self._producing: dict[int, list[TokenBucket]] = {}
         self._listeners: list[Callable[[], None]] = []
         #: The topics held back (limited or paused); empty when none is: then the fire
-        #: path does nothing more than read this attribute once per round.
-        self.gated: frozenset[str] = frozenset()
+        #: path does nothing more than read this attribute once per round. A live view,
+        #: changed in place: read it on the loop, never keep iterating it across an await.
+        self._gated: set[str] = set()
         for topic, rate in (limits or {}).items():
             self.set_rate(topic, rate)
 
@@ -228,18 +236,19 @@ class TopicGates:
             raise ValueError(f"rate must be above 0 and at most {MAX_RATE:g} (pause instead)")
         now = self._clock()
         # Shares of the old limit are void; the next exchange of backlogs sets new ones.
-        for key in [k for k in self._rates if k[1] == topic]:
-            del self._rates[key]
+        self._rates.pop(topic, None)
         if per_second is None:
             self._limits.pop(topic, None)
-            for key in [k for k in self._buckets if k[1] == topic]:
-                del self._buckets[key]
+            for partition in self._by_topic.pop(topic, {}):
+                del self._buckets[(partition, topic)]
+            if topic not in self._paused:
+                self._gated.discard(topic)
         else:
             self._limits[topic] = float(per_second)
+            self._gated.add(topic)
             share = per_second / self._partitions
-            for (_, t), bucket in self._buckets.items():
-                if t == topic:
-                    bucket.set_rate(share, now)
+            for bucket in self._by_topic.get(topic, {}).values():
+                bucket.set_rate(share, now)
         self._changed()
 
     def share(self, topic: str, rates: Mapping[int, float] | None) -> None:
@@ -251,24 +260,28 @@ class TopicGates:
         if limit is None:
             return
         now = self._clock()
+        buckets = self._by_topic.get(topic, {})
         if rates is None:
-            stale = [k for k in self._rates if k[1] == topic]
-            for key in stale:
-                del self._rates[key]
-                bucket = self._buckets.get(key)
+            for partition in self._rates.pop(topic, {}):
+                bucket = buckets.get(partition)
                 if bucket is not None:
                     bucket.retune(limit / self._partitions, now)
             return
+        shares = self._rates.setdefault(topic, {})
         for partition, rate in rates.items():
-            key = (partition, topic)
-            self._rates[key] = rate
-            bucket = self._buckets.get(key)
+            shares[partition] = rate
+            bucket = buckets.get(partition)
             if bucket is not None and bucket.rate != rate:
                 bucket.retune(rate, now)
+
+    def shared(self) -> frozenset[str]:
+        """The topics whose buckets run at shares set by :meth:`share`."""
+        return frozenset(self._rates)
 
     def pause(self, topic: str) -> None:
         """Hold every callback to ``topic`` until :meth:`resume` (a rate of 0)."""
         self._paused.add(topic)
+        self._gated.add(topic)
         self._changed()
 
     def resume(self, topic: str) -> None:
@@ -276,12 +289,18 @@ class TopicGates:
         if topic not in self._paused:
             return
         self._paused.discard(topic)
+        if topic not in self._limits:
+            self._gated.discard(topic)
         now = self._clock()
-        for (_, t), bucket in self._buckets.items():
-            if t == topic:  # nothing accrued while paused
-                bucket.last = now
-                bucket.tokens = min(bucket.tokens, 0.0)
+        for bucket in self._by_topic.get(topic, {}).values():  # nothing accrued while paused
+            bucket.last = now
+            bucket.tokens = min(bucket.tokens, 0.0)
         self._changed()
+
+    @property
+    def gated(self) -> AbstractSet[str]:
+        """The topics held back (limited or paused), as a live read-only view."""
+        return self._gated
 
     def paused(self) -> frozenset[str]:
         return frozenset(self._paused)
@@ -343,20 +362,25 @@ class TopicGates:
         drop = set(partitions)
         for key in [k for k in self._buckets if k[0] in drop]:
             del self._buckets[key]
-        for key in [k for k in self._rates if k[0] in drop]:
-            del self._rates[key]
+            by_partition = self._by_topic[key[1]]
+            del by_partition[key[0]]
+            if not by_partition:
+                del self._by_topic[key[1]]
+        for shares in self._rates.values():
+            for partition in drop:
+                shares.pop(partition, None)
         for partition in drop:
             self._producing.pop(partition, None)
 
     def _bucket(self, partition: int, topic: str, limit: float) -> TokenBucket:
         bucket = self._buckets.get((partition, topic))
         if bucket is None:
-            rate = self._rates.get((partition, topic), limit / self._partitions)
+            rate = self._rates.get(topic, {}).get(partition, limit / self._partitions)
             bucket = TokenBucket(rate, self._clock())
             self._buckets[(partition, topic)] = bucket
+            self._by_topic.setdefault(topic, {})[partition] = bucket
         return bucket
 
     def _changed(self) -> None:
-        self.gated = frozenset(self._limits) | frozenset(self._paused)
         for listener in self._listeners:
             listener()
