@@ -2,9 +2,10 @@
 processes).
 
 One worker, one oscillator, 20,000 timers pending (for the bulk cancels). Timers spread
-over the next seconds are scheduled, then a flood is written to the control topic, signed with the deployment's secret (an operator's
-script gone wrong, or a stolen secret): 400 bulk cancels, or 60,000 pauses of distinct
-topics. While the worker applies it:
+over the next seconds are scheduled, then a flood is written to the control topic,
+signed with the deployment's secret (an operator's script gone wrong, or a stolen
+secret): 400 bulk cancels, or 60,000 pauses of distinct topics. While the worker applies
+it:
 
 - every timer fires at most :data:`ADDED_LATENESS_MS` later than the same timers fired
   before the flood (bulk cancels run one at a time, a bounded unit each; a pause costs
