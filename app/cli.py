@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from app.core.errors import KafkaTimersError
+from app.core.printable import printable
 from app.settings import Settings
 
 __all__ = ["main"]
@@ -936,12 +937,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    from app.worker.log_limits import install_escaping_filter
+
+    install_escaping_filter(logging.getLogger())  # record text never reaches a log raw
     try:
         result: int = args.func(args)
         return result
     except KafkaTimersError as exc:
         # One line whatever the message holds (a value quoted from the environment).
-        print(f"kafka-timers: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
+        print(f"kafka-timers: error: {printable(' '.join(str(exc).splitlines()))}", file=sys.stderr)
         return exc.exit_status
     except KeyboardInterrupt:
         return 130

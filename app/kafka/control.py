@@ -19,6 +19,7 @@ from confluent_kafka import TopicPartition as _TopicPartition
 from app.core.control import ControlRecord, cancel_bulk_record, read_control
 from app.core.errors import BrokerUnavailable
 from app.core.fired import FiredKind
+from app.core.printable import printable
 from app.core.timer_filter import TimerFilter
 from app.kafka.config import confluent_consumer, confluent_producer
 from app.kafka.topic_config import control_topic
@@ -133,7 +134,7 @@ class ControlReader:
                     self.topic,
                     msg.partition(),
                     msg.offset(),
-                    record.reason,
+                    printable(record.reason),
                 )
                 self.on_ignored()
             else:
