@@ -475,6 +475,12 @@ def _filter_from_args(args: argparse.Namespace) -> Any:
     query: dict[str, str] = {}
     for name in ("topic", "key", "key_prefix", "id_prefix"):
         value = getattr(args, name)
+        if value == "" and name.endswith("_prefix"):  # "$UNSET": never every timer
+            flag = "--" + name.replace("_", "-")
+            raise KafkaTimersError(
+                f"{flag} is empty (an unset variable?): an empty prefix would match every "
+                "timer, and there is no 'cancel everything'"
+            )
         if value is not None:
             query[name] = value
     for name in ("due_from", "due_to"):
@@ -539,6 +545,8 @@ def cmd_cancel_bulk(args: argparse.Namespace) -> int:
         timeout=args.timeout,
     )
     print(json.dumps(result))
+    if result["refused"] is not None:
+        raise KafkaTimersError(f"the workers refused the bulk cancel: {result['refused']}")
     if result["partitions_missing"]:
         print(
             f"kafka-timers: warning: no answer within {args.wait:g} s from partitions "

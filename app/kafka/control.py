@@ -227,9 +227,12 @@ def bulk_cancel(
             send_control(settings, key, None, timeout)  # done: no later worker applies it
     finally:
         consumer.close()
+    refused = next((a for a in answers.values() if a.get("outcome") == "refused"), None)
     return {
         "request": request_id,
         "dry_run": dry_run,
+        # The workers' reason when they refused it (its filter cannot be read), else None.
+        "refused": None if refused is None else str(refused.get("reason", ""))[:300],
         "filter": flt.to_query(),
         "matched": sum(a.get("matched", 0) for a in answers.values()),
         "cancelled": sum(a.get("cancelled", 0) for a in answers.values()),
