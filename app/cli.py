@@ -576,35 +576,37 @@ def _deployment(settings: Settings, app_id: str | None, request_topic: str | Non
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from app.ops.export import export_timers, summary
+    from app.ops.export import export_timers, export_to_file, summary
 
     settings = _deployment(_settings(args), args.app_id, None)
     if args.output in (None, "-"):
         snapshot = export_timers(settings, sys.stdout, timeout=args.timeout)
     else:
-        try:
-            with open(args.output, "w", encoding="utf-8") as out:
-                snapshot = export_timers(settings, out, timeout=args.timeout)
+        try:  # 0600, and the named file replaced only once the export is complete
+            snapshot = export_to_file(settings, Path(args.output), timeout=args.timeout)
         except OSError as exc:
-            raise KafkaTimersError(f"cannot write {args.output!r}: {exc.strerror}") from None
+            raise KafkaTimersError(
+                f"cannot write {args.output!r}: {exc.strerror or exc}; the file there, if "
+                "any, is unchanged"
+            ) from None
     print(json.dumps(summary(snapshot)), file=sys.stderr)
     return 0
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from app.ops.import_ import import_timers
+    from app.ops.import_ import check_lines, import_timers
 
     settings = _deployment(_settings(args), None, args.request_topic)
-    if args.input in (None, "-"):
+    if args.input in (None, "-"):  # read once: each line checked, then sent
         report = import_timers(settings, sys.stdin, timeout=args.timeout)
-    else:
+    else:  # read twice: every line checked before any is sent
         try:
             with open(args.input, encoding="utf-8") as lines:
-                report = import_timers(settings, lines, timeout=args.timeout)
+                check_lines(lines, settings.record_budget_bytes)
+                lines.seek(0)
+                report = import_timers(settings, lines, timeout=args.timeout, checked=True)
         except OSError as exc:
             raise KafkaTimersError(f"cannot read {args.input!r}: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise KafkaTimersError(f"{args.input!r} is not UTF-8 text") from None
     print(
         json.dumps(
             {
