@@ -79,8 +79,8 @@ def max_line_chars(limit: int) -> int:
 
 
 def _lines(source: Iterable[str] | TextIO, longest: int) -> Iterator[tuple[int, str]]:
-    """``(number, line)`` of every line that is not blank; a line over ``longest``
-    characters is refused without being read whole."""
+    """``(number, line)`` of every line, blank ones included (the caller skips them); a
+    line over ``longest`` characters is refused without being read whole."""
     if hasattr(source, "readline"):
         readline = source.readline
         number = 0
@@ -94,14 +94,12 @@ def _lines(source: Iterable[str] | TextIO, longest: int) -> Iterator[tuple[int, 
                 return
             if len(line) > longest and not line.endswith("\n"):
                 raise LineError(f"line {number}: longer than {longest} characters")
-            if line.strip():
-                yield number, line
+            yield number, line
         return
     for number, line in enumerate(source, 1):
         if len(line) > longest:
             raise LineError(f"line {number}: longer than {longest} characters")
-        if line.strip():
-            yield number, line
+        yield number, line
 
 
 def _timer(number: int, line: str) -> Timer:
@@ -130,7 +128,7 @@ def _request(number: int, timer: Timer, now_ms: int, limit: int, *, check: bool)
 def read_lines(lines: Iterable[str]) -> list[Timer]:
     """Every timer of an export, checked; :class:`LineError` names the first bad line
     (for tests and small inputs: :func:`import_timers` streams)."""
-    return [_timer(n, line) for n, line in _lines(lines, 1 << 62)]
+    return [_timer(n, line) for n, line in _lines(lines, 1 << 62) if line.strip()]
 
 
 def requests_of(timers: Iterable[Timer], now_ms: int) -> list[tuple[Timer, RequestRecord]]:
@@ -152,6 +150,8 @@ def check_lines(source: Iterable[str] | TextIO, limit: int) -> tuple[int, int]:
     now_ms = int(time.time() * 1000)
     timers = series = 0
     for number, line in _lines(source, max_line_chars(limit)):
+        if not line.strip():
+            continue
         timer = _timer(number, line)
         _request(number, timer, now_ms, limit, check=True)
         timers += 1
@@ -178,8 +178,18 @@ def import_timers(
     now_ms = int(time.time() * 1000)
     timers = series = 0
     number = 0
+    lines = _lines(source, max_line_chars(limit))
+    reading = True  # what a failure interrupted: reading the next line, or sending one
     try:
-        for number, line in _lines(source, max_line_chars(limit)):
+        while True:
+            reading = True
+            try:
+                number, line = next(lines)
+            except StopIteration:
+                break
+            reading = False
+            if not line.strip():
+                continue
             timer = _timer(number, line)
             request = _request(number, timer, now_ms, limit, check=not checked)
             sender.send(
@@ -192,7 +202,8 @@ def import_timers(
             timers += 1
             series += timer.recurrence is not None
     except Exception as exc:  # any failure: one line, never a traceback
-        raise _stopped(sender, exc, f"at line {number}", timeout) from None
+        at = number + 1 if reading else number
+        raise _stopped(sender, exc, f"at line {at}", timeout) from None
     try:
         sender.flush(timeout)
     except Exception as exc:

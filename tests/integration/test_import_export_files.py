@@ -8,7 +8,10 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from app.kafka.records import TopicReader
 from app.kafka.topics import ensure_topics
@@ -65,3 +68,23 @@ def test_an_export_is_0600_and_a_failed_one_leaves_the_old_file(
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["backup.jsonl"]
+
+
+def test_an_import_sends_as_it_reads(settings: Settings) -> None:
+    """Lines are sent as they are read, never all read first: input that breaks off
+    after 100 lines has sent those 100, and the one line says so."""
+    from app.ops.import_ import ImportStopped, import_timers
+
+    def source() -> Iterator[str]:
+        for i in range(100):
+            yield line(f"t-{i}")
+        yield "\n"
+        raise OSError("the pipe broke")
+
+    with pytest.raises(ImportStopped) as stopped:
+        import_timers(settings, source())
+    message = str(stopped.value)
+    assert message.startswith("import stopped at line 102: OSError: the pipe broke; ")
+    assert "100 records sent and acknowledged before it" in message
+    with TopicReader(settings, settings.topics.requests) as reader:
+        assert len(reader.read_to_end()) == 100
