@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from app.core.errors import ConfigurationError, KafkaTimersError
+from app.core.printable import printable
 from app.settings import Settings
 
 __all__ = ["main"]
@@ -557,6 +558,12 @@ def _filter_from_args(args: argparse.Namespace) -> Any:
     query: dict[str, str] = {}
     for name in ("topic", "key", "key_prefix", "id_prefix"):
         value = getattr(args, name)
+        if value == "" and name.endswith("_prefix"):  # "$UNSET": never every timer
+            flag = "--" + name.replace("_", "-")
+            raise KafkaTimersError(
+                f"{flag} is empty (an unset variable?): an empty prefix would match every "
+                "timer, and there is no 'cancel everything'"
+            )
         if value is not None:
             query[name] = value
     for name in ("due_from", "due_to"):
@@ -621,6 +628,8 @@ def cmd_cancel_bulk(args: argparse.Namespace) -> int:
         timeout=args.timeout,
     )
     print(json.dumps(result))
+    if result["refused"] is not None:
+        raise KafkaTimersError(f"the workers refused the bulk cancel: {result['refused']}")
     if result["partitions_missing"]:
         print(
             f"kafka-timers: warning: no answer within {args.wait:g} s from partitions "
@@ -658,35 +667,37 @@ def _deployment(settings: Settings, app_id: str | None, request_topic: str | Non
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from app.ops.export import export_timers, summary
+    from app.ops.export import export_timers, export_to_file, summary
 
     settings = _deployment(_settings(args), args.app_id, None)
     if args.output in (None, "-"):
         snapshot = export_timers(settings, sys.stdout, timeout=args.timeout)
     else:
-        try:
-            with open(args.output, "w", encoding="utf-8") as out:
-                snapshot = export_timers(settings, out, timeout=args.timeout)
+        try:  # 0600, and the named file replaced only once the export is complete
+            snapshot = export_to_file(settings, Path(args.output), timeout=args.timeout)
         except OSError as exc:
-            raise KafkaTimersError(f"cannot write {args.output!r}: {exc.strerror}") from None
+            raise KafkaTimersError(
+                f"cannot write {args.output!r}: {exc.strerror or exc}; the file there, if "
+                "any, is unchanged"
+            ) from None
     print(json.dumps(summary(snapshot)), file=sys.stderr)
     return 0
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from app.ops.import_ import import_timers
+    from app.ops.import_ import check_lines, import_timers
 
     settings = _deployment(_settings(args), None, args.request_topic)
-    if args.input in (None, "-"):
+    if args.input in (None, "-"):  # read once: each line checked, then sent
         report = import_timers(settings, sys.stdin, timeout=args.timeout)
-    else:
+    else:  # read twice: every line checked before any is sent
         try:
             with open(args.input, encoding="utf-8") as lines:
-                report = import_timers(settings, lines, timeout=args.timeout)
+                check_lines(lines, settings.record_budget_bytes)
+                lines.seek(0)
+                report = import_timers(settings, lines, timeout=args.timeout, checked=True)
         except OSError as exc:
             raise KafkaTimersError(f"cannot read {args.input!r}: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise KafkaTimersError(f"{args.input!r} is not UTF-8 text") from None
     print(
         json.dumps(
             {
@@ -1238,12 +1249,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    from app.worker.log_limits import install_escaping_filter
+
+    install_escaping_filter(logging.getLogger())  # record text never reaches a log raw
     try:
         result: int = args.func(args)
         return result
     except KafkaTimersError as exc:
         # One line whatever the message holds (a value quoted from the environment).
-        print(f"kafka-timers: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
+        print(f"kafka-timers: error: {printable(' '.join(str(exc).splitlines()))}", file=sys.stderr)
         return exc.exit_status
     except KeyboardInterrupt:
         return 130

@@ -13,7 +13,9 @@ of a key is the setting, a tombstone clears it:
     that match the filter (:class:`app.core.timer_filter.TimerFilter`), answering each
     partition's count on the fired topic; applied only by workers running when it
     arrives (never again at a start), and tombstoned by ``kafka-timers cancel-bulk`` once
-    answered.
+    answered. One whose filter cannot be read (none at all, an empty prefix, an unknown
+    name) is refused: each worker answers it ``refused``, with the reason, and cancels
+    nothing.
 ``rate/<topic>``
     ``{"per_second": 500.0, ...}``: ``<topic>``'s limit across the service, overriding
     ``KAFKA_TIMERS_TOPIC_RATE_LIMITS``; ``{"per_second": null}`` lifts any limit; a
@@ -94,9 +96,11 @@ class ControlRecord:
     clear: bool = False
     #: For ``rate`` (not clearing): the limit, or ``None`` for no limit at all.
     per_second: float | None = None
-    #: Why it is ignored.
+    #: Why it is ignored; for a ``cancel_bulk`` without a filter (and not clearing):
+    #: why it is refused.
     reason: str = ""
-    #: For ``cancel_bulk``: which timers, and whether only to count them.
+    #: For ``cancel_bulk``: which timers (None: a tombstone, or refused), and whether
+    #: only to count them.
     filter: TimerFilter | None = None
     dry_run: bool = False
 
@@ -158,18 +162,20 @@ def _read_control(key: bytes | None, value: bytes | None) -> ControlRecord:
     if not isinstance(doc, dict):
         return _ignored("value is not a JSON object")
     if kind == "cancel_bulk":
+        # A bulk cancel that cannot be read is refused, answered with its reason (never
+        # ignored in silence, never read as "every timer").
         query = doc.get("filter")
         dry_run = doc.get("dry_run", False)
         if not isinstance(query, dict) or not all(isinstance(v, str) for v in query.values()):
-            return _ignored("'filter' is not an object of strings")
+            return ControlRecord(kind, topic, reason="'filter' is not an object of strings")
         if not isinstance(dry_run, bool):
-            return _ignored("'dry_run' is not true or false")
+            return ControlRecord(kind, topic, reason="'dry_run' is not true or false")
         try:
             flt = TimerFilter.from_query(query)
         except ValueError as exc:
-            return _ignored(f"bad filter: {exc}")
+            return ControlRecord(kind, topic, reason=f"bad filter: {exc}")
         if flt == TimerFilter():
-            return _ignored("a bulk cancel needs at least one filter")
+            return ControlRecord(kind, topic, reason="a bulk cancel needs at least one filter")
         return ControlRecord(kind, topic, filter=flt, dry_run=dry_run)
     if kind == "pause":
         paused = doc.get("paused", True)

@@ -13,10 +13,15 @@ timestamp unchanged, to the owner, with ``timer-hop: <partition>:<offset>`` nami
 it was read, as Kafka Streams and Faust repartition. The owner is then the only one that
 answers a cancel, and a request already on its owner pays one hash.
 
-Two exceptions stay where they land: a JSON request without an id (its id is derived
-from where it landed, so it belongs there), and a request for an id that partition
-still holds pending (stored there by a release before routing, or under another
-partition count): it is applied where its timer is.
+A request without an id (JSON or protobuf) gets the id ``<topic>-<partition>-<offset>``
+of where it landed (:func:`app.core.request_format.derived_id`), and is forwarded to
+that id's owner like any other: the owner reads the place it was first sent from the
+copy's ``timer-hop``, derives the same id, and stores the timer there, where a ``get``
+or a ``cancel`` by that id goes.
+
+One exception stays where it lands: a request for an id that partition still holds
+pending (stored there by a release before routing, or under another partition count):
+it is applied where its timer is.
 """
 
 from __future__ import annotations
@@ -47,11 +52,23 @@ def hop_value(record: RawRecord) -> bytes:
 
 
 def without_hop(record: RawRecord) -> RawRecord:
-    """``record`` without the ``timer-hop`` header a forwarding worker appended, if any."""
+    """``record`` without the ``timer-hop`` header a forwarding worker appended, if any,
+    and with the place it names as :attr:`~app.core.request_format.RawRecord.origin`
+    (None if it names none: a producer's header of that name)."""
     headers = record.headers
     if headers and headers[-1][0] == HOP_HEADER:
-        return replace(record, headers=headers[:-1])
+        return replace(record, headers=headers[:-1], origin=_hop_origin(headers[-1][1]))
     return record
+
+
+def _hop_origin(value: bytes) -> tuple[int, int] | None:
+    partition, sep, offset = value.partition(b":")
+    # Digits only, and short: read from a header anyone may write.
+    if not sep or not (partition.isdigit() and offset.isdigit()):
+        return None
+    if len(partition) > 10 or len(offset) > 20:
+        return None
+    return int(partition), int(offset)
 
 
 def check_forwardable(record: RawRecord, limit: int) -> None:

@@ -25,6 +25,7 @@ from app.core.control import (
 )
 from app.core.errors import BrokerUnavailable, ConfigurationError
 from app.core.fired import FiredKind
+from app.core.printable import printable
 from app.core.timer_filter import TimerFilter
 from app.kafka.config import confluent_consumer, confluent_producer
 from app.kafka.topic_config import control_topic
@@ -159,7 +160,7 @@ class ControlReader:
                     self.topic,
                     msg.partition(),
                     msg.offset(),
-                    record.reason,
+                    printable(record.reason),
                 )
                 self.on_ignored()
             else:
@@ -252,9 +253,12 @@ def bulk_cancel(
             send_control(settings, key, None, timeout)  # done: no later worker applies it
     finally:
         consumer.close()
+    refused = next((a for a in answers.values() if a.get("outcome") == "refused"), None)
     return {
         "request": request_id,
         "dry_run": dry_run,
+        # The workers' reason when they refused it (its filter cannot be read), else None.
+        "refused": None if refused is None else str(refused.get("reason", ""))[:300],
         "filter": flt.to_query(),
         "matched": sum(a.get("matched", 0) for a in answers.values()),
         "cancelled": sum(a.get("cancelled", 0) for a in answers.values()),

@@ -240,7 +240,9 @@ class ControlFollower:
         if record.clear:
             self._bulk_queue.pop(request, None)
             return
-        if self.bulk is None or record.filter is None:
+        if (
+            self.bulk is None
+        ):  # a record with no usable filter is queued too: it is answered refused
             return
         if request in self._bulk_queue or request == self._bulk_running:
             return  # the same request again: it runs once
@@ -305,8 +307,13 @@ class BulkCanceller:
 
     async def run(self, record: ControlRecord) -> None:
         flt = record.filter
-        assert flt is not None
         request_id = record.topic
+        if flt is None:  # refused (an empty prefix, no filter): answered, nothing touched
+            log.warning("bulk cancel %s refused: %s", request_id, record.reason)
+            for p in sorted(self._service.wheels()):
+                self._answer(request_id, p, 0, 0, record.dry_run, refused=record.reason)
+            await asyncio.get_running_loop().run_in_executor(None, self._producer.flush, 30.0)
+            return
         log.warning(
             "bulk %s %s: filter %s",
             "count" if record.dry_run else "cancel",
@@ -380,21 +387,29 @@ class BulkCanceller:
             await asyncio.sleep(0)  # ticks and requests between units
 
     def _answer(
-        self, request_id: str, partition: int, matched: int, cancelled: int, dry_run: bool
+        self,
+        request_id: str,
+        partition: int,
+        matched: int,
+        cancelled: int,
+        dry_run: bool,
+        refused: str | None = None,
     ) -> None:
         key = f"{CANCEL_BULK}{request_id}"
-        value = {
+        value: dict[str, Any] = {
             "event": FiredKind.BULK_CANCEL.value,
             "id": key,
             "token": "",
             "partition": partition,
             "worker": self._worker,
-            "outcome": "dry_run" if dry_run else "cancelled",
+            "outcome": "refused" if refused else "dry_run" if dry_run else "cancelled",
             "at_ms": int(time.time() * 1000),
             "request": request_id,
             "matched": matched,
             "cancelled": cancelled,
         }
+        if refused:
+            value["reason"] = refused
         self._producer.produce(
             self._fired_topic, json.dumps(value).encode(), key.encode(), partition=partition
         )

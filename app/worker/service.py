@@ -25,7 +25,7 @@ from app.core.forecast import PartitionForecast
 from app.core.keys import BOOKKEEPING, REQUEST_OFFSET
 from app.core.late import DEFAULT_POLICY, LatePolicy
 from app.core.policy import RequestPolicy
-from app.core.request_format import RawRecord, derived_id, parse_request
+from app.core.request_format import RawRecord, parse_request
 from app.core.routing import check_forwardable, owner_of, without_hop
 from app.core.tick_gate import MAX_AHEAD_SECONDS, TickGate
 from app.core.timer import Cancel, Timer, TokenAction
@@ -468,10 +468,8 @@ class TimerService:
 
     def _forwarded(self, part: _Partition, record: RawRecord, request: Timer | Cancel) -> bool:
         """Forward ``request``, read off its id's owner partition, to the owner; False
-        when it stays: a JSON request without an id, or an id this partition still holds
-        pending (see :mod:`app.core.routing`)."""
-        if request.id == derived_id(record):
-            return False
+        when it stays: an id this partition still holds pending (see
+        :mod:`app.core.routing`; a request without an id goes to its derived id's owner)."""
         held = part.wheel.lookup(request.id)
         if held is not None and held[0] == "pending":
             return False

@@ -65,6 +65,11 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         # command that encoded one stopped with a traceback.
         (["status", "--timer", "a\udcff"], "not valid UTF-8: a\\xff"),
         (["schedule", "--topic", "t", "--in", "5s", "--header", "a=\udcff"], "not valid UTF-8"),
+        # An empty prefix ("$UNSET") would match every timer: refused before any broker.
+        (["cancel-bulk", "--id-prefix", ""], "--id-prefix is empty"),
+        (["cancel-bulk", "--key-prefix", ""], "--key-prefix is empty"),
+        (["cancel-bulk", "--topic", "t", "--id-prefix", "", "--dry-run"], "--id-prefix is empty"),
+        (["list", "--key-prefix", ""], "--key-prefix is empty"),
     ],
 )
 def test_errors_are_one_line(args: list[str], expected: str) -> None:

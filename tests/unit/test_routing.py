@@ -52,13 +52,35 @@ def test_requests_off_their_owner_are_forwarded_unchanged_and_not_applied() -> N
     assert h.service.wheels()[3].get_pending(timer_id) is None
 
 
-def test_a_json_request_without_an_id_stays_where_it_landed() -> None:
+def test_a_request_without_an_id_is_stored_at_its_derived_ids_owner() -> None:
+    """Its id is where it was sent (``requests-<p>-<offset>``); it is forwarded to that
+    id's owner, which derives the same id from the copy's hop marker and stores it
+    there, where a cancel by that id goes and is answered ``cancelled``."""
     h = Harness(request_partitions=PARTITIONS)
-    body = {"topic": "cb", "at": NOW + 5, "value": "v"}
-    record = h.record(json.dumps(body).encode(), partition=1)
-    h.requests(record)
-    assert h.output.durable.forwarded == []
-    assert h.service.wheels()[1].get_pending(f"requests-1-{record.offset}") is not None
+    body = json.dumps({"topic": "cb", "at": NOW + 5, "value": "v"}).encode()
+    records = [h.record(body, partition=1) for _ in range(8)]
+    h.requests(*records)
+    moved = [r for r in records if owner_of(f"requests-1-{r.offset}", PARTITIONS) != 1]
+    assert moved, "some derived id is owned elsewhere"
+    assert [(r, owner_of(f"requests-1-{r.offset}", PARTITIONS)) for r in moved] == [
+        (r, p) for r, p in h.output.durable.forwarded
+    ]
+    for record, owner in list(h.output.durable.forwarded):
+        derived = f"requests-1-{record.offset}"
+        assert h.service.wheels()[1].get_pending(derived) is None
+        copy = RawRecord(
+            record.topic,
+            owner,
+            1000 + record.offset,
+            record.timestamp_ms,
+            record.key,
+            record.value,
+            (*record.headers, (HOP_HEADER, b"1:%d" % record.offset)),
+        )
+        h.requests(copy)
+        assert h.service.wheels()[owner].get_pending(derived) is not None
+        h.requests(h.cancel(derived, token="", partition=owner))
+    assert [outcome for _, _, outcome, _ in h.output.durable.cancels] == ["cancelled"] * len(moved)
 
 
 def test_an_id_still_pending_off_its_owner_is_applied_where_its_timer_is() -> None:
@@ -96,8 +118,10 @@ def test_the_hop_marker_is_taken_off_before_the_request_is_read() -> None:
         (("scheduler-epoch", b"%d" % (NOW + 5)), ("scheduler-target-topic", b"cb")),
     )
     hopped = replace(etf1, headers=(*etf1.headers, (HOP_HEADER, b"1:2")))
-    assert without_hop(hopped) == etf1
+    assert without_hop(hopped) == replace(etf1, origin=(1, 2))
     assert without_hop(etf1) is etf1
+    for forged in (b"", b"1", b"a:2", b"1:-2", b"1:2:3", b"9" * 11 + b":1"):
+        assert without_hop(replace(etf1, headers=(*etf1.headers, (HOP_HEADER, forged)))) == etf1
     h = Harness()
     h.requests(hopped)  # etf1 copies record headers onto the callback: not the hop marker
     assert h.output.durable.dead_letters == []
