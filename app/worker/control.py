@@ -275,10 +275,17 @@ class ControlFollower:
         """Bulk cancels queued, not started."""
         return len(self._bulk_queue)
 
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called (a bulk cancel then ends after its unit)."""
+        return self._stop.is_set()
+
     def stop(self, timeout: float = 2 * POLL_SECONDS) -> None:
+        """Stop the tail and the queue of bulk cancels. The one running ends after its
+        current unit (the runner's ``should_stop``), never inside one: a unit cut short
+        between its store writes and its commit would leave the output's unit open."""
         self._stop.set()
-        if self._bulk_runner is not None:
-            self._bulk_runner.cancel()
+        self._bulk_queue.clear()
         if self._thread is not None:
             self._thread.join(timeout)
         elif self._reader is not None:
@@ -294,11 +301,19 @@ class BulkCanceller:
     Each cancelled timer is cancelled as by its own token (the wheel's cancel: one in
     flight is ``already_fired`` and not counted) and answered on the fired topic like
     any cancel, so the audit knows it; the units are durable before the answer goes.
-    A partition given away meanwhile gets no answer from here (``cancel-bulk`` names it).
+    A partition given away meanwhile gets no answer from here (``cancel-bulk`` names it),
+    and so does one not finished when the worker stops (``should_stop``, asked between
+    units).
     """
 
-    def __init__(self, settings: Settings, service: TimerService) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        service: TimerService,
+        should_stop: Callable[[], bool] = lambda: False,
+    ) -> None:
         self._service = service
+        self._should_stop = should_stop
         self._worker = settings.worker_id
         self._fired_topic = settings.topics.fired
         self._producer = Producer(
@@ -321,6 +336,8 @@ class BulkCanceller:
             flt.to_query(),
         )
         for p in sorted(self._service.wheels()):
+            if self._should_stop():
+                break
             counted = await self._partition(p, flt, record.dry_run)
             if counted is None:
                 continue
@@ -340,6 +357,8 @@ class BulkCanceller:
         matched = cancelled = 0
         after = b""
         while True:
+            if self._should_stop():
+                return None
             chunk: dict[str, Any] = {"next": None, "matched": 0}
 
             def work(

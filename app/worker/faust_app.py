@@ -306,7 +306,9 @@ def build_worker(
     )
 
     # Bulk cancels on the control topic, run on the partitions this worker holds.
-    canceller = BulkCanceller(settings, service)
+    canceller = BulkCanceller(
+        settings, service, should_stop=lambda: bool(app.should_stop) or control.stopping
+    )
 
     async def bulk_cancel(record: Any) -> None:
         try:
