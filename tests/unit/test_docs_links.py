@@ -33,9 +33,7 @@ def test_every_link_resolves(page: Path) -> None:
             continue
         path, _, anchor = target.partition("#")
         file = (page.parent / path).resolve() if path else page
-        if not file.exists():
-            broken.append(target)
-        elif anchor and file.suffix == ".md" and anchor not in anchors(file):
+        if not file.exists() or (anchor and file.suffix == ".md" and anchor not in anchors(file)):
             broken.append(target)
     assert not broken, f"{page.name}: {broken}"
 
