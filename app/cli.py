@@ -18,7 +18,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, NoReturn
 
-from app.core.errors import KafkaTimersError
+from app.core.errors import ConfigurationError, KafkaTimersError
 from app.settings import Settings
 
 __all__ = ["main"]
@@ -371,12 +371,43 @@ def _control_topic_name(text: str) -> str:
     return text
 
 
+def _control_settings(args: argparse.Namespace) -> Settings:
+    """The settings a control command sends and signs with. ``KAFKA_TIMERS_CONTROL_SECRET``
+    set, the environment's and flags' alone. Unset, a running ``kafka-timers demo`` (its
+    discovery file, readable by this user only) gives its secret, and its broker and app
+    id unless the environment or ``--bootstrap`` chose others (then another stack: no
+    secret, and the command says so)."""
+    from app.dev.discovery import read_demo_stack
+
+    settings = _settings(args)
+    if settings.control_secret is not None:
+        return settings
+    demo = read_demo_stack(Path(settings.demo_file))
+    chosen = settings.chosen
+    if (
+        demo is None
+        or not demo.control_secret
+        or ("KAFKA_BOOTSTRAP_SERVERS" in chosen and settings.bootstrap_servers != demo.bootstrap)
+        or ("KAFKA_TIMERS_APP_ID" in chosen and settings.app_id != demo.app_id)
+    ):
+        raise ConfigurationError(
+            "KAFKA_TIMERS_CONTROL_SECRET is unset: the workers apply only control records "
+            "signed with the deployment's control secret"
+        )
+    return replace(
+        settings,
+        bootstrap_servers=demo.bootstrap,
+        app_id=demo.app_id,
+        control_secret=demo.control_secret,
+    )
+
+
 def _send_control(args: argparse.Namespace, key: bytes, value: bytes | None) -> dict[str, Any]:
-    """Write one record to the control topic (created if missing); what to print."""
+    """Write one signed record to the control topic (created if missing); what to print."""
     from app.kafka.control import send_control
     from app.kafka.topics import ensure_control_topic
 
-    settings = _settings(args)
+    settings = _control_settings(args)
     topic = ensure_control_topic(settings, timeout=args.timeout)
     offset = send_control(settings, key, value, timeout=args.timeout)
     return {"control_topic": topic, "key": key.decode(), "offset": offset}
@@ -579,7 +610,7 @@ def cmd_cancel_bulk(args: argparse.Namespace) -> int:
             "cancel-bulk needs at least one filter (--topic, --key, --key-prefix, "
             "--id-prefix, --due-from, --due-to, --series)"
         )
-    settings = _settings(args)
+    settings = _control_settings(args)
     ensure_control_topic(settings, timeout=args.timeout)
     result = bulk_cancel(
         settings,
@@ -1015,7 +1046,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(
         "pause",
         "hold callbacks: --topic every callback to a topic (an operator, through the control "
-        "topic), or --id --token one timer or series (its owner)",
+        "topic; records are signed with KAFKA_TIMERS_CONTROL_SECRET), or --id --token one "
+        "timer or series (its owner)",
         "kafka-timers pause --topic reminders",
         "kafka-timers pause --id remind-42 --token s3cret --wait",
     )

@@ -20,6 +20,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from bench.broker import broker_line
 from bench.report import Figure, render_markdown
 
 __all__ = [
@@ -56,13 +57,15 @@ def table_block(document: Mapping[str, Any]) -> str:
     versions = ", ".join(f"{name} {v}" for name, v in packages.items() if v)
     load = ", ".join(f"{x:.2f}" for x in machine["load_average"])
     dirty = " plus uncommitted changes to app/" if machine.get("app_uncommitted_changes") else ""
+    # runs from before the results named their broker were all on the dev broker
+    broker = broker_line(document["broker"]) if "broker" in document else "the dev broker"
     header = (
         f"`make bench` ({document['config']} sizes) on the dev broker (Tansu, in memory, on "
         f"the same machine){dirty}, "
         f"{started:%Y-%m-%d %H:%M} UTC, {document['seconds']:.0f} s: {machine['cpus']} CPUs "
         f"({machine['cpu_model']}), {machine['memory_bytes'] / 2**30:.0f} GiB, Python "
-        f"{machine['python']}, {versions}; load average {load} at the start. "
-        f"**{met} targets met, {missed} missed.**"
+        f"{machine['python']}, {versions}; load average {load} at the start; measured on "
+        f"{broker}. **{met} targets met, {missed} missed.**"
     )
     return "\n".join([BEGIN, header, "", render_markdown(figures), END])
 

@@ -105,6 +105,9 @@ def run_demo(
             # Its own credential, so get and list can look timers up (the discovery file
             # hands it to them); /status needs none.
             operator_token=secrets.token_hex(24),
+            # Its own control secret: the workers apply only control records signed
+            # with it; the discovery file hands it to pause, resume, rate and cancel-bulk.
+            control_secret=secrets.token_hex(24),
         )
         _say(f"dev broker on {broker.bootstrap}; logs in {BASE_DIR}/")
         ensure_topics(settings)
@@ -165,6 +168,7 @@ def _announce(
             workers=tuple(webs),
             metrics=tuple(scrapes),
             operator_token=settings.operator_token,
+            control_secret=settings.control_secret,
         )
         try:
             write_demo_stack(demo_file, stack)

