@@ -5,9 +5,11 @@ prints where each worker's status page and metrics are, schedules a few dozen ti
 few seconds out, and prints each callback as it arrives with its lateness. Ctrl-C,
 SIGTERM or a closed terminal (SIGHUP) stops everything (workers leave their group
 gracefully); on Linux a ``kill -9`` of the demo takes its children with it too
-(:mod:`app.dev.lifetime`). While it runs, a discovery file tells ``kafka-timers
-status``, ``get`` and ``list`` in another shell where its workers are
-(:mod:`app.dev.discovery`).
+(:mod:`app.dev.lifetime`). While it runs, a discovery file tells every
+``kafka-timers`` client command in another shell where its broker and workers are
+(:mod:`app.dev.discovery`), so the README's quickstart works as typed; it creates the
+quickstart's callback topics and prints their callbacks too, and prints the
+``export KAFKA_BOOTSTRAP_SERVERS=...`` line other Kafka tools need.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Where a running demo is: the file through which ``kafka-timers demo`` tells
-``status``, ``get`` and ``list`` its workers' URLs and its broker's address.
+"""Where a running demo is: the file through which ``kafka-timers demo`` tells the
+other commands (``schedule``, ``cancel``, ``status``, ``get``, ``list``, ...) its
+workers' URLs and its broker's address.
 
 The demo starts its workers on free ports (never 6066, which a worker of the user's own
 may hold), so without this a command in another shell would ask ``127.0.0.1:6066`` and
