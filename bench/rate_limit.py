@@ -37,20 +37,19 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
 
 from confluent_kafka import Message
 
+from app.core.routing import owner_of
 from bench.callgrind import COUNTED_TIMERS, FIRE_PATH_PROBE, REPO, counted_instructions
 from bench.context import RunContext, ScenarioResult
 from bench.load import RequestLoad, TimerSpec, timer_ids
 from bench.report import Figure, fmt_seconds
 from bench.scan import TopicFollower, timestamp_ms
 from bench.stack import BenchStack, Worker, wait_serving
-from kafka_timers_client import protowire
 
 __all__ = [
     "BASELINE_COMMIT",
@@ -183,9 +182,9 @@ def _burst(
     pending_before = sum(w.metric("kafka_timers_pending") for w in workers)
     load = RequestLoad(stack, topic)
     if one_partition:
-        # The original article's requests: the callback fields only, keyed by the due
-        # second, so all of them sit in that key's partition (a hot partition).
-        load.send_encoded(_article_requests(topic, due, count))
+        # Ids that all belong to one partition (a hot business key, a series).
+        partitions = stack.settings.partition_count
+        load.send(TimerSpec(i, due) for i in _hot_ids(f"{topic}-", count, partitions))
     else:
         load.send(TimerSpec(timer_id, due) for timer_id in timer_ids(f"{topic}-", count))
     load.flush()
@@ -215,14 +214,16 @@ def _burst(
         return due, list(follower.items), stored_before_due, forgotten_at
 
 
-def _article_requests(topic: str, due: int, count: int) -> Iterator[tuple[bytes, bytes]]:
-    key = str(due).encode()
-    pad = b"x" * 80
-    for i in range(count):
-        value = protowire.encode(
-            protowire.Future(callback_topic=topic, callback_key=f"k{i}", callback=pad)
-        )
-        yield key, value
+def _hot_ids(prefix: str, count: int, partitions: int) -> list[str]:
+    """``count`` ids that all belong to one partition (a hot business key)."""
+    hot = owner_of(prefix, partitions)
+    out: list[str] = []
+    start = 0
+    while len(out) < count:
+        batch = timer_ids(prefix, count, start)
+        out.extend(i for i in batch if owner_of(i, partitions) == hot)
+        start += count
+    return out[:count]
 
 
 def _set_limit(stack: BenchStack, topic: str, per_second: int) -> None:
@@ -371,8 +372,8 @@ def run(ctx: RunContext) -> ScenarioResult:
         ),
         Figure(
             "rate-limit",
-            f"{count:,} due in one second in one partition (the article's requests, keyed "
-            f"by their second), limited to {limit:,}/s, 2 workers: delivered at",
+            f"{count:,} due in one second in one partition (ids that hash to it), limited "
+            f"to {limit:,}/s, 2 workers: delivered at",
             f"{hot.delivered_per_second:,.0f}/s",
             f"limit {limit:,}/s ({hot.delivered_per_second / limit:.2f}x); busiest second "
             f"{hot.busiest_second:,}; {hot.callbacks:,} callbacks, {hot.early} early; the "

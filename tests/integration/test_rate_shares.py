@@ -1,8 +1,8 @@
 """A topic's rate limit is the topic's, wherever its timers sit (real processes).
 
 Two workers share the 8 partitions; one callback topic is limited to 500/s. Timers due
-at once drain at the topic's limit whether they sit in one partition (the original
-article's requests, keyed by their due second) or in all of them, no second gets more
+at once drain at the topic's limit whether they sit in one partition (ids that hash to
+it: a hot business key, a series) or in all of them, no second gets more
 than 550 (by record timestamp), none is early, lost or repeated; and when a worker is
 killed mid-drain, the other reaches the whole rate within the session timeout + 2 s.
 """
@@ -14,13 +14,10 @@ from collections import Counter
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Producer
 
 from app.client import TimerClient
 from app.core.routing import owner_of
-from app.kafka.config import confluent_producer
 from app.kafka.records import Record
-from kafka_timers_client import protowire
 from tests.support.faults import FireWatch, owners
 from tests.support.stack import Stack
 
@@ -58,24 +55,22 @@ def _workers_share_partitions(stack: Stack, free: str, workers: list[str]) -> No
         client.close()
 
 
-def _article_requests(stack: Stack, topic: str, due: int, count: int) -> int:
-    """``count`` requests of the original article's form (the callback fields only,
-    keyed by the due second): all in the partition of that key. Returns the partition."""
-    producer = Producer(confluent_producer(stack.settings))
-    key = str(due).encode()
-    partition = owner_of(key.decode(), stack.settings.partition_count)
-    for i in range(count):
-        value = protowire.encode(
-            protowire.Future(callback_topic=topic, callback_key=f"a{i}", callback=b"a%d" % i)
-        )
-        while True:
-            try:
-                producer.produce(stack.settings.topics.requests, value, key, partition=partition)
-                break
-            except BufferError:
-                producer.poll(0.05)
-    assert producer.flush(30) == 0
-    return partition
+def _hot_partition_requests(stack: Stack, topic: str, due: int, count: int) -> int:
+    """``count`` timers whose ids all belong to one partition (a hot business key, or a
+    series: every occurrence lives where its id does). Returns the partition."""
+    partitions = stack.settings.partition_count
+    hot = owner_of("hot", partitions)
+    ids = (f"hot-{i}" for i in range(count * partitions * 4))
+    chosen = [timer_id for timer_id in ids if owner_of(timer_id, partitions) == hot][:count]
+    assert len(chosen) == count
+    client = TimerClient(stack.settings)
+    try:
+        for i, timer_id in enumerate(chosen):
+            client.schedule(topic, b"a%d" % i, f"a{i}", at=due, timer_id=timer_id)
+        client.flush()
+    finally:
+        client.close()
+    return hot
 
 
 def _spread_requests(stack: Stack, topic: str, due: int, count: int) -> set[int]:
@@ -131,7 +126,7 @@ def test_a_limit_is_the_topics_wherever_its_timers_sit(stack: Stack, where: str)
     _workers_share_partitions(stack, free, names)
     due = int(time.time()) + 4
     if where == "one partition":
-        _article_requests(stack, limited, due, TIMERS)
+        _hot_partition_requests(stack, limited, due, TIMERS)
     else:
         assert len(_spread_requests(stack, limited, due, TIMERS)) == settings.partition_count
     assert time.time() < due, "scheduling took too long for the test to mean anything"
