@@ -4,8 +4,8 @@ processes).
 One worker, one oscillator, 20,000 timers pending (for the bulk cancels). Timers spread
 over the next seconds are scheduled, then a flood is written to the control topic,
 signed with the deployment's secret (an operator's script gone wrong, or a stolen
-secret): 400 bulk cancels, or 60,000 pauses of distinct topics. While the worker applies
-it:
+secret): 400 bulk cancels, or 60,000 pauses (or rate limits) of distinct topics. While
+the worker applies it:
 
 - every timer fires at most :data:`ADDED_LATENESS_MS` later than the same timers fired
   before the flood (bulk cancels run one at a time, a bounded unit each; a pause costs
@@ -114,6 +114,11 @@ def produce_signed(settings: Settings, records: list[tuple[bytes, bytes]]) -> fl
     return time.monotonic() - started
 
 
+def rate_records(tag: str) -> list[tuple[bytes, bytes]]:
+    """Limits of distinct topics that no timer names."""
+    return [(f"rate/flood-{tag}-{i:06d}".encode(), b'{"per_second": 5}') for i in range(PAUSES)]
+
+
 def bulk_records(tag: str) -> list[tuple[bytes, bytes]]:
     """Bulk cancels matching no timer (each still examines every pending timer)."""
     value = json.dumps({"filter": {"key_prefix": f"nothing-{tag}/"}}).encode()
@@ -220,7 +225,7 @@ class LastPauseHeld(FloodCheck):
             "the last pause to hold its topic's timer",
             0.2,
         )
-        return f"all {PAUSES} + 1 pauses in force (the last one's timer held)"
+        return f"the record after all {PAUSES} in force (its topic's timer held)"
 
 
 def test_400_bulk_cancels_leave_timers_on_time_livez_up_and_sigterm_prompt(
@@ -231,3 +236,9 @@ def test_400_bulk_cancels_leave_timers_on_time_livez_up_and_sigterm_prompt(
 
 def test_60000_pauses_leave_timers_on_time_livez_up_and_sigterm_prompt(stack: Stack) -> None:
     run_flood(stack, pause_records("a"), pause_records("b"), LastPauseHeld())
+
+
+def test_60000_rate_limits_leave_timers_on_time_livez_up_and_sigterm_prompt(
+    stack: Stack,
+) -> None:
+    run_flood(stack, rate_records("a"), rate_records("b"), LastPauseHeld())
