@@ -132,7 +132,6 @@ class ControlFollower:
         #: the loop: a deque's append and popleft are atomic).
         self._inbox: deque[ControlRecord] = deque()
         self._drain_scheduled = False
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._log = _BoundedLog()
 
     def load(self, timeout: float, on_ignored: Callable[[], object] = lambda: None) -> None:
@@ -171,7 +170,6 @@ class ControlFollower:
         """Tail the control topic in a thread, applying its records on ``loop``."""
         reader = self._reader
         assert reader is not None, "load() first"
-        self._loop = loop
         inbox = self._inbox
 
         def handed(record: ControlRecord) -> None:
@@ -183,14 +181,17 @@ class ControlFollower:
                     self._stop.wait(0.05)
                     continue
                 try:
-                    if reader.poll(handed, POLL_SECONDS) and not self._drain_scheduled:
-                        self._drain_scheduled = True
-                        loop.call_soon_threadsafe(self._drain)
-                except RuntimeError:  # the loop is closed: the worker is stopping
-                    break
+                    read = reader.poll(handed, POLL_SECONDS)
                 except Exception:
                     log.exception("tailing control topic %s; trying again", reader.topic)
                     self._stop.wait(RETRY_SECONDS)
+                    continue
+                if read and not self._drain_scheduled:
+                    self._drain_scheduled = True
+                    try:
+                        loop.call_soon_threadsafe(self._drain)
+                    except RuntimeError:  # the loop is closed: the worker is stopping
+                        break
             reader.close()
 
         self._thread = threading.Thread(target=tail, name="kafka-timers-control", daemon=True)
