@@ -1,8 +1,11 @@
 """``python -m bench`` (``make bench``): run every scenario, print the table, write JSON.
 
-Each scenario starts its own broker and processes and stops them whatever happens; one
-that fails is reported as failed and the run goes on, so a single problem never hides
-the other figures. Baselines run first: the figures after them are printed beside them.
+The broker measured is the one ``KAFKA_BOOTSTRAP_SERVERS`` (or ``--bootstrap``) names,
+else a fresh dev broker per scenario; the results name it and keep what it reports of
+itself (:mod:`bench.broker`). Each scenario starts its own topics and processes and
+stops them whatever happens; one that fails is reported as failed and the run goes on,
+so a single problem never hides the other figures. Baselines run first, on the same
+broker: the figures after them are printed beside them.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import shutil
 import sys
 import time
@@ -18,6 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from bench import readme
+from bench.broker import broker_line, describe_broker, describe_dev_broker
 from bench.config import FULL, QUICK
 from bench.context import RunContext, ScenarioResult
 from bench.machine import describe, summary_line
@@ -79,11 +84,17 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         metavar="SIZE=N",
         help="override one size of the config, e.g. --set steady_seconds=30 (repeatable)",
     )
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS") or None,
+        help="the broker to measure (default: KAFKA_BOOTSTRAP_SERVERS; unset: a fresh dev "
+        "broker per scenario)",
+    )
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument(
         "--readme",
         action="store_true",
-        help="write the table into README.md and docs/performance.md (between their markers)",
+        help="publish the run: bench/published.json and the table in docs/performance.md",
     )
     return parser.parse_args(argv)
 
@@ -111,11 +122,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bad --set: {exc}", file=sys.stderr)
         return 2
     machine = describe()
-    ctx = RunContext(config=config, work_dir=args.work_dir.resolve())
+    try:
+        broker = (
+            describe_broker(args.bootstrap, "named by KAFKA_BOOTSTRAP_SERVERS")
+            if args.bootstrap
+            else describe_dev_broker()
+        )
+    except Exception as exc:
+        where = args.bootstrap or "the dev broker"
+        print(f"cannot describe {where}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+    ctx = RunContext(config=config, work_dir=args.work_dir.resolve(), bootstrap=args.bootstrap)
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
     started_at = datetime.now(timezone.utc)
     ctx.say(f"{config.name} run: {', '.join(names)}")
     ctx.say(summary_line(machine))
+    ctx.say(broker_line(broker))
     figures: list[Figure] = []
     scenarios: dict[str, object] = {}
     for name in names:
@@ -141,18 +163,19 @@ def main(argv: list[str] | None = None) -> int:
     print()
     print(f"kafka-timers benchmark ({config.name}), {started_at:%Y-%m-%d %H:%M} UTC, {total:.0f} s")
     print(summary_line(machine))
+    print(broker_line(broker))
     print()
     print(render(figures))
     missed = [f for f in figures if f.met is False]
     print()
     print(f"{sum(f.met is True for f in figures)} targets met, {len(missed)} missed")
     path = _write_json(
-        args.results_dir, started_at, config.name, machine, total, figures, scenarios
+        args.results_dir, started_at, config.name, machine, broker, total, figures, scenarios
     )
     (args.results_dir / "latest.md").write_text(render_markdown(figures) + "\n")
     print(f"results: {path}")
     if args.readme:
-        for changed in readme.update_files(json.loads(path.read_text()), readme.FILES_PATHS):
+        for changed in readme.publish(path):
             print(f"updated {changed}")
     return 0
 
@@ -162,6 +185,7 @@ def _write_json(
     started_at: datetime,
     config_name: str,
     machine: dict[str, object],
+    broker: dict[str, object],
     total: float,
     figures: list[Figure],
     scenarios: dict[str, object],
@@ -172,6 +196,7 @@ def _write_json(
         "config": config_name,
         "seconds": total,
         "machine": machine,
+        "broker": broker,
         "figures": [f.as_dict() for f in figures],
         "scenarios": scenarios,
     }

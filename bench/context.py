@@ -42,16 +42,21 @@ class RunContext:
     config: BenchConfig
     #: Scratch directory: data dirs and process logs of every scenario.
     work_dir: Path
+    #: The broker every scenario runs on (``KAFKA_BOOTSTRAP_SERVERS``); ``None``: a fresh
+    #: dev broker per scenario.
+    bootstrap: str | None = None
     baselines: Baselines = field(default_factory=Baselines)
     started: float = field(default_factory=time.monotonic)
 
     def stack(self, name: str) -> BenchStack:
-        """A fresh broker, topics and process set for scenario ``name``, sized by the config."""
+        """Fresh topics and processes for scenario ``name`` (on a fresh dev broker unless
+        the run names one), sized by the config."""
         return BenchStack(
             name,
             self.work_dir,
             partitions=self.config.partitions,
             session_timeout=self.config.session_timeout,
+            bootstrap=self.bootstrap,
         )
 
     def say(self, text: str) -> None:

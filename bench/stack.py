@@ -1,16 +1,19 @@
-"""One scenario's world: its own broker, topics and child processes, all stopped at the end.
+"""One scenario's world: its broker, topics and child processes, all stopped at the end.
 
-Every scenario gets a fresh in-memory broker (Tansu starts in milliseconds, and the next
-scenario then does not pay for the memory this one filled), unique topic names and app
-id, and real ``kafka-timers`` processes started exactly as an operator would start them.
-:meth:`BenchStack.close` stops them whatever happened, so a failed scenario never leaves
-a worker behind to disturb the next one.
+On the broker a user names (``KAFKA_BOOTSTRAP_SERVERS``, :mod:`bench.broker`) every
+scenario has topics and an app id of its own, all named with one tag, and deletes them
+at the end. Without one, every scenario gets a fresh in-memory dev broker (Tansu starts
+in milliseconds, and the next scenario then does not pay for the memory this one
+filled). Either way it runs real ``kafka-timers`` processes started exactly as an
+operator would start them. :meth:`BenchStack.close` stops them whatever happened, so a
+failed scenario never leaves a worker behind to disturb the next one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -23,13 +26,14 @@ from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from app.dev.broker import DevBroker, free_port
 from app.dev.stack import ServiceProcess, start_oscillator, start_worker
-from app.kafka.config import confluent_producer
+from app.kafka.config import confluent_common, confluent_producer
 from app.kafka.topics import ensure_topics
 from app.settings import Settings, TopicNames
 from bench.scan import QUIET
@@ -145,16 +149,27 @@ class ModuleProcess(ServiceProcess):
 
 
 class BenchStack:
-    """A broker, unique topics and the processes of one scenario."""
+    """A broker, unique topics and the processes of one scenario.
+
+    ``bootstrap`` names the broker to use; ``None`` starts a fresh dev broker.
+    """
 
     def __init__(
-        self, name: str, base_dir: Path, *, partitions: int = 8, session_timeout: float = 6.0
+        self,
+        name: str,
+        base_dir: Path,
+        *,
+        partitions: int = 8,
+        session_timeout: float = 6.0,
+        bootstrap: str | None = None,
     ) -> None:
         self.name = name
         self.base_dir = base_dir / name
         self.partitions = partitions
         self.session_timeout = session_timeout
-        self.broker = DevBroker()
+        self.bootstrap = bootstrap
+        self.broker = DevBroker() if bootstrap is None else None
+        self.tag = uuid.uuid4().hex[:8]
         self.services: list[ServiceProcess] = []
         self.settings = Settings()
 
@@ -162,11 +177,12 @@ class BenchStack:
         # A data dir left by an earlier run holds offsets of topics this broker never had.
         shutil.rmtree(self.base_dir, ignore_errors=True)
         self.base_dir.mkdir(parents=True)
-        self.broker.start()
-        tag = uuid.uuid4().hex[:8]
+        if self.broker is not None:
+            self.broker.start()
+        tag = self.tag
         self.settings = replace(
             Settings(),
-            bootstrap_servers=self.broker.bootstrap,
+            bootstrap_servers=self.bootstrap or self.broker.bootstrap,  # type: ignore[union-attr]
             partitions=self.partitions,
             topics=TopicNames(
                 ticks=f"ticks-{tag}",
@@ -177,6 +193,8 @@ class BenchStack:
             app_id=f"bench-{self.name}-{tag}",
             session_timeout=self.session_timeout,
             heartbeat_interval=1.0,
+            # Its own control secret: the rate-limit scenario sets limits at run time.
+            control_secret=secrets.token_hex(24),
         )
         ensure_topics(self.settings)
         return self
@@ -194,9 +212,11 @@ class BenchStack:
         return self.settings.changelog_topic
 
     def topic(self, name: str) -> str:
-        """Create ``name`` with the service's partition count (never rely on auto-creation)."""
-        ensure_topics(self.settings, [name])
-        return name
+        """Create ``name-<tag>`` with the service's partition count (never rely on
+        auto-creation) and return its name: on a named broker, no earlier run's topic."""
+        topic = f"{name}-{self.tag}"
+        ensure_topics(self.settings, [topic])
+        return topic
 
     def worker(self, name: str) -> Worker:
         """A worker as :func:`app.dev.stack.start_worker` starts one, with metrics served."""
@@ -241,4 +261,21 @@ class BenchStack:
                     service.kill()
         finally:
             self.services.clear()
-            self.broker.stop()
+            if self.broker is not None:
+                self.broker.stop()
+            else:
+                self._delete_topics()
+
+    def _delete_topics(self) -> None:
+        """Delete every topic of this scenario (all carry its tag) from the named broker:
+        a run leaves nothing behind, and the next scenario does not share its disk with
+        this one's records. Best effort: the broker deletes in the background."""
+        admin = AdminClient({**confluent_common(self.settings), "log_level": 0})
+        try:
+            names = [n for n in admin.list_topics(timeout=10).topics if self.tag in n]
+            if names:
+                for future in admin.delete_topics(names, operation_timeout=30).values():
+                    with contextlib.suppress(KafkaException):
+                        future.result(60)
+        except KafkaException as exc:
+            print(f"could not delete the topics of {self.name}: {exc}", flush=True)

@@ -3,6 +3,10 @@
 ``--refuse-skips`` (what CI passes) turns every skip into a failure: a test that skips
 because a tool is missing passes quietly on a developer's machine, never in CI.
 
+``own_broker("why")`` marks a test that starts the dev broker it needs because it stops,
+restarts or cuts off its broker; it must give the reason and must not also use the
+session's ``broker`` (which may be a broker someone else runs).
+
 ``--part`` picks one of the suite's two parts (``make test`` runs both, see the
 Makefile): ``parallel``, the tests that may run beside another (pytest-xdist, a module
 per process), or ``serial``, those marked ``serial``: they gate on a time measured on
@@ -23,7 +27,7 @@ from _pytest.reports import TestReport
 
 from app.kafka.topics import ensure_topics
 from app.settings import Settings, TopicNames
-from tests.support.broker import BrokerInfo, resolve_broker
+from tests.support.broker import BrokerInfo, planned, resolve_broker
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -40,7 +44,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"broker: {planned()}; tests marked own_broker start the dev broker"
+
+
+def _check_own_broker(item: pytest.Item) -> None:
+    marker = item.get_closest_marker("own_broker")
+    if marker is None:
+        return
+    if not (marker.args and isinstance(marker.args[0], str) and marker.args[0].strip()):
+        raise pytest.UsageError(f"{item.nodeid}: own_broker needs its reason, own_broker('why')")
+    if "broker" in getattr(item, "fixturenames", ()):
+        raise pytest.UsageError(
+            f"{item.nodeid}: marked own_broker, it must not use the session's broker fixture"
+        )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        _check_own_broker(item)
     part = config.getoption("part")
     if part == "all":
         return
@@ -79,6 +101,9 @@ def broker() -> Iterator[BrokerInfo]:
 #: The operator's credential every test stack's workers and CLIs share (the routes that
 #: say which timers exist need it).
 OPERATOR_TOKEN = "test-operator-token-4f1c9a"
+#: The control secret every test stack's workers and CLIs share (the workers apply only
+#: control records signed with it).
+CONTROL_SECRET = "test-control-secret-8d27e0b5"
 
 
 def fresh_settings(bootstrap: str, partitions: int = 8) -> Settings:
@@ -95,6 +120,7 @@ def fresh_settings(bootstrap: str, partitions: int = 8) -> Settings:
         session_timeout=6.0,
         heartbeat_interval=1.0,
         operator_token=OPERATOR_TOKEN,
+        control_secret=CONTROL_SECRET,
     )
 
 

@@ -13,6 +13,16 @@ timestamp unchanged, to the owner, with ``timer-hop: <partition>:<offset>`` nami
 it was read, as Kafka Streams and Faust repartition. The owner is then the only one that
 answers a cancel, and a request already on its owner pays one hash.
 
+A request without an id (JSON or protobuf) gets the id ``<topic>-<partition>-<offset>``
+of where it landed (:func:`app.core.request_format.derived_id`), and is forwarded to
+that id's owner like any other: the owner reads the place it was first sent from the
+copy's ``timer-hop``, derives the same id, and stores the timer there, where a ``get``
+or a ``cancel`` by that id goes.
+
+One exception stays where it lands: a request for an id that partition still holds
+pending (stored there by a release before routing, or under another partition count):
+it is applied where its timer is.
+
 A forwarded copy is applied on its owner at most once, and never after what its origin
 partition forwarded later. A worker killed after its copies reached the owner and before
 its batch's offset was durable reads the batch again after a restart (or its next owner
@@ -41,14 +51,19 @@ newer version after it in the re-read replaced it again, so the records of the u
 was under way at the crash (the ``A`` key) are re-read with "fire at once" turned into
 "store for the next tick" (:meth:`app.core.wheel.PartitionWheel.schedule`, ``reread``).
 
-Two exceptions stay where they land: a JSON request without an id (its id is derived
-from where it landed, so it belongs there), and a request for an id that partition
-still holds pending (stored there by a release before routing, or under another
-partition count): it is applied where its timer is.
+Anyone who may write the request topic can write a ``timer-hop`` header, and an origin
+taken on trust would let them make an owner drop the real copies from that origin up to
+any offset they name. With the deployment's secret (``KAFKA_TIMERS_CONTROL_SECRET``, which
+every worker of a deployment shares) a worker signs the hop of each copy it forwards,
+over the copy's origin and content (:func:`hop_value`), and a hop names an origin only
+if its signature is right (:func:`split_hop`); without the secret, hops are taken on
+trust.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -72,8 +87,13 @@ __all__ = [
 #: Appended last; taken off before the request is read (a ``timer-*`` header is the
 #: service's own, refused from producers as ``reserved_header`` anywhere else).
 HOP_HEADER = "timer-hop"
-#: Longest ``timer-hop`` value read: two numbers of at most 19 digits and a colon.
-_HOP_MAX = 40
+#: Room a ``timer-hop`` value takes at most: two numbers, two colons and a signature.
+_HOP_MAX = 80
+#: Hex digits of a hop's signature: 128 bits of HMAC-SHA256.
+_MAC_HEX = 32
+#: What a hop's signature is computed over first, so that nothing else the deployment's
+#: secret signs (control records) can pass for one.
+_MAC_DOMAIN = b"kafka-timers timer-hop v1\0"
 
 
 class Origin(NamedTuple):
@@ -90,49 +110,73 @@ def owner_of(timer_id: str, partitions: int) -> int:
     return partition_for(timer_id.encode(), partitions)
 
 
-def hop_value(record: RawRecord) -> bytes:
-    """The ``timer-hop`` value of a copy of ``record``: ``<partition>:<offset>``."""
-    return b"%d:%d" % (record.partition, record.offset)
+def hop_value(record: RawRecord, secret: str | None = None) -> bytes:
+    """The ``timer-hop`` value of a copy of ``record``: ``<partition>:<offset>``, and with
+    the deployment's ``secret`` ``:<signature>`` over that and the record's topic, key,
+    value and headers (:func:`split_hop` checks it)."""
+    where = b"%d:%d" % (record.partition, record.offset)
+    if secret is None:
+        return where
+    return where + b":" + _signature(secret, where, record)
+
+
+def _signature(secret: str, where: bytes, record: RawRecord) -> bytes:
+    """HMAC-SHA256 of a copy's origin and content, every part length-prefixed (an absent
+    key or value told from an empty one), cut to :data:`_MAC_HEX` hex digits."""
+    mac = hmac.new(secret.encode(), _MAC_DOMAIN, hashlib.sha256)
+    parts: list[bytes | None] = [where, record.topic.encode(), record.key, record.value]
+    for name, value in record.headers:
+        parts += [name.encode("utf-8", "surrogateescape"), value]
+    for part in parts:
+        mac.update(b"-1:" if part is None else b"%d:%s" % (len(part), part))
+    return mac.hexdigest()[:_MAC_HEX].encode()
 
 
 def without_hop(record: RawRecord) -> RawRecord:
-    """``record`` without the ``timer-hop`` header a forwarding worker appended, if any."""
+    """``record`` without the ``timer-hop`` header a forwarding worker appended, if any,
+    and with the place it names as :attr:`~app.core.request_format.RawRecord.origin`
+    (None if it names none: a producer's header of that name)."""
     headers = record.headers
     if headers and headers[-1][0] == HOP_HEADER:
-        return replace(record, headers=headers[:-1])
+        return replace(record, headers=headers[:-1], origin=_hop_origin(headers[-1][1]))
     return record
 
 
-def split_hop(record: RawRecord, partitions: int | None) -> tuple[RawRecord, Origin | None]:
-    """``record`` without its ``timer-hop`` header, and the :class:`Origin` it names.
+def split_hop(
+    record: RawRecord, partitions: int | None, secret: str | None = None
+) -> tuple[RawRecord, Origin | None]:
+    """``record`` without its ``timer-hop`` header, and the :class:`Origin` of the copy.
 
-    The origin is None for a record without the header, and when nothing is routed
-    (``partitions`` None: the header is only taken off). A hop that names no partition
-    of the topic's ``partitions`` other than the record's own, or is not
-    ``<partition>:<offset>`` in digits, was not written by a worker: refused
-    ``reserved_header``.
+    As :func:`without_hop`, the place the hop names becomes the record's
+    :attr:`~app.core.request_format.RawRecord.origin` (where its derived id comes from),
+    and is returned as the copy's origin, if it names one: a hop that is not
+    ``<partition>:<offset>[:<signature>]`` in digits (and hex), that names the record's
+    own partition or none of the topic's ``partitions``, names nothing. With the
+    deployment's ``secret`` it names something only if it is signed with it over this
+    very record (:func:`hop_value`): a forgery, or a copy signed before the secret was
+    rotated, is read as a request that landed here, never as a copy. With
+    ``partitions`` None (nothing routed), nothing is a copy.
     """
     headers = record.headers
     if not headers or headers[-1][0] != HOP_HEADER:
         return record, None
     value = headers[-1][1]
     record = replace(record, headers=headers[:-1])
-    if partitions is None:
-        return record, None
-    where, colon, offset = value.partition(b":")
+    fields = value.split(b":")
+    origin = _hop_origin(b":".join(fields[:2])) if len(fields) in (2, 3) else None
     if (
-        len(value) > _HOP_MAX
-        or not colon
-        or not where.isdigit()
-        or not offset.isdigit()
-        or int(where) >= partitions
-        or int(where) == record.partition
+        origin is None
+        or partitions is None
+        or origin[0] >= partitions
+        or origin[0] == record.partition
     ):
-        raise RejectedRequest(
-            RejectReason.RESERVED_HEADER,
-            f"a {HOP_HEADER} header that no worker wrote: {value[:_HOP_MAX]!r}",
-        )
-    return record, Origin(int(where), int(offset))
+        return record, None
+    if secret is not None and not (
+        len(fields) == 3
+        and hmac.compare_digest(fields[2], _signature(secret, b":".join(fields[:2]), record))
+    ):
+        return record, None
+    return replace(record, origin=origin), Origin(*origin)
 
 
 def is_replayed(origin: Origin, applied: dict[int, int]) -> bool:
@@ -146,10 +190,20 @@ def is_replayed(origin: Origin, applied: dict[int, int]) -> bool:
     return False
 
 
+def _hop_origin(value: bytes) -> tuple[int, int] | None:
+    partition, sep, offset = value.partition(b":")
+    # Digits only, and short: read from a header anyone may write.
+    if not sep or not (partition.isdigit() and offset.isdigit()):
+        return None
+    if len(partition) > 10 or len(offset) > 20:
+        return None
+    return int(partition), int(offset)
+
+
 def check_forwardable(record: RawRecord, limit: int) -> None:
     """Refuse (``record_too_large``) a request whose copy with ``timer-hop`` would be
     larger than the largest record the worker can write."""
-    if not fits(limit, record.key, record.value, [*record.headers, (HOP_HEADER, b"0" * 40)]):
+    if not fits(limit, record.key, record.value, [*record.headers, (HOP_HEADER, b"0" * _HOP_MAX)]):
         raise RejectedRequest(
             RejectReason.RECORD_TOO_LARGE,
             f"read on partition {record.partition}, it belongs on another, and its copy "

@@ -13,16 +13,19 @@ Pure: no Kafka client here, so the choices and the check are unit-tested directl
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from app.core.errors import ConfigurationError
+from app.core.policy import CONTROL_SUFFIX
 from app.settings import RECORD_RESERVE_BYTES, Settings
 
 __all__ = [
     "BROKER_DEFAULT_DELETE_RETENTION_MS",
     "CONTROL_CONFIG",
+    "DescribedConfig",
     "TopicSpec",
+    "broker_defaults",
     "changelog_not_compacted",
     "check_existing",
     "control_topic",
@@ -100,10 +103,40 @@ CONTROL_PARTITIONS = 1
 
 
 def control_topic(settings: Settings) -> str:
-    """The control topic: ``<app id>-timer-control``. Under the app id's prefix, so no
-    timer can name it as its callback topic (the worker refuses ``<app id>-*``): only
-    who Kafka's ACLs let write it can pause or limit a topic."""
-    return f"{settings.app_id}-timer-control"
+    """The control topic: ``<app id>-timer-control``. No timer of any deployment can name
+    it as its callback topic (every worker refuses ``*-timer-control``,
+    :data:`app.core.policy.CONTROL_SUFFIX`, and its own ``<app id>-*``), and a worker
+    applies only records signed with the deployment's control secret
+    (:func:`app.core.control.sign_control`): only who Kafka's ACLs let write it and who
+    holds the secret can pause or limit a topic."""
+    return f"{settings.app_id}{CONTROL_SUFFIX}"
+
+
+class DescribedConfig(dict[str, str]):
+    """A topic's configuration as a broker describes it: every value it reports, and
+    which of them are broker defaults rather than set on the topic.
+
+    Apache Kafka describes every config of a topic (36 in 3.9), each with its
+    ``source``: ``DYNAMIC_TOPIC_CONFIG`` for what was set on the topic, a broker-level
+    source (``DEFAULT_CONFIG``, ``STATIC_BROKER_CONFIG``...) for a default. The dev broker
+    describes only what was set. A value is what the topic runs with whatever its
+    source; only what was set on the topic is judged against what kafka-timers would
+    have created (an operator who left a default did not choose it for this topic).
+    """
+
+    def __init__(self, values: Mapping[str, str], defaults: Iterable[str] = ()) -> None:
+        super().__init__(values)
+        #: Keys whose value is the broker's default, not set on the topic.
+        self.defaults = frozenset(defaults)
+
+    def set_on_topic(self) -> dict[str, str]:
+        """Only the entries set on the topic itself."""
+        return {key: value for key, value in self.items() if key not in self.defaults}
+
+
+def broker_defaults(described: Mapping[str, str]) -> frozenset[str]:
+    """The keys of ``described`` that are broker defaults (none for a plain mapping)."""
+    return described.defaults if isinstance(described, DescribedConfig) else frozenset()
 
 
 @dataclass(frozen=True)
@@ -150,9 +183,12 @@ def changelog_not_compacted(settings: Settings, described: Mapping[str, str]) ->
     policy = described.get("cleanup.policy")
     if policy is not None and policy.replace(" ", "") == "compact":
         return None
-    shown = (
-        f"cleanup.policy={policy}" if policy is not None else "no cleanup.policy (broker default)"
-    )
+    if policy is None:
+        shown = "no cleanup.policy (broker default)"
+    elif "cleanup.policy" in broker_defaults(described):
+        shown = f"cleanup.policy={policy} (the broker's default)"
+    else:
+        shown = f"cleanup.policy={policy}"
     return (
         f"changelog topic {topic!r} has {shown}, not compact: the broker would delete "
         f"pending timers once they are older than its retention. Fix it with: "
@@ -166,9 +202,10 @@ def check_existing(
     """Judge the configuration of service topics that already existed.
 
     ``described`` maps a topic name to its configuration as the broker describes it.
-    Returns the one fatal problem (a changelog that is not compacted), if any, and one
-    warning per other setting that differs from what the service would have created.
-    A setting the broker does not report is not judged (it may be a broker default).
+    Returns the one fatal problem (a changelog that is not compacted, whatever set its
+    policy), if any, and one warning per other setting set on the topic that differs
+    from what the service would have created. A broker default (a setting the broker
+    does not report, or reports with a broker-level source) is not judged.
     """
     specs = topic_specs(settings)
     fatal = None
@@ -179,9 +216,10 @@ def check_existing(
             continue
         if spec.role == "changelog":
             fatal = changelog_not_compacted(settings, config)
+        defaults = broker_defaults(config)
         for key, wanted in spec.config.items():
             actual = config.get(key)
-            if actual is None or actual == wanted:
+            if actual is None or actual == wanted or key in defaults:
                 continue
             if spec.role == "changelog" and key == "cleanup.policy":
                 continue  # judged above

@@ -25,15 +25,19 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
+    ConfigEntry,
     ConfigResource,
+    ConfigSource,
     NewTopic,
 )
 
 from app.core.errors import BrokerUnavailable, ConfigurationError
 from app.kafka.config import confluent_common
+from app.kafka.demand import ensure_demand_topic
 from app.kafka.topic_config import (
     CONTROL_CONFIG,
     CONTROL_PARTITIONS,
+    DescribedConfig,
     check_existing,
     control_topic,
     fix_command,
@@ -152,15 +156,36 @@ def resolve_partitions(settings: Settings, timeout: float = 15.0) -> Settings:
     return replace(settings, partitions=DEFAULT_PARTITIONS)
 
 
+def _broker_defaults(entries: dict[str, ConfigEntry]) -> list[str]:
+    """The keys of a topic's description whose value is a broker default.
+
+    Its ``source`` says so: anything but ``DYNAMIC_TOPIC_CONFIG`` (set on the topic) is
+    the broker's. The dev broker labels what was set ``DEFAULT_CONFIG`` and describes
+    nothing else; it lists no synonyms, which Apache Kafka does for most configs: a
+    description without any is taken as one of only what was set.
+    """
+    if not any(entry.synonyms for entry in entries.values()):
+        return []
+    set_on_topic = ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+    return [key for key, entry in entries.items() if _source(entry) != set_on_topic]
+
+
+def _source(entry: ConfigEntry) -> int:
+    """An entry's source as a number (confluent-kafka gives an int, its stubs an enum)."""
+    source: Any = entry.source
+    return int(getattr(source, "value", source))
+
+
 def describe_topic_configs(
     settings: Settings, names: Iterable[str], timeout: float = 15.0
-) -> dict[str, dict[str, str]]:
-    """Topic-level configuration of each existing topic in ``names``, as described."""
+) -> dict[str, DescribedConfig]:
+    """Configuration of each existing topic in ``names``, as described: every value the
+    broker reports, broker defaults included and marked as such (``.defaults``)."""
     admin = _admin(settings)
     resources = [ConfigResource(ConfigResource.Type.TOPIC, name) for name in names]
     if not resources:
         return {}
-    described: dict[str, dict[str, str]] = {}
+    described: dict[str, DescribedConfig] = {}
     for resource, future in admin.describe_configs(resources, request_timeout=timeout).items():
         try:
             entries = future.result(timeout)
@@ -176,15 +201,14 @@ def describe_topic_configs(
             raise ConfigurationError(
                 f"cannot describe the configuration of topic {resource.name!r}: {exc}"
             ) from exc
-        described[resource.name] = {
-            key: entry.value for key, entry in entries.items() if entry.value is not None
-        }
+        values = {key: entry.value for key, entry in entries.items() if entry.value is not None}
+        described[resource.name] = DescribedConfig(values, _broker_defaults(entries))
     return described
 
 
 def ensure_topics(
     settings: Settings, names: Iterable[str] | None = None, timeout: float = 15.0
-) -> dict[str, dict[str, str]]:
+) -> dict[str, DescribedConfig]:
     """Create missing topics, check existing ones; return every service topic's config.
 
     Missing topics are created with ``settings.partitions`` and, for service topics,
@@ -194,10 +218,12 @@ def ensure_topics(
     as warnings. Any topic whose partition count differs is refused. Returns the
     configuration of each service topic among ``names``: as described if it existed,
     as created otherwise. Without ``names`` (every service topic), the control topic
-    too (:func:`ensure_control_topic`).
+    and the demand topic too (:func:`ensure_control_topic`,
+    :func:`app.kafka.demand.ensure_demand_topic`).
     """
     if names is None:
         ensure_control_topic(settings, timeout)
+        ensure_demand_topic(settings, timeout)
     partitions = settings.partition_count
     wait_for_broker(settings, timeout)
     admin = _admin(settings)
@@ -233,7 +259,7 @@ def ensure_topics(
                     raise BrokerUnavailable(f"creating topic {name!r}: {exc!r}") from exc
                 if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                     raise ConfigurationError(f"cannot create topic {name!r}: {exc}") from exc
-        configs.update({n: dict(specs[n].config) for n in missing if n in specs})
+        configs.update({n: DescribedConfig(specs[n].config) for n in missing if n in specs})
     deadline = time.monotonic() + timeout
     counts = _existing(admin, timeout)
     while any(n not in counts for n in wanted) and time.monotonic() < deadline:
@@ -266,9 +292,8 @@ def ensure_control_topic(settings: Settings, timeout: float = 15.0) -> str:
     wait_for_broker(settings, timeout)
     admin = _admin(settings)
     if name in _existing(admin, timeout):
-        policy = (
-            describe_topic_configs(settings, [name], timeout).get(name, {}).get("cleanup.policy")
-        )
+        described = describe_topic_configs(settings, [name], timeout)
+        policy = described[name].get("cleanup.policy") if name in described else None
         if policy is not None and policy.replace(" ", "") != "compact":
             log.warning(
                 "control topic %r has cleanup.policy=%s, not compact: a pause or a limit set "

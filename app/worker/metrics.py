@@ -295,12 +295,12 @@ class WorkerMetrics:
         )
         self.due_forecast = Gauge(
             "kafka_timers_due_forecast",
-            "Pending timers on this worker's partitions due in the window, by callback "
-            "topic (the first KAFKA_TIMERS_MAX_TOPIC_LABELS, the rest other): next_1m, "
-            "next_5m and next_1h from the start of the current minute (UTC); next_24h to "
-            "the start of the hour 24 hours after the current one. Counted as timers are "
-            "stored, cancelled and fired (app.core.forecast), refreshed every 10 s.",
-            ["callback_topic", "window"],
+            "Pending timers on this worker's partitions due in the window, all callback "
+            "topics together (by topic: /status/forecast, with the operator's credential): "
+            "next_1m, next_5m and next_1h from the start of the current minute (UTC); "
+            "next_24h to the start of the hour 24 hours after the current one. Counted as "
+            "timers are stored, cancelled and fired (app.core.forecast), refreshed every 10 s.",
+            ["window"],
             registry=r,
         )
         self.not_ready_seconds = Gauge(

@@ -32,8 +32,15 @@ from app.core.keys import (
 )
 from app.core.late import DEFAULT_POLICY, LatePolicy
 from app.core.policy import RequestPolicy
-from app.core.request_format import RawRecord, derived_id, parse_request
-from app.core.routing import Origin, check_forwardable, is_replayed, owner_of, split_hop
+from app.core.request_format import RawRecord, parse_request
+from app.core.routing import (
+    Origin,
+    check_forwardable,
+    hop_value,
+    is_replayed,
+    owner_of,
+    split_hop,
+)
 from app.core.tick_gate import MAX_AHEAD_SECONDS, TickGate
 from app.core.timer import Cancel, Timer, TokenAction
 from app.core.wheel import (
@@ -157,8 +164,12 @@ class TimerService:
         lease: GroupLease | None = None,
         gates: TopicGates | None = None,
         tracing: Tracing | None = None,
+        hop_secret: str | None = None,
     ) -> None:
         self._policy = policy
+        #: Signs the ``timer-hop`` of the copies this worker forwards and checks those it
+        #: reads (app.core.routing): the deployment's control secret; None: unsigned.
+        self._hop_secret = hop_secret
         #: Spans for schedules (here) and fires (the output's); None: tracing is off.
         self._tracing = tracing
         #: Rate limits and pauses per callback topic (app.worker.topic_gates): timers of a
@@ -393,7 +404,7 @@ class TimerService:
                 # the system itself is failing (app.worker.isolation draws the line).
                 try:
                     if record.headers:
-                        record, origin = split_hop(record, routed)
+                        record, origin = split_hop(record, routed, self._hop_secret)
                         if origin is not None:
                             marks = applied.get(record.partition)
                             if marks is None:
@@ -553,17 +564,15 @@ class TimerService:
 
     def _forwarded(self, part: _Partition, record: RawRecord, request: Timer | Cancel) -> bool:
         """Forward ``request``, read off its id's owner partition, to the owner; False
-        when it stays: a JSON request without an id, or an id this partition still holds
-        pending (see :mod:`app.core.routing`)."""
-        if request.id == derived_id(record):
-            return False
+        when it stays: an id this partition still holds pending (see
+        :mod:`app.core.routing`; a request without an id goes to its derived id's owner)."""
         held = part.wheel.lookup(request.id)
         if held is not None and held[0] == "pending":
             return False
         assert self._request_partitions is not None
         owner = owner_of(request.id, self._request_partitions)
         check_forwardable(record, self._output.max_record_bytes)
-        self._output.forward(record, owner)
+        self._output.forward(record, owner, hop_value(record, self._hop_secret))
         self._metrics.forwarded.inc()
         return True
 
@@ -1012,6 +1021,21 @@ class TimerService:
         for label, n in backlog.items():
             self._metrics.rate_limit_backlog.labels(callback_topic=label).set(n)
         self._backlog_topics = set(backlog) | (self._backlog_topics & set(self.gates.gated))
+
+    def held_by_partition(self, topics: Iterable[str]) -> dict[int, dict[str, int]]:
+        """Every partition this worker holds, with the timers it holds back per topic in
+        ``topics`` (the limited ones): what the demand exchange reports
+        (:mod:`app.worker.demand`). A partition holding none is listed with ``{}``."""
+        wanted = set(topics)
+        out: dict[int, dict[str, int]] = {}
+        for p, part in self._partitions.items():
+            wheel = part.wheel
+            held = out[p] = {}
+            if wheel.holding:
+                for topic in wheel.held_topics():
+                    if topic in wanted:
+                        held[topic] = wheel.held_count(topic)
+        return out
 
     def rate_limits(self) -> dict[str, dict[str, Any]]:
         """Each gated or backlogged callback topic: its limit (callbacks/s across the

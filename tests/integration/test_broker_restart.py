@@ -57,7 +57,10 @@ from tests.support.probes import Probed, get_json, metric_total, start_probed
 from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.fault
+pytestmark = [
+    pytest.mark.fault,
+    pytest.mark.own_broker("kills and restarts the broker; keeps its data in an endpoint"),
+]
 
 #: Timers due from 3 s to LAST_DUE_IN s after scheduling: about 18 a second, so every
 #: one of the 8 partitions has some due while the broker is away. The start (both workers

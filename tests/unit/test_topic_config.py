@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from app.kafka.topic_config import (
+    DescribedConfig,
     check_existing,
     tombstone_retention_seconds,
     topic_specs,
@@ -58,6 +59,36 @@ def test_a_compacted_changelog_passes_and_other_differences_only_warn() -> None:
     assert len(warnings) == 2
     assert any("segment.ms=604800000" in w and CHANGELOG in w for w in warnings)
     assert any("retention.ms=604800000" in w and SETTINGS.topics.ticks in w for w in warnings)
+
+
+def test_a_broker_default_is_never_judged_but_a_changelog_must_still_be_compacted() -> None:
+    """As Apache Kafka describes a topic: every config, the unset ones as defaults."""
+    dlq = SETTINGS.topics.dlq
+    described = {
+        dlq: DescribedConfig(
+            {
+                "cleanup.policy": "delete",
+                "max.message.bytes": "200000",
+                "retention.ms": "604800000",
+            },
+            defaults=["retention.ms"],  # 7 days, Kafka's default: not what we create it with
+        ),
+        SETTINGS.topics.ticks: DescribedConfig(
+            {"cleanup.policy": "delete", "retention.ms": "60000", "segment.ms": "604800000"},
+            defaults=["cleanup.policy", "segment.ms"],
+        ),
+    }
+    fatal, warnings = check_existing(SETTINGS, described)
+    assert fatal is None
+    assert len(warnings) == 1 and "retention.ms=60000" in warnings[0], warnings
+    assert described[dlq].set_on_topic() == {
+        "cleanup.policy": "delete",
+        "max.message.bytes": "200000",
+    }
+    # a changelog left at the broker's default policy is as fatal as one set to delete
+    default_policy = DescribedConfig({"cleanup.policy": "delete"}, defaults=["cleanup.policy"])
+    fatal, _ = check_existing(SETTINGS, {CHANGELOG: default_policy})
+    assert fatal is not None and "cleanup.policy=delete (the broker's default)" in fatal
 
 
 def test_tombstone_retention_defaults_to_apache_kafkas() -> None:
