@@ -40,11 +40,11 @@ from tests.support.probes import Probed, metric_by_partition, metric_total, star
 from tests.support.stack import Stack
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.fault
+pytestmark = [pytest.mark.fault, pytest.mark.timeout(900)]
 
 #: Ids a burst schedules and reschedules.
 BURST_IDS = 30_000
-BURSTS = 3
+BURSTS = 2
 #: Ids whose v1 requests go out before their v2 requests: an id's two versions are a few
 #: hundred records apart on its partition, so both can be in one unit of work.
 CHUNK = 50
