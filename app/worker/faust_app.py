@@ -298,6 +298,7 @@ def build_worker(
         topics=TopicDirectory(output.topic_names),
         lease=lease,
         request_partitions=settings.partition_count,
+        hop_secret=settings.control_secret,
         # Rate limits per callback topic, shared among the partitions by their backlogs
         # (the demand exchange below); the control path changes them (and pauses
         # topics) through service.gates.

@@ -142,6 +142,13 @@ class WorkerMetrics:
             "something else).",
             registry=r,
         )
+        self.forwards_replayed = Counter(
+            "kafka_timers_requests_forward_replays",
+            "Forwarded requests dropped on their owner partition as copies it had applied "
+            "already (a forwarding worker stopped before its batch was durable forwards it "
+            "again): applying one would put an older version back.",
+            registry=r,
+        )
         self.cancels_in_advance = Gauge(
             "kafka_timers_cancels_in_advance",
             "Cancels remembered for ids with no timer yet, per partition: capped (see "

@@ -114,7 +114,9 @@ def test_requests_from_any_producer_meet_by_id(stack: Stack) -> None:
         wait_until(lambda t=timer_id: stored(t), 30, f"{timer_id} stored at its owner")
     later = soon + 2
     for timer_id in rescheduled:
-        client.schedule(topic, f"{timer_id}@{later}".encode(), at=later, timer_id=timer_id)
+        client.schedule(
+            topic, f"{timer_id}@{later}".encode(), at=later, timer_id=timer_id, token="tok"
+        )
     client.flush()
     # And one cancel produced by the plain producer keyed by a business key, on the
     # timer's wrong partition: forwarded, it cancels too. Its timer is due far ahead, so

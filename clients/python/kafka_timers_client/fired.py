@@ -65,8 +65,10 @@ class FiredKind(str, Enum):
     #: A fire the late-fire policy did not deliver; ``reason`` says why.
     SKIPPED = "skipped"
     #: A request accepted but not stored, answered like a cancel: ``outcome`` is
-    #: ``duplicate`` (that version already fired) or ``cancelled_earlier`` (a cancel with
-    #: its token came first). The audit reads it and judges nothing by it.
+    #: ``duplicate`` (that version already fired), ``cancelled_earlier`` (a cancel with
+    #: its token came first) or ``wrong_token`` (the id's pending timer is protected by
+    #: another token: refused, also dead-lettered). The audit reads it and judges
+    #: nothing by it.
     DROPPED = "dropped"
     #: A partition's answer to an operator's bulk cancel (``kafka-timers cancel-bulk``):
     #: ``id`` is ``cancel-bulk/<request id>``, ``outcome`` ``cancelled``, ``dry_run`` or
