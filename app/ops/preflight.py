@@ -139,7 +139,7 @@ def grants(settings: Settings, role: str, callback_topics: Sequence[str] = ()) -
                 "topic",
                 demand_topic(settings),
                 ("READ", "WRITE", "DESCRIBE"),
-                "each worker's backlog of rate-limited timers, which shares every limit",
+                "each worker's backlog of rate-limited timers, which shares every limit among them",
             ),
             Grant("group", settings.app_id, ("READ", "DESCRIBE"), "Faust's consumer group"),
             Grant(
@@ -237,10 +237,11 @@ def judge_topics(
     """The topic checks, from the partition counts of the topics that exist and their
     described configurations. Pure."""
     specs = topic_specs(settings)
-    control = control_topic(settings)
-    demand = demand_topic(settings)
-    # One-partition topics of their own configuration, beside the service topics.
-    single = {control: CONTROL_CONFIG, demand: DEMAND_CONFIG}
+    # Topics of one partition, read whole by every worker, and what they are created with.
+    single = {
+        control_topic(settings): CONTROL_CONFIG,
+        demand_topic(settings): DEMAND_CONFIG,
+    }
     wanted = role_topics(settings, role)
     counts = {existing[n] for n in wanted if n in existing and n not in single}
     partitions = settings.partitions or (

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.kafka.demand import DEMAND_CONFIG, demand_topic
+from app.kafka.demand import demand_topic
 from app.kafka.topic_config import CHANGELOG_CONFIG, control_topic, topic_specs
 from app.ops.preflight import (
     ROLES,
@@ -31,7 +31,6 @@ def _all_there() -> tuple[dict[str, int], dict[str, dict[str, str]]]:
     existing[control_topic(SETTINGS)] = 1
     existing[demand_topic(SETTINGS)] = 1
     configs = {name: dict(spec.config) for name, spec in topic_specs(SETTINGS).items()}
-    configs[demand_topic(SETTINGS)] = dict(DEMAND_CONFIG)
     return existing, configs
 
 
