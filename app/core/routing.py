@@ -62,7 +62,6 @@ trust.
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 from dataclasses import replace
 from typing import NamedTuple
@@ -117,19 +116,31 @@ def hop_value(record: RawRecord, secret: str | None = None) -> bytes:
     where = b"%d:%d" % (record.partition, record.offset)
     if secret is None:
         return where
-    return where + b":" + _signature(secret, where, record)
+    return (
+        where
+        + b":"
+        + _signature(secret, where, record.topic, record.key, record.value, record.headers)
+    )
 
 
-def _signature(secret: str, where: bytes, record: RawRecord) -> bytes:
+def _signature(
+    secret: str,
+    where: bytes,
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    headers: tuple[tuple[str, bytes], ...],
+) -> bytes:
     """HMAC-SHA256 of a copy's origin and content, every part length-prefixed (an absent
-    key or value told from an empty one), cut to :data:`_MAC_HEX` hex digits."""
-    mac = hmac.new(secret.encode(), _MAC_DOMAIN, hashlib.sha256)
-    parts: list[bytes | None] = [where, record.topic.encode(), record.key, record.value]
-    for name, value in record.headers:
-        parts += [name.encode("utf-8", "surrogateescape"), value]
-    for part in parts:
-        mac.update(b"-1:" if part is None else b"%d:%s" % (len(part), part))
-    return mac.hexdigest()[:_MAC_HEX].encode()
+    key or value told from an empty one), cut to :data:`_MAC_HEX` hex digits: one call
+    of the C one-shot :func:`hmac.digest` over one message."""
+    parts: list[bytes | None] = [where, topic.encode(), key, value]
+    for name, header in headers:
+        parts += [name.encode("utf-8", "surrogateescape"), header]
+    message = _MAC_DOMAIN + b"".join(
+        b"-1:" if part is None else b"%d:%s" % (len(part), part) for part in parts
+    )
+    return hmac.digest(secret.encode(), message, "sha256").hex()[:_MAC_HEX].encode()
 
 
 def without_hop(record: RawRecord) -> RawRecord:
@@ -160,8 +171,7 @@ def split_hop(
     headers = record.headers
     if not headers or headers[-1][0] != HOP_HEADER:
         return record, None
-    value = headers[-1][1]
-    record = replace(record, headers=headers[:-1])
+    value, headers = headers[-1][1], headers[:-1]
     fields = value.split(b":")
     origin = _hop_origin(b":".join(fields[:2])) if len(fields) in (2, 3) else None
     if (
@@ -169,14 +179,26 @@ def split_hop(
         or partitions is None
         or origin[0] >= partitions
         or origin[0] == record.partition
+        or (
+            secret is not None
+            and not (
+                len(fields) == 3
+                and hmac.compare_digest(
+                    fields[2],
+                    _signature(
+                        secret,
+                        b":".join(fields[:2]),
+                        record.topic,
+                        record.key,
+                        record.value,
+                        headers,
+                    ),
+                )
+            )
+        )
     ):
-        return record, None
-    if secret is not None and not (
-        len(fields) == 3
-        and hmac.compare_digest(fields[2], _signature(secret, b":".join(fields[:2]), record))
-    ):
-        return record, None
-    return replace(record, origin=origin), Origin(*origin)
+        return replace(record, headers=headers), None
+    return replace(record, headers=headers, origin=origin), Origin(*origin)
 
 
 def is_replayed(origin: Origin, applied: dict[int, int]) -> bool:

@@ -4,8 +4,8 @@ reschedule, on real processes against the broker.
 Bursts of 30,000 ids are produced by librdkafka's default partitioner (CRC32 of the id,
 so about seven in eight land off their owner and are forwarded), each id scheduled
 (``v1``, due ``T1``) and at once rescheduled (``v2``, due ``T1 + 40``, another payload).
-Two workers share the partitions; one of them is killed while it forwards, restarted at
-once, killed again, and this time restarted only after ``T1``. What it had forwarded
+Two workers share the partitions; in each burst one of them is killed while it forwards,
+shortly before ``T1``, and started again on its data after ``T1``. What it had forwarded
 but not made durable is read and forwarded again (by the other worker, which takes its
 partitions over after a session timeout, or by itself when it is back), and those
 second copies reach owners that kept ticking past ``T1``, where ``v2`` stands. Applied,
@@ -27,6 +27,7 @@ import time
 import uuid
 import zlib
 from dataclasses import dataclass, field
+from functools import partial
 
 import pytest
 from confluent_kafka import Producer
@@ -35,11 +36,11 @@ from app.core.routing import owner_of
 from app.kafka.config import confluent_common
 from app.kafka.records import TopicReader
 from tests.integration.test_cancel_answers import firing_client
-from tests.support.probes import Probed, metric_total, start_probed
+from tests.support.probes import Probed, metric_by_partition, metric_total, start_probed
 from tests.support.stack import Stack
 from tests.support.waiting import wait_until
 
-pytestmark = pytest.mark.fault
+pytestmark = [pytest.mark.fault, pytest.mark.timeout(900)]
 
 #: Ids a burst schedules and reschedules.
 BURST_IDS = 30_000
@@ -48,7 +49,10 @@ BURSTS = 2
 #: hundred records apart on its partition, so both can be in one unit of work.
 CHUNK = 50
 #: From a burst's start to its v1 second; v2 comes this much later.
-V1_LEAD = 15
+V1_LEAD = 8
+#: The kill comes no sooner than this before T1: the other worker takes the killed one's
+#: partitions over (and forwards its records again) a session timeout later, after T1.
+KILL_BEFORE_V1 = 5
 V2_AFTER = 40
 #: Generous: 2 shared cores, a worker restart waits out the killed member's session.
 TIMEOUT = 120.0
@@ -111,10 +115,13 @@ def test_kill_9_while_forwarding_undoes_no_reschedule(stack: Stack) -> None:
         restarts += 1
         return start_probed(stack, "worker", "w-forwarder", log_name=f"w-forwarder-{restarts}")
 
-    def kill_while_forwarding(worker: Probed, at_least: float, burst: Burst) -> None:
+    def kill_while_forwarding(worker: Probed, burst: Burst) -> None:
         nonlocal dropped
+        share = burst.forwards / 2 * 0.1  # a tenth of what it has to forward, about
         wait_until(
-            lambda: forwarded(worker) >= at_least, TIMEOUT, f"{at_least:.0f} requests forwarded"
+            lambda: time.time() >= burst.v1_due - KILL_BEFORE_V1 and forwarded(worker) >= share,
+            TIMEOUT,
+            f"{share:.0f} requests forwarded",
         )
         dropped += replays_dropped(worker)
         burst.kills.append(time.time())
@@ -131,15 +138,16 @@ def test_kill_9_while_forwarding_undoes_no_reschedule(stack: Stack) -> None:
             producer.produce(settings.topics.requests, value, key)
             producer.poll(0)
         assert producer.flush(30) == 0
-        # Killed while it forwards, and back at once: its second copies land before T1.
-        kill_while_forwarding(worker, burst.forwards * 0.1, burst)
-        worker = restart()
-        # Killed again, and back only after T1: its second copies land after it.
-        kill_while_forwarding(worker, 1000, burst)
+        kill_while_forwarding(worker, burst)
         pause = burst.v1_due + 2 - time.time()
         time.sleep(max(0.0, pause))  # pacing the fault, not waiting for a result
         worker = restart()
-        print(f"burst {b}: kills {[round(k - start, 1) for k in burst.kills]} s after start")
+        wait_until(  # it holds partitions again before the next burst
+            partial(metric_by_partition, worker.metrics, "kafka_timers_last_tick_seconds"),
+            TIMEOUT,
+            "the killed worker to take partitions back",
+        )
+        print(f"burst {b}: killed {burst.kills[0] - start:.1f} s after its start")
 
     everything = {i: burst for burst in bursts for i in burst.ids}
     v2_fired: dict[str, int] = {}
