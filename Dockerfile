@@ -1,12 +1,12 @@
 # kafka-timers: one image for both process types (the command picks one).
-#   docker build -t kafka-timers .
-#   docker run kafka-timers oscillator --id osc-1
-#   docker run -v kt-w1:/data -p 6066:6066 kafka-timers worker --id w-1
+#   make image      # docker build -t kafka-timers:<pyproject.toml's version> .
+#   docker run kafka-timers oscillator --oscillator-id osc-1
+#   docker run -v kt-w1:/data -p 6066:6066 kafka-timers worker --worker-id w-1
 # Two stages: wheels are built where a compiler could be used, and only the installed
 # result (no build tools, no source tree) goes into the runtime image.
 FROM python:3.11-slim AS build
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY app ./app
 COPY oscillator ./oscillator
 COPY spark_audit ./spark_audit
@@ -16,6 +16,10 @@ COPY clients/python ./clients/python
 RUN pip wheel --no-cache-dir --wheel-dir /wheels ./clients/python .
 
 FROM python:3.11-slim
+ARG VERSION=unknown
+LABEL org.opencontainers.image.title="kafka-timers" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
 # A fixed non-root user; /data is its RocksDB directory, a volume per worker.
 RUN useradd --create-home --uid 10001 kafka-timers \
     && mkdir /data \

@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all run install test-tools js-client test unit integration lint format typecheck check bench fuzz proto clean
+.PHONY: all run install image version test-tools js-client test unit integration lint format typecheck check bench fuzz proto clean
 
 all: check
 
@@ -13,7 +13,7 @@ all: check
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e ./clients/python -e '.[dev,audit]'
+	$(BIN)/pip install --quiet -e ./clients/python -e '.[demo,dev,audit]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -94,6 +94,16 @@ PROTO_DIR := app/core/proto
 proto: install
 	$(BIN)/python -m grpc_tools.protoc -I $(PROTO_DIR) \
 		--descriptor_set_out=$(PROTO_DIR)/future.binpb kafka_timers/v1/future.proto
+
+# The release's version, from pyproject.toml (the one source of it), and the image
+# tagged with it: kafka-timers:<version> (docs/deploy.md).
+VERSION = $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+IMAGE ?= kafka-timers
+version:
+	@echo $(VERSION)
+
+image:
+	docker build --build-arg VERSION=$(VERSION) -t $(IMAGE):$(VERSION) .
 
 clean:
 	rm -rf $(VENV) $(JS)/node_modules $(JS)/dist .kafka-timers .pytest_cache .mypy_cache .ruff_cache .hypothesis *.egg-info

@@ -1,3 +1,8 @@
 """kafka-timers: durable one-second timers on Apache Kafka."""
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:  # pyproject.toml's version, the one source of it (images are tagged with it too)
+    __version__ = version("kafka-timers")
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "unknown"

@@ -18,7 +18,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, NoReturn
 
-from app.core.errors import KafkaTimersError
+from app.core.errors import ConfigurationError, KafkaTimersError
+from app.core.printable import printable
 from app.settings import Settings
 
 __all__ = ["main"]
@@ -71,17 +72,56 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+#: Commands that run a part of a deployment: they never adopt a running demo's broker
+#: unasked (a worker started in another shell must not join the demo by accident).
+_PROCESS_COMMANDS = ("worker", "oscillator", "demo", "broker")
+
+
 def _settings(args: argparse.Namespace) -> Settings:
-    """The environment's settings with the command's flags over them, all checked."""
-    worker_id = getattr(args, "id", None) if args.command in ("worker", "oscillator") else None
-    return Settings.from_env_and_flags(
-        {
-            "KAFKA_BOOTSTRAP_SERVERS": ("--bootstrap", getattr(args, "bootstrap", None)),
-            "KAFKA_TIMERS_WORKER_ID": ("--id", worker_id),
-            "KAFKA_TIMERS_DATA_DIR": ("--data-dir", getattr(args, "data_dir", None)),
-            "KAFKA_TIMERS_WEB_PORT": ("--web-port", getattr(args, "web_port", None)),
-            "METRICS_PORT": ("--metrics-port", getattr(args, "metrics_port", None)),
-        }
+    """The environment's settings with ``--command-config`` over them and the command's
+    flags over both, all checked; then, for a client command where neither chose a
+    broker nor an app id, a running demo's (its discovery file)."""
+    from app.kafka.command_config import read_command_config
+
+    flags: dict[str, tuple[str, object | None]] = {}
+    config_file = getattr(args, "command_config", None)
+    if config_file is not None:
+        flags.update(read_command_config(config_file))
+    given = {
+        "KAFKA_BOOTSTRAP_SERVERS": ("--bootstrap-server", getattr(args, "bootstrap", None)),
+        "KAFKA_TIMERS_WORKER_ID": (_worker_id_flag(args), getattr(args, "worker_id", None)),
+        "KAFKA_TIMERS_DATA_DIR": ("--data-dir", getattr(args, "data_dir", None)),
+        "KAFKA_TIMERS_WEB_PORT": ("--web-port", getattr(args, "web_port", None)),
+        "METRICS_PORT": ("--metrics-port", getattr(args, "metrics_port", None)),
+    }
+    flags.update({var: given[var] for var in given if given[var][1] is not None})
+    settings = Settings.from_env_and_flags(flags)
+    if args.command in _PROCESS_COMMANDS:
+        return settings
+    return _demo_settings(settings, "KAFKA_BOOTSTRAP_SERVERS" in flags)
+
+
+def _worker_id_flag(args: argparse.Namespace) -> str:
+    return "--oscillator-id" if args.command == "oscillator" else "--worker-id"
+
+
+def _demo_settings(settings: Settings, broker_named: bool) -> Settings:
+    """``settings`` pointed at a running ``kafka-timers demo`` when nothing named a broker
+    or an app id (not the environment, a flag or ``--command-config``): so the commands
+    a newcomer types in another shell reach the demo with no flags."""
+    from app.dev.discovery import read_demo_stack
+
+    if broker_named or settings.chosen & {"KAFKA_BOOTSTRAP_SERVERS", "KAFKA_TIMERS_APP_ID"}:
+        return settings
+    demo = read_demo_stack(Path(settings.demo_file))
+    if demo is None:
+        return settings
+    return replace(
+        settings,
+        bootstrap_servers=demo.bootstrap,
+        app_id=demo.app_id,
+        operator_token=settings.operator_token or demo.operator_token,
+        chosen=settings.chosen | {"KAFKA_BOOTSTRAP_SERVERS", "KAFKA_TIMERS_APP_ID"},
     )
 
 
@@ -157,6 +197,19 @@ def cmd_topics(args: argparse.Namespace) -> int:
     ensure_topics(settings, timeout=args.timeout)
     print(json.dumps({"partitions": settings.partitions, "topics": list(service_topics(settings))}))
     return 0
+
+
+def cmd_preflight(args: argparse.Namespace) -> int:
+    from app.kafka.topics import resolve_partitions
+    from app.ops.preflight import Summary, run_preflight
+
+    settings = resolve_partitions(_settings(args), timeout=args.timeout)
+    checks = run_preflight(settings, args.role, args.callback_topic, timeout=args.timeout)
+    for check in checks:
+        print(json.dumps(check.as_dict()) if args.json else check.line())
+    summary = Summary.of(checks)
+    print(summary.line(), file=sys.stderr)
+    return summary.exit_status
 
 
 def cmd_oscillator(args: argparse.Namespace) -> int:
@@ -319,12 +372,43 @@ def _control_topic_name(text: str) -> str:
     return text
 
 
+def _control_settings(args: argparse.Namespace) -> Settings:
+    """The settings a control command sends and signs with. ``KAFKA_TIMERS_CONTROL_SECRET``
+    set, the environment's and flags' alone. Unset, a running ``kafka-timers demo`` (its
+    discovery file, readable by this user only) gives its secret, and its broker and app
+    id unless the environment or ``--bootstrap`` chose others (then another stack: no
+    secret, and the command says so)."""
+    from app.dev.discovery import read_demo_stack
+
+    settings = _settings(args)
+    if settings.control_secret is not None:
+        return settings
+    demo = read_demo_stack(Path(settings.demo_file))
+    chosen = settings.chosen
+    if (
+        demo is None
+        or not demo.control_secret
+        or ("KAFKA_BOOTSTRAP_SERVERS" in chosen and settings.bootstrap_servers != demo.bootstrap)
+        or ("KAFKA_TIMERS_APP_ID" in chosen and settings.app_id != demo.app_id)
+    ):
+        raise ConfigurationError(
+            "KAFKA_TIMERS_CONTROL_SECRET is unset: the workers apply only control records "
+            "signed with the deployment's control secret"
+        )
+    return replace(
+        settings,
+        bootstrap_servers=demo.bootstrap,
+        app_id=demo.app_id,
+        control_secret=demo.control_secret,
+    )
+
+
 def _send_control(args: argparse.Namespace, key: bytes, value: bytes | None) -> dict[str, Any]:
-    """Write one record to the control topic (created if missing); what to print."""
+    """Write one signed record to the control topic (created if missing); what to print."""
     from app.kafka.control import send_control
     from app.kafka.topics import ensure_control_topic
 
-    settings = _settings(args)
+    settings = _control_settings(args)
     topic = ensure_control_topic(settings, timeout=args.timeout)
     offset = send_control(settings, key, value, timeout=args.timeout)
     return {"control_topic": topic, "key": key.decode(), "offset": offset}
@@ -474,6 +558,12 @@ def _filter_from_args(args: argparse.Namespace) -> Any:
     query: dict[str, str] = {}
     for name in ("topic", "key", "key_prefix", "id_prefix"):
         value = getattr(args, name)
+        if value == "" and name.endswith("_prefix"):  # "$UNSET": never every timer
+            flag = "--" + name.replace("_", "-")
+            raise KafkaTimersError(
+                f"{flag} is empty (an unset variable?): an empty prefix would match every "
+                "timer, and there is no 'cancel everything'"
+            )
         if value is not None:
             query[name] = value
     for name in ("due_from", "due_to"):
@@ -502,7 +592,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     def emit(timer: dict[str, Any]) -> None:
         nonlocal shown
-        if not args.count:
+        if not args.count_only:
             print(json.dumps(timer))
         shown += 1
 
@@ -510,7 +600,7 @@ def cmd_list(args: argparse.Namespace) -> int:
     for failure in failed:
         print(f"kafka-timers: warning: no listing from {failure}", file=sys.stderr)
     summary = {"matched": count, "workers": len(urls) - len(failed), "failed": len(failed)}
-    print(json.dumps(summary), file=sys.stdout if args.count else sys.stderr)
+    print(json.dumps(summary), file=sys.stdout if args.count_only else sys.stderr)
     if failed and len(failed) == len(urls):
         return 2
     return 1 if failed else 0
@@ -527,7 +617,7 @@ def cmd_cancel_bulk(args: argparse.Namespace) -> int:
             "cancel-bulk needs at least one filter (--topic, --key, --key-prefix, "
             "--id-prefix, --due-from, --due-to, --series)"
         )
-    settings = _settings(args)
+    settings = _control_settings(args)
     ensure_control_topic(settings, timeout=args.timeout)
     result = bulk_cancel(
         settings,
@@ -538,6 +628,8 @@ def cmd_cancel_bulk(args: argparse.Namespace) -> int:
         timeout=args.timeout,
     )
     print(json.dumps(result))
+    if result["refused"] is not None:
+        raise KafkaTimersError(f"the workers refused the bulk cancel: {result['refused']}")
     if result["partitions_missing"]:
         print(
             f"kafka-timers: warning: no answer within {args.wait:g} s from partitions "
@@ -552,8 +644,16 @@ def cmd_cancel_bulk(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     from spark_audit.main import run as audit_run
 
-    bootstrap = [f"--bootstrap={args.bootstrap}"] if args.bootstrap else []
-    return audit_run([*bootstrap, *args.audit_args])  # total: 0, 1 or 2, one line
+    # Given before "audit": handed on; the audit's own flags after it win.
+    given = [
+        f"--{flag}={value}"
+        for flag, value in (
+            ("bootstrap-server", getattr(args, "bootstrap", None)),
+            ("command-config", getattr(args, "command_config", None)),
+        )
+        if value is not None
+    ]
+    return audit_run([*given, *args.audit_args])  # total: 0, 1 or 2, one line
 
 
 def _deployment(settings: Settings, app_id: str | None, request_topic: str | None) -> Settings:
@@ -567,35 +667,37 @@ def _deployment(settings: Settings, app_id: str | None, request_topic: str | Non
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from app.ops.export import export_timers, summary
+    from app.ops.export import export_timers, export_to_file, summary
 
     settings = _deployment(_settings(args), args.app_id, None)
     if args.output in (None, "-"):
         snapshot = export_timers(settings, sys.stdout, timeout=args.timeout)
     else:
-        try:
-            with open(args.output, "w", encoding="utf-8") as out:
-                snapshot = export_timers(settings, out, timeout=args.timeout)
+        try:  # 0600, and the named file replaced only once the export is complete
+            snapshot = export_to_file(settings, Path(args.output), timeout=args.timeout)
         except OSError as exc:
-            raise KafkaTimersError(f"cannot write {args.output!r}: {exc.strerror}") from None
+            raise KafkaTimersError(
+                f"cannot write {args.output!r}: {exc.strerror or exc}; the file there, if "
+                "any, is unchanged"
+            ) from None
     print(json.dumps(summary(snapshot)), file=sys.stderr)
     return 0
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from app.ops.import_ import import_timers
+    from app.ops.import_ import check_lines, import_timers
 
     settings = _deployment(_settings(args), None, args.request_topic)
-    if args.input in (None, "-"):
+    if args.input in (None, "-"):  # read once: each line checked, then sent
         report = import_timers(settings, sys.stdin, timeout=args.timeout)
-    else:
+    else:  # read twice: every line checked before any is sent
         try:
             with open(args.input, encoding="utf-8") as lines:
-                report = import_timers(settings, lines, timeout=args.timeout)
+                check_lines(lines, settings.record_budget_bytes)
+                lines.seek(0)
+                report = import_timers(settings, lines, timeout=args.timeout, checked=True)
         except OSError as exc:
             raise KafkaTimersError(f"cannot read {args.input!r}: {exc.strerror}") from None
-        except UnicodeDecodeError:
-            raise KafkaTimersError(f"{args.input!r} is not UTF-8 text") from None
     print(
         json.dumps(
             {
@@ -663,6 +765,62 @@ def release_version() -> str:
         return "unknown (not installed: pip install -e .)"
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Each option's default in its help (unless it says one already), and the examples
+    of an epilog kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or default in (None, False, argparse.SUPPRESS)
+            or not action.option_strings
+        ):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _hidden_alias(p: argparse.ArgumentParser, flag: str, dest: str, **kwargs: Any) -> None:
+    """An old spelling kept for scripts: accepted, not shown in the help."""
+    p.add_argument(flag, dest=dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **kwargs)
+
+
+def _kafka_options(p: argparse.ArgumentParser, *, top: bool = False) -> None:
+    """``--bootstrap-server`` and ``--command-config``, as Kafka's own tools spell them.
+
+    Taken both before and after the subcommand: neither level has a default of its own
+    (``SUPPRESS``), so a subcommand's parser never overwrites what came before it."""
+    where = "" if top else " (also before the subcommand)"
+    p.add_argument(
+        "--bootstrap-server",
+        dest="bootstrap",
+        metavar="HOST:PORT",
+        default=argparse.SUPPRESS,
+        help="the brokers, comma-separated (default: $KAFKA_BOOTSTRAP_SERVERS, else a running "
+        f"demo's, else 127.0.0.1:9092){where}",
+    )
+    _hidden_alias(p, "--bootstrap", "bootstrap")
+    p.add_argument(
+        "--command-config",
+        dest="command_config",
+        metavar="FILE",
+        default=argparse.SUPPRESS,
+        help="Kafka client properties (bootstrap.servers, security.protocol, sasl.*, "
+        f"ssl.*.location), over the environment and under the flags{where}",
+    )
+
+
+def _timeout(p: argparse.ArgumentParser, default: float, what: str) -> None:
+    p.add_argument(
+        "--timeout", type=_positive_seconds, default=default, metavar="SECONDS", help=what
+    )
+
+
+def _examples(*lines: str) -> str:
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
 def _filter_flags(p: argparse.ArgumentParser) -> None:
     """The filters of ``list`` and ``cancel-bulk`` (app.core.timer_filter)."""
     p.add_argument("--topic", help="callback topic")
@@ -675,45 +833,169 @@ def _filter_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--series", action="store_true", help="series only")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="kafka-timers", description="Durable one-second timers on Kafka.")
-    parser.add_argument("--version", action="version", version=f"kafka-timers {release_version()}")
-    parser.add_argument("--bootstrap", help="broker address (default: $KAFKA_BOOTSTRAP_SERVERS)")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+#: The subcommands that talk to Kafka: each takes --bootstrap-server and
+#: --command-config after its name too.
+KAFKA_COMMANDS = (
+    "topics",
+    "preflight",
+    "oscillator",
+    "worker",
+    "schedule",
+    "cancel",
+    "pause",
+    "resume",
+    "rate",
+    "status",
+    "get",
+    "list",
+    "cancel-bulk",
+    "export",
+    "import",
+    "migrate",
+    "audit",
+)
 
-    p = sub.add_parser("broker", help="run the embedded dev broker (Tansu) in the foreground")
-    p.add_argument("--port", type=int, default=9092)
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="kafka-timers",
+        description="Durable one-second timers on Kafka.",
+        formatter_class=_HelpFormatter,
+        epilog=_examples(
+            "kafka-timers demo                     # or make run: a whole stack on this machine",
+            "kafka-timers schedule --topic payments-retry --key order-7 --in 30s",
+            "kafka-timers <command> --help         # each command's flags and examples",
+        ),
+    )
+    parser.add_argument("--version", action="version", version=f"kafka-timers {release_version()}")
+    _kafka_options(parser, top=True)
+    sub = parser.add_subparsers(dest="command", metavar="<command>", parser_class=_Parser)
+
+    def command(name: str, help_text: str, *examples: str, **kwargs: Any) -> Any:
+        p = sub.add_parser(
+            name,
+            help=help_text,
+            description=help_text[0].upper() + help_text[1:] + ".",
+            formatter_class=_HelpFormatter,
+            epilog=_examples(*examples) if examples else None,
+            **kwargs,
+        )
+        if name in KAFKA_COMMANDS and name != "audit":
+            _kafka_options(p)
+        return p
+
+    p = command(
+        "demo",
+        "dev broker + 2 oscillators + 2 workers on this machine; watch timers fire",
+        "kafka-timers demo",
+        "kafka-timers demo --timers 100 --duration 30",
+    )
+    p.add_argument("--timers", type=int, default=36, help="timers the demo schedules")
+    p.add_argument(
+        "--duration",
+        type=_positive_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="stop after this many seconds once all fired (default: run until Ctrl-C)",
+    )
+    p.add_argument("--partitions", type=int, default=8, help="partitions of each service topic")
+    p.set_defaults(func=cmd_demo)
+
+    p = command(
+        "broker",
+        "run the embedded dev broker (Tansu) in the foreground",
+        "kafka-timers broker --port 9092",
+    )
+    p.add_argument("--port", type=int, default=9092, help="port to listen on")
     p.add_argument("--verbose", action="store_true", help="show the broker's own log")
     p.set_defaults(func=cmd_broker)
 
-    p = sub.add_parser("topics", help="create the service topics (all with one partition count)")
-    p.add_argument("--timeout", type=_positive_seconds, default=15.0)
+    p = command(
+        "topics",
+        "create the service topics (all with one partition count)",
+        "kafka-timers topics --bootstrap-server kafka:9092 --command-config admin.properties",
+    )
+    _timeout(p, 15.0, "seconds to reach the broker")
     p.set_defaults(func=cmd_topics)
 
-    p = sub.add_parser("oscillator", help="send one tick per second to every partition")
-    p.add_argument("--id", help="name in logs and tick records (default: host-pid)")
-    p.add_argument("--metrics-port", type=int)
-    p.add_argument("--timeout", type=_positive_seconds, default=15.0)
+    p = command(
+        "preflight",
+        "check a cluster before deploying, for one principal's role: the topics, their "
+        "settings, the callback topics, and the permissions the broker reports; print what "
+        "is missing and how to fix it",
+        "kafka-timers preflight --bootstrap-server kafka:9092 --command-config worker.properties",
+        "kafka-timers preflight --role producer --command-config producer.properties",
+        "kafka-timers preflight --callback-topic payments-retry --callback-topic 'reminders-*'",
+    )
+    p.add_argument(
+        "--role",
+        choices=("worker", "oscillator", "producer", "operator", "audit"),
+        default="worker",
+        help="what the principal of --command-config runs",
+    )
+    p.add_argument(
+        "--callback-topic",
+        action="append",
+        default=[],
+        metavar="TOPIC",
+        help="a callback topic the workers will write (repeatable; 'prefix*' for a prefix)",
+    )
+    p.add_argument("--json", action="store_true", help="print every check as a JSON line")
+    _timeout(p, 15.0, "seconds to reach the broker")
+    p.set_defaults(func=cmd_preflight)
+
+    p = command(
+        "oscillator",
+        "send one tick per second to every partition",
+        "kafka-timers oscillator --oscillator-id osc-1 --metrics-port 9101",
+    )
+    p.add_argument(
+        "--oscillator-id",
+        dest="worker_id",
+        help="name in logs and tick records (default: host-pid)",
+    )
+    _hidden_alias(p, "--id", "worker_id")
+    p.add_argument("--metrics-port", type=int, help="Prometheus port (default: none)")
+    _timeout(p, 15.0, "seconds to reach the broker at start")
     p.set_defaults(func=cmd_oscillator)
 
-    p = sub.add_parser("worker", help="run a Faust worker that stores and fires timers")
-    p.add_argument("--id", help="worker id in logs, metrics and fired records")
-    p.add_argument("--data-dir", help="RocksDB directory, one per worker process")
-    p.add_argument("--web-port", type=int, help="Faust web / status page port (default 6066)")
-    p.add_argument("--metrics-port", type=int)
-    p.add_argument("--loglevel", default="info")
-    p.add_argument("--timeout", type=_positive_seconds, default=15.0)
+    p = command(
+        "worker",
+        "run a Faust worker that stores and fires timers",
+        "kafka-timers worker --worker-id w1 --data-dir /var/lib/kafka-timers/w1",
+    )
+    p.add_argument(
+        "--worker-id",
+        dest="worker_id",
+        help="worker id in logs, metrics and fired records (default: host-pid)",
+    )
+    _hidden_alias(p, "--id", "worker_id")
+    p.add_argument(
+        "--data-dir",
+        help="RocksDB directory, one per worker process (default: $KAFKA_TIMERS_DATA_DIR)",
+    )
+    p.add_argument("--web-port", type=int, help="status page port (default 6066)")
+    p.add_argument("--metrics-port", type=int, help="Prometheus port (default: $METRICS_PORT)")
+    p.add_argument("--loglevel", default="info", help="log level")
+    _timeout(p, 15.0, "seconds for each call to the broker at start")
     p.set_defaults(func=cmd_worker)
 
-    p = sub.add_parser(
-        "schedule", help="schedule a timer or a series; print its id, token and (first) due second"
+    p = command(
+        "schedule",
+        "schedule a timer or a series; print its id, token and (first) due second",
+        "kafka-timers schedule --topic payments-retry --key order-7 --value '{\"attempt\":2}' "
+        "--in 30s",
+        "kafka-timers schedule --topic reminders --value hi --at 2026-12-24T09:00:00Z "
+        "--id remind-42 --token s3cret",
+        "kafka-timers schedule --topic digest --cron '0 0 9 * * MON-FRI' --tz Europe/Paris",
+        "kafka-timers schedule --topic heartbeat --every 30s --count 100 --late 'skip-after 10s'",
     )
     p.add_argument("--topic", required=True, help="callback topic")
-    p.add_argument("--key", help="callback key")
-    p.add_argument("--value", default="", help="callback value (text)")
+    p.add_argument("--key", help="callback key (default: none)")
+    p.add_argument("--value", default="", help="callback value (text; default: empty)")
     when = p.add_mutually_exclusive_group(required=True)
     when.add_argument("--at", help="epoch seconds or ISO 8601 (UTC if no zone)")
-    when.add_argument("--in", dest="in_", help="delay: 30s, 5m, 2h, 3d")
+    when.add_argument("--in", dest="in_", metavar="DURATION", help="delay: 30s, 5m, 2h, 3d")
     when.add_argument(
         "--cron",
         help="recurring: cron, 5 fields or 6 with the seconds first ('0 0 9 * * MON-FRI')",
@@ -722,7 +1004,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tz", help="IANA time zone of the --cron times (default UTC)")
     p.add_argument("--start", help="recurring: no occurrence before (epoch s or ISO 8601)")
     p.add_argument("--end", help="recurring: no occurrence after (epoch s or ISO 8601)")
-    p.add_argument("--count", type=int, help="recurring: at most this many occurrences")
+    p.add_argument(
+        "--count", type=int, help="recurring: at most this many occurrences (default: no limit)"
+    )
     p.add_argument(
         "--late",
         help="late-fire policy: fire | skip-after <duration>, and for a series coalesce | all "
@@ -730,18 +1014,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--spread",
-        help="fire at a second in [due, due + spread] fixed by the id, e.g. 60s (at most 1d)",
+        help="fire at a second in [due, due + spread] fixed by the id, e.g. 60s (at most 1d; "
+        "default: none)",
     )
-    p.add_argument("--id", dest="timer_id", help="timer id (scheduling an id again replaces it)")
+    p.add_argument(
+        "--id",
+        dest="timer_id",
+        help="timer id (default: random; scheduling an id again replaces it)",
+    )
     p.add_argument("--token", help="cancellation token (default: random)")
     p.add_argument("--header", action="append", help="callback header name=value (repeatable)")
-    p.add_argument("--timeout", type=_positive_seconds, default=10.0)
+    _timeout(p, 10.0, "seconds to reach the broker and send")
     p.set_defaults(func=cmd_schedule)
 
-    p = sub.add_parser(
-        "cancel", help="cancel a timer by id and token; --wait prints what the worker did"
+    p = command(
+        "cancel",
+        "cancel a timer by id and token; --wait prints what the worker did",
+        "kafka-timers cancel --id remind-42 --token s3cret --wait",
+        "kafka-timers cancel --id remind-42 --tombstone",
     )
-    p.add_argument("--id", dest="timer_id", required=True)
+    p.add_argument("--id", dest="timer_id", required=True, help="timer id")
     authority = p.add_mutually_exclusive_group(required=True)
     authority.add_argument("--token", help="the token the timer was scheduled with")
     authority.add_argument(
@@ -759,30 +1051,35 @@ def build_parser() -> argparse.ArgumentParser:
         f"cancelled_in_advance or not_found (default {DEFAULT_CANCEL_WAIT:g} s; "
         "exit 3 if none came)",
     )
-    p.add_argument(
-        "--timeout", type=_positive_seconds, default=10.0, help="seconds to reach the broker"
-    )
+    _timeout(p, 10.0, "seconds to reach the broker")
     p.set_defaults(func=cmd_cancel)
 
-    p = sub.add_parser(
+    p = command(
         "pause",
-        help="--topic: hold every callback to a topic (timers wait, pending) until resume, "
-        "through the control topic (Kafka's ACLs on it decide who may); --id --token: a "
-        "timer's owner holds that timer or series",
+        "hold callbacks: --topic every callback to a topic (an operator, through the control "
+        "topic; records are signed with KAFKA_TIMERS_CONTROL_SECRET), or --id --token one "
+        "timer or series (its owner)",
+        "kafka-timers pause --topic reminders",
+        "kafka-timers pause --id remind-42 --token s3cret --wait",
     )
     _pause_arguments(p, "paused", "wrong_token, already_fired or not_found")
     p.set_defaults(func=cmd_pause)
 
-    p = sub.add_parser(
+    p = command(
         "resume",
-        help="deliver a paused topic (--topic) or timer (--id --token) again: what came due "
+        "deliver a paused topic (--topic) or timer (--id --token) again: what came due "
         "meanwhile goes out first, by its late policy",
+        "kafka-timers resume --topic reminders",
+        "kafka-timers resume --id remind-42 --token s3cret --wait",
     )
     _pause_arguments(p, "resumed", "wrong_token, already_fired or not_found")
     p.set_defaults(func=cmd_resume)
 
-    p = sub.add_parser(
-        "rate", help="set a callback topic's rate limit while the service runs (control topic)"
+    p = command(
+        "rate",
+        "set a callback topic's rate limit while the service runs (control topic)",
+        "kafka-timers rate --topic reminders --limit 500/s",
+        "kafka-timers rate --topic reminders --clear",
     )
     p.add_argument("--topic", required=True, help="callback topic")
     limit = p.add_mutually_exclusive_group(required=True)
@@ -794,53 +1091,65 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="back to KAFKA_TIMERS_TOPIC_RATE_LIMITS's limit for the topic (or none)",
     )
-    p.add_argument(
-        "--timeout", type=_positive_seconds, default=10.0, help="seconds to reach the broker"
-    )
+    _timeout(p, 10.0, "seconds to reach the broker")
     p.set_defaults(func=cmd_rate)
 
-    p = sub.add_parser("status", help="pending, fires, lateness and ticks of running workers")
-    p.add_argument("--url", action="append", help="worker web URL (repeatable)")
+    p = command(
+        "status",
+        "pending, fires, lateness and ticks of running workers",
+        "kafka-timers status",
+        "kafka-timers status --url http://w1:6066 --url http://w2:6066 --json",
+        "kafka-timers status --next 10",
+    )
+    p.add_argument(
+        "--url", action="append", help="worker web URL (repeatable; default: a running demo's)"
+    )
     p.add_argument("--json", action="store_true", help="print the merged numbers as JSON")
-    p.add_argument("--timer", metavar="ID", help="look one timer up on every worker")
+    p.add_argument("--id", dest="timer", metavar="ID", help="look one timer up on every worker")
+    _hidden_alias(p, "--timer", "timer", metavar="ID")
     p.add_argument("--next", type=int, metavar="N", help="the next N due timers over all workers")
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser(
-        "get", help="one timer's state: pending (next due second), fired (when) or cancelled"
+    p = command(
+        "get",
+        "one timer's state: pending (next due second), fired (when) or cancelled",
+        "kafka-timers get --id remind-42",
     )
-    p.add_argument("--id", dest="timer_id", required=True)
+    p.add_argument("--id", dest="timer_id", required=True, help="timer id")
     p.add_argument(
-        "--url", action="append", help="worker web URL (repeatable; default the local worker)"
+        "--url", action="append", help="worker web URL (repeatable; default: a running demo's)"
     )
     p.add_argument(
         "--since",
         default=DEFAULT_GET_SINCE,
-        help="how far back to search the fired topic when no worker gives a due second "
-        f"(default {DEFAULT_GET_SINCE})",
+        help="how far back to search the fired topic when no worker gives a due second",
     )
-    p.add_argument(
-        "--timeout",
-        type=_positive_seconds,
-        default=30.0,
-        help="seconds for reading the fired topic",
-    )
+    _timeout(p, 30.0, "seconds for reading the fired topic")
     p.set_defaults(func=cmd_get)
 
-    p = sub.add_parser(
+    p = command(
         "list",
-        help="pending timers matching filters, on every worker (--url), one JSON line each, "
-        "without tokens or payloads (needs KAFKA_TIMERS_OPERATOR_TOKEN)",
+        "pending timers matching filters, on every worker (--url), one JSON line each, "
+        "without tokens or payloads (needs KAFKA_TIMERS_OPERATOR_TOKEN, or a running demo)",
+        "kafka-timers list --topic reminders",
+        "kafka-timers list --key-prefix customer-42/ --count-only",
     )
-    p.add_argument("--url", action="append", help="worker web URL (repeatable; every worker)")
+    p.add_argument(
+        "--url", action="append", help="worker web URL (repeatable; default: a running demo's)"
+    )
     _filter_flags(p)
-    p.add_argument("--count", action="store_true", help="print only how many match")
+    p.add_argument(
+        "--count-only", dest="count_only", action="store_true", help="print only how many match"
+    )
+    _hidden_alias(p, "--count", "count_only", action="store_true")
     p.set_defaults(func=cmd_list)
 
-    p = sub.add_parser(
+    p = command(
         "cancel-bulk",
-        help="cancel every pending timer matching filters, on every worker, through the "
+        "cancel every pending timer matching filters, on every worker, through the "
         "control topic; prints how many (--dry-run: only counts)",
+        "kafka-timers cancel-bulk --topic reminders --key-prefix customer-42/ --dry-run",
+        "kafka-timers cancel-bulk --topic reminders --due-to 2027-01-01T00:00:00Z",
     )
     _filter_flags(p)
     p.add_argument("--dry-run", action="store_true", help="count what would be cancelled")
@@ -848,36 +1157,41 @@ def build_parser() -> argparse.ArgumentParser:
         "--wait",
         type=_positive_seconds,
         default=120.0,
+        metavar="SECONDS",
         help="seconds to wait for every partition's answer (exit 3 past it)",
     )
-    p.add_argument(
-        "--timeout", type=_positive_seconds, default=10.0, help="seconds to reach the broker"
-    )
+    _timeout(p, 10.0, "seconds to reach the broker")
     p.set_defaults(func=cmd_cancel_bulk)
 
-    p = sub.add_parser(
-        "export", help="write every pending timer (one-shot and series) as JSON lines"
+    p = command(
+        "export",
+        "write every pending timer (one-shot and series) as JSON lines",
+        "kafka-timers export -o timers.jsonl",
     )
     p.add_argument("--app-id", help="the deployment's app id (default: $KAFKA_TIMERS_APP_ID)")
     p.add_argument("--output", "-o", help="file to write (default: stdout)")
-    p.add_argument(
-        "--timeout", type=_positive_seconds, default=120.0, help="seconds to read the changelog"
-    )
+    _timeout(p, 120.0, "seconds to read the changelog")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("import", help="send the timers of an export to a deployment (idempotent)")
+    p = command(
+        "import",
+        "send the timers of an export to a deployment (idempotent)",
+        "kafka-timers import -i timers.jsonl --request-topic timer-request",
+    )
     p.add_argument("--input", "-i", help="export file to read (default: stdin)")
     p.add_argument(
         "--request-topic",
         help="the deployment's request topic (default: $KAFKA_TIMERS_REQUEST_TOPIC)",
     )
-    p.add_argument("--timeout", type=_positive_seconds, default=30.0)
+    _timeout(p, 30.0, "seconds to reach the broker and send")
     p.set_defaults(func=cmd_import)
 
-    p = sub.add_parser(
+    p = command(
         "migrate",
-        help="move every pending timer to another deployment (more partitions, another "
+        "move every pending timer to another deployment (more partitions, another "
         "cluster), then bridge the old request topic to the new one until stopped",
+        "kafka-timers migrate --to-request-topic timer-request-v2 --idle-exit 300",
+        "kafka-timers migrate --to-request-topic timer-request --to-bootstrap-server new:9092",
     )
     p.add_argument(
         "--from-app-id", help="the old deployment's app id (default: $KAFKA_TIMERS_APP_ID)"
@@ -887,7 +1201,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="the old deployment's request topic (default: $KAFKA_TIMERS_REQUEST_TOPIC)",
     )
     p.add_argument("--to-request-topic", required=True, help="the new deployment's request topic")
-    p.add_argument("--to-bootstrap", help="the new deployment's brokers (default: the old ones)")
+    p.add_argument(
+        "--to-bootstrap-server",
+        dest="to_bootstrap",
+        metavar="HOST:PORT",
+        help="the new deployment's brokers (default: the old ones)",
+    )
+    _hidden_alias(p, "--to-bootstrap", "to_bootstrap")
     p.add_argument(
         "--idle-exit",
         type=_positive_seconds,
@@ -900,29 +1220,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="go on although the old workers' consumer group has members",
     )
-    p.add_argument("--timeout", type=_positive_seconds, default=120.0)
+    _timeout(p, 120.0, "seconds for each step")
     p.set_defaults(func=cmd_migrate)
 
-    # Everything after "audit" (flags included) belongs to the audit's own parser.
-    p = sub.add_parser(
+    # Everything after "audit" (flags included) belongs to the audit's own parser, which
+    # takes --bootstrap-server and --command-config too.
+    p = command(
         "audit",
-        help="PySpark audit of requested vs fired timers",
+        "PySpark audit of requested vs fired timers",
         add_help=False,
         prefix_chars="\x00",
     )
     p.add_argument("audit_args", nargs=argparse.REMAINDER, help="see kafka-timers audit --help")
     p.set_defaults(func=cmd_audit)
-
-    p = sub.add_parser("demo", help="dev broker + 2 oscillators + 2 workers; watch timers fire")
-    p.add_argument("--timers", type=int, default=36)
-    p.add_argument(
-        "--duration",
-        type=_positive_seconds,
-        default=None,
-        help="stop after this many seconds once all fired (default: run until Ctrl-C)",
-    )
-    p.add_argument("--partitions", type=int, default=8)
-    p.set_defaults(func=cmd_demo)
     return parser
 
 
@@ -933,15 +1243,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"kafka-timers: error: an argument is not valid UTF-8: {unreadable}", file=sys.stderr)
         return 2
     args = parser.parse_args(argv)
+    if args.command is None:  # a bare kafka-timers: what it can do
+        parser.print_help()
+        return 2
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    from app.worker.log_limits import install_escaping_filter
+
+    install_escaping_filter(logging.getLogger())  # record text never reaches a log raw
     try:
         result: int = args.func(args)
         return result
     except KafkaTimersError as exc:
         # One line whatever the message holds (a value quoted from the environment).
-        print(f"kafka-timers: error: {' '.join(str(exc).splitlines())}", file=sys.stderr)
+        print(f"kafka-timers: error: {printable(' '.join(str(exc).splitlines()))}", file=sys.stderr)
         return exc.exit_status
     except KeyboardInterrupt:
         return 130

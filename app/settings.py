@@ -180,7 +180,7 @@ class Settings:
     producer_message_max_bytes: int = DEFAULT_MESSAGE_MAX_BYTES
     #: Consumer-group session timeout, seconds: how long a killed worker's partitions
     #: wait before a survivor takes them over. 6 s is the shortest a stock Apache Kafka
-    #: broker accepts (``group.min.session.timeout.ms``); see README, Operations.
+    #: broker accepts (``group.min.session.timeout.ms``); see docs/operations.md, Failover.
     session_timeout: float = 6.0
     #: Consumer-group heartbeat interval, seconds.
     heartbeat_interval: float = 1.0
@@ -243,6 +243,13 @@ class Settings:
     #: Unset, those routes are off (403); ``/status``, ``/livez``, ``/readyz`` and
     #: ``/metrics`` never need it.
     operator_token: str | None = field(default=None, repr=False)
+    #: The deployment's control secret (``KAFKA_TIMERS_CONTROL_SECRET``, at least 16
+    #: printable ASCII characters): the CLI signs every control record with it (pause,
+    #: resume, rate, cancel-bulk) and every worker applies only records it signed
+    #: (:mod:`app.core.control`). Unset, a worker ignores the whole control topic (and
+    #: says so as it starts) and the CLI's control commands refuse to run: an unsigned
+    #: record is never applied. Every worker and operator of one deployment share it.
+    control_secret: str | None = field(default=None, repr=False)
     #: Rate limits per callback topic, callbacks per second across the whole service
     #: (``KAFKA_TIMERS_TOPIC_RATE_LIMITS="reminders=500/s,billing=50/s"``, also ``/m`` and
     #: ``/h``): see :mod:`app.worker.topic_gates`.
@@ -381,6 +388,7 @@ class Settings:
             PREFIX + "LATE_POLICY": self.late_policy,
             PREFIX + "DEMO_FILE": self.demo_file,
             **({PREFIX + "OPERATOR_TOKEN": self.operator_token} if self.operator_token else {}),
+            **({PREFIX + "CONTROL_SECRET": self.control_secret} if self.control_secret else {}),
             PREFIX + "SECURITY_PROTOCOL": self.security.protocol,
             PREFIX + "REMEMBER_SECONDS": str(self.remember_seconds),
             PREFIX + "MAX_CANCELS_IN_ADVANCE": str(self.max_cancels_in_advance),
@@ -583,6 +591,7 @@ class Settings:
             demo_file=read.text("DEMO_FILE") or default_demo_file(env),
             chosen=frozenset(name for name in ENDPOINT_VARIABLES if env.get(name)),
             operator_token=read.secret("OPERATOR_TOKEN"),
+            control_secret=read.secret("CONTROL_SECRET"),
             security=security,
             remember_seconds=read.integer(
                 "REMEMBER_SECONDS",

@@ -94,7 +94,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--readme",
         action="store_true",
-        help="write the table into README.md and docs/performance.md (between their markers)",
+        help="publish the run: bench/published.json and the table in docs/performance.md",
     )
     return parser.parse_args(argv)
 
@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     (args.results_dir / "latest.md").write_text(render_markdown(figures) + "\n")
     print(f"results: {path}")
     if args.readme:
-        for changed in readme.update_files(json.loads(path.read_text()), readme.FILES_PATHS):
+        for changed in readme.publish(path):
             print(f"updated {changed}")
     return 0
 

@@ -97,7 +97,7 @@ def run_acceptance(
             from spark_audit.main import main as audit_main
 
             result["audit_exit"] = audit_main(
-                ["--bootstrap", settings.bootstrap_servers, "--output", str(audit_dir)]
+                ["--bootstrap-server", settings.bootstrap_servers, "--output", str(audit_dir)]
             )
         result["ok"] = result.get("audit_exit", 0) == 0 and (
             result["missing"] == 0

@@ -43,6 +43,7 @@ from typing import NamedTuple
 
 from confluent_kafka import Message
 
+from app.core.routing import owner_of
 from bench.callgrind import COUNTED_TIMERS, FIRE_PATH_PROBE, REPO, counted_instructions
 from bench.context import RunContext, ScenarioResult
 from bench.load import RequestLoad, TimerSpec, timer_ids
@@ -166,6 +167,8 @@ def _burst(
     count: int,
     lead: float,
     allowed: float,
+    *,
+    one_partition: bool = False,
 ) -> tuple[int, list[int], bool, float]:
     """``count`` timers due in one second ``lead`` s ahead, to ``topic``: the due second,
     each callback's record timestamp (ms), whether all were stored before it, and when
@@ -178,7 +181,12 @@ def _burst(
     before = sum(w.metric("kafka_timers_scheduled_total") for w in workers)
     pending_before = sum(w.metric("kafka_timers_pending") for w in workers)
     load = RequestLoad(stack, topic)
-    load.send(TimerSpec(timer_id, due) for timer_id in timer_ids(f"{topic}-", count))
+    if one_partition:
+        # Ids that all belong to one partition (a hot business key, a series).
+        partitions = stack.settings.partition_count
+        load.send(TimerSpec(i, due) for i in _hot_ids(f"{topic}-", count, partitions))
+    else:
+        load.send(TimerSpec(timer_id, due) for timer_id in timer_ids(f"{topic}-", count))
     load.flush()
     stored_before_due = False
     with TopicFollower(stack.settings, topic, _stamp) as follower:
@@ -204,6 +212,18 @@ def _burst(
         forgotten_at = time.time()
         follower.poll(1.0)  # anything extra (a duplicate) would show here
         return due, list(follower.items), stored_before_due, forgotten_at
+
+
+def _hot_ids(prefix: str, count: int, partitions: int) -> list[str]:
+    """``count`` ids that all belong to one partition (a hot business key)."""
+    hot = owner_of(prefix, partitions)
+    out: list[str] = []
+    start = 0
+    while len(out) < count:
+        batch = timer_ids(prefix, count, start)
+        out.extend(i for i in batch if owner_of(i, partitions) == hot)
+        start += count
+    return out[:count]
 
 
 def _set_limit(stack: BenchStack, topic: str, per_second: int) -> None:
@@ -284,6 +304,20 @@ def run(ctx: RunContext) -> ScenarioResult:
         due, stamps, stored_before_due, _ = _burst(
             ctx, stack, workers, callbacks, count, lead, 3 * count / limit + 120
         )
+        # The same burst from one partition (one worker stores and delivers all of it):
+        # the limit is the topic's wherever its timers sit.
+        hot_topic = stack.topic("hot-callbacks")
+        _set_limit(stack, hot_topic, limit)
+        hot_due, hot_stamps, hot_stored, _ = _burst(
+            ctx,
+            stack,
+            workers,
+            hot_topic,
+            count,
+            15 + 3 * count / group_rate,
+            3 * count / limit + 120,
+            one_partition=True,
+        )
         # A limit these workers can keep up with on this machine: half what they sustain,
         # set at run time through the control topic (kafka-timers rate).
         within = max(1_000, int(free_sustained * WITHIN_SHARE) // 1_000 * 1_000)
@@ -294,12 +328,14 @@ def run(ctx: RunContext) -> ScenarioResult:
             ctx, stack, workers, within_topic, within_count, lead, 3 * within_count / within + 120
         )
     limited = Delivery.of(count, limit, due, stamps, stored_before_due)
+    hot = Delivery.of(count, limit, hot_due, hot_stamps, hot_stored)
     held = Delivery.of(within_count, within, within_due, within_stamps, within_stored)
     detail = {
         **limited._asdict(),
         "unlimited_same_burst_per_second": free_rate,
         "unlimited_sustained_per_second": free_sustained,
         "within_capacity": held._asdict(),
+        "one_partition": hot._asdict(),
     }
     cost = fire_path_cost()
     counted = fire_path_instructions()
@@ -333,6 +369,22 @@ def run(ctx: RunContext) -> ScenarioResult:
             and held.busiest_second <= within * (1 + BURST_SHARE),
             value=held.delivered_per_second,
             detail=held._asdict(),
+        ),
+        Figure(
+            "rate-limit",
+            f"{count:,} due in one second in one partition (ids that hash to it), limited "
+            f"to {limit:,}/s, 2 workers: delivered at",
+            f"{hot.delivered_per_second:,.0f}/s",
+            f"limit {limit:,}/s ({hot.delivered_per_second / limit:.2f}x); busiest second "
+            f"{hot.busiest_second:,}; {hot.callbacks:,} callbacks, {hot.early} early; the "
+            f"last {fmt_seconds(hot.last_after_due_seconds)} after due",
+            f"≥ {1 - TOLERANCE:.1f}x the limit",
+            hot.delivered_per_second / limit >= 1 - TOLERANCE
+            and hot_stored
+            and not hot.early
+            and hot.busiest_second <= limit * (1 + BURST_SHARE),
+            value=hot.delivered_per_second,
+            detail=hot._asdict(),
         ),
         Figure(
             "rate-limit",

@@ -2,7 +2,7 @@
 
 A :class:`Figure` is what the issue asks to publish: a measured value, the baseline
 measured in the same run that it should be read against, the target (if any) and
-whether the target was met. The table is plain text, so it pastes into the README and a
+whether the target was met. The table is plain text, so it pastes into the docs and a
 terminal alike; the JSON keeps the same rows plus every raw detail.
 """
 
@@ -105,7 +105,7 @@ def render(figures: Sequence[Figure]) -> str:
 
 
 def render_markdown(figures: Sequence[Figure]) -> str:
-    """The same table as GitHub Markdown, for the README and docs/performance.md."""
+    """The same table as GitHub Markdown, for docs/performance.md."""
     out = [
         "| scenario | figure | result | baseline (same run) | target | |",
         "|---|---|---|---|---|---|",

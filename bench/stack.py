@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -192,6 +193,8 @@ class BenchStack:
             app_id=f"bench-{self.name}-{tag}",
             session_timeout=self.session_timeout,
             heartbeat_interval=1.0,
+            # Its own control secret: the rate-limit scenario sets limits at run time.
+            control_secret=secrets.token_hex(24),
         )
         ensure_topics(self.settings)
         return self

@@ -4,8 +4,9 @@
 # the status-page browser test, and promtool (Debian package 'prometheus') for the
 # Prometheus config and alert-rule tests, and kubectl (its built-in kustomize renders
 # deploy/kubernetes for tests/unit/test_kubernetes.py; Debian package 'kubernetes-client'
-# where no kubectl is installed already). `make test` and CI (`make test` through
-# .ci/run) both run this script, so the README's test command gets what CI gets.
+# where no kubectl is installed already), and kcat (tests/integration/test_kcat_protocol.py
+# runs docs/protocol.md's kcat example as written). `make test` and CI (`make test` through
+# .ci/run) both run this script, so `make test` gets what CI gets.
 #
 # Installs with apt where the machine allows it (root, or passwordless sudo, and
 # apt-get); never downloads a browser itself (`playwright install` reaches hosts these
@@ -18,6 +19,7 @@ missing=()
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
 command -v kubectl >/dev/null 2>&1 || missing+=(kubernetes-client)
+command -v kcat >/dev/null 2>&1 || missing+=(kcat)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 SUDO=""

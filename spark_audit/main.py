@@ -32,11 +32,12 @@ if __package__ in (None, ""):  # spark-submit runs this file as a script
         print(
             f"kafka-timers audit: error: this Python ({sys.executable}) lacks {missing.name}: "
             "run spark-submit with --conf spark.pyspark.python=<the project's python> "
-            "(or export PYSPARK_PYTHON), see README, Auditing on a cluster",
+            "(or export PYSPARK_PYTHON), see docs/audit.md, Auditing on a cluster",
             file=sys.stderr,
         )
         sys.exit(_COULD_NOT_RUN)
 
+from app.kafka.command_config import read_command_config  # noqa: E402 (after the check above)
 from app.settings import Settings  # noqa: E402 (after the check above)
 from spark_audit.errors import EXIT_COULD_NOT_RUN, failure_line  # noqa: E402 (after the check above)
 from spark_audit.job import audit_settings, check_topics, run_audit  # noqa: E402 (after the check above)
@@ -52,7 +53,8 @@ log = logging.getLogger(__name__)
 def main(argv: list[str]) -> int:
     """Run the audit with command-line ``argv``; return 0 or 1, raise if it cannot run."""
     options = parse_options(list(argv))
-    settings = audit_settings(Settings.from_env(), options)
+    flags = read_command_config(options.command_config) if options.command_config else {}
+    settings = audit_settings(Settings.from_env_and_flags(dict(flags)), options)
     check_topics(settings, (settings.topics.requests, settings.topics.fired))
     with audit_session(options.master, options.spark_conf, options.spark_log_level) as spark:
         summary = run_audit(spark, settings, options)

@@ -58,6 +58,8 @@ class AuditOptions:
     #: Spark master (``local[*]``, ``spark://host:7077``, ``yarn``); default: Spark's own.
     master: str | None = None
     source: SourceKind = SourceKind.PYTHON
+    #: A Kafka client properties file (``--command-config``), over the environment.
+    command_config: str | None = None
     #: Overrides of the topics from the environment.
     requests_topic: str | None = None
     fired_topic: str | None = None
@@ -103,6 +105,13 @@ def build_parser() -> argparse.ArgumentParser:
             "Reconcile timer requests with fires: missing, duplicate, early, after-cancel and "
             "superseded fires, and the lateness distribution. Exit 1 on any violation."
         ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=(
+            "examples:\n"
+            "  kafka-timers audit --since 1d --allow-duplicates\n"
+            "  kafka-timers audit --bootstrap-server kafka:9092 --command-config audit.properties "
+            "--master yarn --tables-uri s3a://bucket/audit"
+        ),
     )
     parser.add_argument("--as-of", help="audit time, epoch seconds or ISO 8601 (default: now)")
     parser.add_argument(
@@ -130,9 +139,29 @@ def build_parser() -> argparse.ArgumentParser:
         default=SourceKind.PYTHON.value,
         help="python: built-in Python data source; kafka: Spark's connector (needs its jar)",
     )
-    parser.add_argument("--requests-topic", help="default: $KAFKA_TIMERS_REQUEST_TOPIC")
+    parser.add_argument(
+        "--request-topic", dest="requests_topic", help="default: $KAFKA_TIMERS_REQUEST_TOPIC"
+    )
+    # The old spellings, kept for scripts: accepted, not shown.
+    parser.add_argument(
+        "--requests-topic", dest="requests_topic", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
     parser.add_argument("--fired-topic", help="default: $KAFKA_TIMERS_FIRED_TOPIC")
-    parser.add_argument("--bootstrap", help="broker address (default: $KAFKA_BOOTSTRAP_SERVERS)")
+    parser.add_argument(
+        "--bootstrap-server",
+        dest="bootstrap",
+        metavar="HOST:PORT",
+        help="the brokers, comma-separated (default: $KAFKA_BOOTSTRAP_SERVERS)",
+    )
+    parser.add_argument(
+        "--bootstrap", dest="bootstrap", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+    )
+    parser.add_argument(
+        "--command-config",
+        metavar="FILE",
+        help="Kafka client properties (bootstrap.servers, security.protocol, sasl.*, "
+        "ssl.*.location), over the environment and under --bootstrap-server",
+    )
     parser.add_argument(
         "--max-offsets-per-partition",
         type=int,
@@ -196,6 +225,7 @@ def parse_options(argv: list[str], now: float | None = None) -> AuditOptions:
         requests_topic=args.requests_topic,
         fired_topic=args.fired_topic,
         bootstrap=args.bootstrap,
+        command_config=args.command_config,
         max_offsets_per_partition=args.max_offsets_per_partition,
         kafka_options=_pairs(args.kafka_option, "--kafka-option"),
         spark_conf=_pairs(args.conf, "--conf"),

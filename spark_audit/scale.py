@@ -276,9 +276,9 @@ def main(argv: list[str] | None = None) -> int:
         with PeakMemory(descendants=True, exclude=exclude) as audit_memory:
             code = audit_main(
                 [
-                    "--bootstrap",
+                    "--bootstrap-server",
                     bootstrap,
-                    "--requests-topic",
+                    "--request-topic",
                     settings.topics.requests,
                     "--fired-topic",
                     settings.topics.fired,

@@ -34,7 +34,8 @@ def executor_python(conf: Mapping[str, str]) -> str:
     choice is made here for every master, local or not: ``--conf spark.pyspark.python``
     or an exported ``PYSPARK_PYTHON`` wins; otherwise this interpreter, which has them.
     On a real cluster that path must exist on every node: ship a packed environment with
-    ``--archives`` and point ``spark.pyspark.python`` into it (README, Auditing on a cluster).
+    ``--archives`` and point ``spark.pyspark.python`` into it (docs/audit.md, Auditing on
+    a cluster).
     """
     return conf.get("spark.pyspark.python") or os.environ.get("PYSPARK_PYTHON") or sys.executable
 

@@ -101,6 +101,9 @@ def broker() -> Iterator[BrokerInfo]:
 #: The operator's credential every test stack's workers and CLIs share (the routes that
 #: say which timers exist need it).
 OPERATOR_TOKEN = "test-operator-token-4f1c9a"
+#: The control secret every test stack's workers and CLIs share (the workers apply only
+#: control records signed with it).
+CONTROL_SECRET = "test-control-secret-8d27e0b5"
 
 
 def fresh_settings(bootstrap: str, partitions: int = 8) -> Settings:
@@ -117,6 +120,7 @@ def fresh_settings(bootstrap: str, partitions: int = 8) -> Settings:
         session_timeout=6.0,
         heartbeat_interval=1.0,
         operator_token=OPERATOR_TOKEN,
+        control_secret=CONTROL_SECRET,
     )
 
 

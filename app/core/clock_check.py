@@ -40,6 +40,8 @@ from collections.abc import Callable
 
 from prometheus_client import Gauge
 
+from app.core.printable import printable
+
 __all__ = ["LEAD_WINDOW", "ClockSkewMonitor", "OscillatorLead", "WindowExtreme"]
 
 log = logging.getLogger(__name__)
@@ -158,7 +160,7 @@ class ClockSkewMonitor:
             log.warning(
                 "clock skew %+.3fs against %s exceeds %.3fs: %s; check NTP on both hosts",
                 skew,
-                source,
+                printable(source),
                 self._threshold,
                 "its ticks are ahead of this worker's clock and wait for it (timers fire by "
                 "this worker's clock: late if it is the one behind)"
@@ -232,7 +234,7 @@ class OscillatorLead:
                 "oscillator %s runs %.3fs ahead of this worker's clock (over %.3fs): its "
                 "ticks are held until this worker's clock reaches their second, so timers "
                 "fire by this worker's clock%s; check NTP on both hosts",
-                source,
+                printable(source),
                 lead,
                 self._threshold,
                 (

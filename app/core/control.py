@@ -13,7 +13,9 @@ of a key is the setting, a tombstone clears it:
     that match the filter (:class:`app.core.timer_filter.TimerFilter`), answering each
     partition's count on the fired topic; applied only by workers running when it
     arrives (never again at a start), and tombstoned by ``kafka-timers cancel-bulk`` once
-    answered.
+    answered. One whose filter cannot be read (none at all, an empty prefix, an unknown
+    name) is refused: each worker answers it ``refused``, with the reason, and cancels
+    nothing.
 ``rate/<topic>``
     ``{"per_second": 500.0, ...}``: ``<topic>``'s limit across the service, overriding
     ``KAFKA_TIMERS_TOPIC_RATE_LIMITS``; ``{"per_second": null}`` lifts any limit; a
@@ -23,16 +25,29 @@ of a key is the setting, a tombstone clears it:
 Values are JSON objects; fields other than these (``by``, ``at_ms``: who wrote it and
 when, for people reading the topic) are ignored. A record that cannot be read is
 ignored, with a reason (:class:`ControlRecord` ``ignored``): no record on this topic can
-stop a worker. Who may write it is Kafka's ACLs on the topic: that is who is an
-operator for these commands (README, Threat model).
+stop a worker.
+
+Who is an operator for these commands: first who Kafka's ACLs let write the topic, then
+who holds the deployment's control secret (``KAFKA_TIMERS_CONTROL_SECRET``). Every record,
+tombstones included, carries an HMAC-SHA256 of the control topic's name, its key and its
+value in the header :data:`SIGNATURE_HEADER` (:func:`sign_control`); a worker applies
+only records whose signature it can check with its own secret
+(:func:`read_signed_control`), and ignores and counts every other, as it does a record
+it cannot read. A worker with no secret ignores every record. The topic's name is signed
+too, so a record copied from one deployment's control topic to another's (sharing a
+secret) is refused there. What the signature does not stop is a writer of the topic
+replaying a record an operator signed earlier, on the same topic: the ACLs are what
+stops that.
 
 Pure: the worker (:mod:`app.worker.control`) and the CLI build and read records here.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,12 +58,15 @@ __all__ = [
     "MAX_CONTROL_RATE",
     "PAUSE",
     "RATE",
+    "SIGNATURE_HEADER",
     "ControlRecord",
     "ControlState",
     "cancel_bulk_record",
     "pause_record",
     "rate_record",
     "read_control",
+    "read_signed_control",
+    "sign_control",
 ]
 
 #: Key prefixes of the kinds of control record.
@@ -78,9 +96,11 @@ class ControlRecord:
     clear: bool = False
     #: For ``rate`` (not clearing): the limit, or ``None`` for no limit at all.
     per_second: float | None = None
-    #: Why it is ignored.
+    #: Why it is ignored; for a ``cancel_bulk`` without a filter (and not clearing):
+    #: why it is refused.
     reason: str = ""
-    #: For ``cancel_bulk``: which timers, and whether only to count them.
+    #: For ``cancel_bulk``: which timers (None: a tombstone, or refused), and whether
+    #: only to count them.
     filter: TimerFilter | None = None
     dry_run: bool = False
 
@@ -142,18 +162,20 @@ def _read_control(key: bytes | None, value: bytes | None) -> ControlRecord:
     if not isinstance(doc, dict):
         return _ignored("value is not a JSON object")
     if kind == "cancel_bulk":
+        # A bulk cancel that cannot be read is refused, answered with its reason (never
+        # ignored in silence, never read as "every timer").
         query = doc.get("filter")
         dry_run = doc.get("dry_run", False)
         if not isinstance(query, dict) or not all(isinstance(v, str) for v in query.values()):
-            return _ignored("'filter' is not an object of strings")
+            return ControlRecord(kind, topic, reason="'filter' is not an object of strings")
         if not isinstance(dry_run, bool):
-            return _ignored("'dry_run' is not true or false")
+            return ControlRecord(kind, topic, reason="'dry_run' is not true or false")
         try:
             flt = TimerFilter.from_query(query)
         except ValueError as exc:
-            return _ignored(f"bad filter: {exc}")
+            return ControlRecord(kind, topic, reason=f"bad filter: {exc}")
         if flt == TimerFilter():
-            return _ignored("a bulk cancel needs at least one filter")
+            return ControlRecord(kind, topic, reason="a bulk cancel needs at least one filter")
         return ControlRecord(kind, topic, filter=flt, dry_run=dry_run)
     if kind == "pause":
         paused = doc.get("paused", True)
@@ -176,6 +198,75 @@ def _read_control(key: bytes | None, value: bytes | None) -> ControlRecord:
     ):
         return _ignored(f"'per_second' must be above 0 and at most {MAX_CONTROL_RATE:g}")
     return ControlRecord(kind, topic, per_second=float(rate))
+
+
+#: The header that carries a control record's signature (:func:`sign_control`).
+SIGNATURE_HEADER = "kafka-timers-signature"
+#: How a signature starts: the scheme, so that another can follow without ambiguity.
+_SCHEME = b"hmac-sha256-v1="
+#: What every signed message starts with (no other use of the secret signs the same).
+_DOMAIN = b"kafka-timers control record v1"
+
+
+def _signed_message(topic: str, key: bytes, value: bytes | None) -> bytes:
+    """The bytes signed: each part length-prefixed, a tombstone told from an empty value."""
+    out = bytearray()
+    for part in (_DOMAIN, topic.encode(), key, b"" if value is None else value):
+        out += len(part).to_bytes(8, "big")
+        out += part
+    out += b"\x00" if value is None else b"\x01"
+    return bytes(out)
+
+
+def sign_control(secret: str, topic: str, key: bytes, value: bytes | None) -> bytes:
+    """The :data:`SIGNATURE_HEADER` value of record ``key``/``value`` (``None``: a
+    tombstone) on control topic ``topic``, signed with ``secret``."""
+    digest = hmac.new(secret.encode(), _signed_message(topic, key, value), hashlib.sha256)
+    return _SCHEME + digest.hexdigest().encode()
+
+
+#: A record's headers as confluent-kafka gives them.
+Headers = Sequence[tuple[str, bytes | str | None]] | Mapping[str, bytes | str | None] | None
+
+
+def _signature_of(headers: Headers) -> bytes | None:
+    """The one signature among ``headers``, or None (none, or more than one)."""
+    pairs = headers.items() if isinstance(headers, Mapping) else headers or ()
+    found = [v for k, v in pairs if k == SIGNATURE_HEADER]
+    if len(found) != 1 or found[0] is None:
+        return None
+    value = found[0]
+    return value.encode() if isinstance(value, str) else value
+
+
+def read_signed_control(
+    key: bytes | None,
+    value: bytes | None,
+    headers: Headers,
+    *,
+    secret: str | None,
+    topic: str,
+) -> ControlRecord:
+    """:func:`read_control`, for a record whose signature checks with ``secret`` on
+    control topic ``topic``; every other record is ``ignored`` (and so is every record
+    when ``secret`` is None). Total, like :func:`read_control`."""
+    if secret is None:
+        return _ignored("this worker has no control secret (KAFKA_TIMERS_CONTROL_SECRET)")
+    if key is None:
+        return _ignored("no key")
+    if len(key) > MAX_KEY_BYTES:
+        return _ignored(f"key longer than {MAX_KEY_BYTES} bytes")
+    if value is not None and len(value) > MAX_VALUE_BYTES:
+        return _ignored(f"value longer than {MAX_VALUE_BYTES} bytes")
+    try:
+        given = _signature_of(headers)
+    except (TypeError, ValueError, UnicodeError):
+        given = None
+    if given is None:
+        return _ignored(f"not signed (one {SIGNATURE_HEADER} header)")
+    if not hmac.compare_digest(given, sign_control(secret, topic, key, value)):
+        return _ignored("bad signature (not this deployment's control secret)")
+    return read_control(key, value)
 
 
 def pause_record(topic: str, *, by: str, at_ms: int) -> tuple[bytes, bytes]:

@@ -32,6 +32,19 @@ prefixes. Keys of one kind sort together, so each kind is one ordered range:
     timer ``id`` is paused by its owner (value empty): while the key is there, its
     occurrences wait when due (:meth:`app.core.wheel.PartitionWheel.pause`). Only for
     pending timers: the key goes with the timer.
+``O<origin partition:06d>``
+    the highest offset of origin partition ``origin`` whose forwarded copy this
+    partition has applied (value: the offset in digits): a copy that arrives again
+    (a forwarding worker killed before its batch was durable forwards it twice) is
+    dropped, so an older version never replaces a newer one (:mod:`app.core.routing`).
+    One per origin partition, whatever the history: bookkeeping.
+``A``
+    the offset of the last request of the unit of work being applied (at-least-once
+    mode): written before anything the unit changes, to the changelog as to the store,
+    so a store (or changelog) holding any of a unit's effects holds it too. Requests up
+    to it read again after a crash (past ``R``) are a re-read: their effects may be in
+    the store already, so one whose second has passed is stored for the next tick
+    rather than fired at once (a later request of the same re-read may replace it).
 ``W``
     the last second whose timers have all been fired and forgotten.
 ``R``
@@ -53,6 +66,7 @@ changelogs outlive releases.
 from __future__ import annotations
 
 __all__ = [
+    "APPLYING",
     "BOOKKEEPING",
     "CAUGHT_UP",
     "DELIVERED",
@@ -64,6 +78,8 @@ __all__ = [
     "FAUST_OFFSET",
     "INDEX",
     "INDEX_END",
+    "ORIGIN",
+    "ORIGIN_END",
     "PAUSED",
     "PAUSED_END",
     "PENDING",
@@ -78,6 +94,7 @@ __all__ = [
     "expiry_floor",
     "expiry_key",
     "index_key",
+    "origin_key",
     "parse_expiry_key",
     "parse_timer_key",
     "paused_key",
@@ -110,16 +127,22 @@ EXPIRY_BATCH_END = b"W"
 PAUSED = b"S"
 #: First key after every paused timer's key.
 PAUSED_END = b"T"
+#: Prefix of the highest origin offset applied per origin partition (forwarded copies).
+ORIGIN = b"O"
+#: First key after every such key.
+ORIGIN_END = b"P"
 #: Key of the fired-through second.
 WATERMARK = b"W"
 #: Key of the last applied request offset.
 REQUEST_OFFSET = b"R"
+#: Key of the last request offset of the unit being applied (at-least-once mode).
+APPLYING = b"A"
 #: Faust's bookkeeping key (local RocksDB only).
 FAUST_OFFSET = b"__faust\x00offset__"
 #: When the local store was last caught up with its changelog (local RocksDB only).
 CAUGHT_UP = b"__kafka_timers\x00caught_up__"
 #: Every key that is neither a timer nor a remembered id: one of each per partition.
-BOOKKEEPING = (WATERMARK, REQUEST_OFFSET, FAUST_OFFSET, CAUGHT_UP)
+BOOKKEEPING = (WATERMARK, REQUEST_OFFSET, APPLYING, FAUST_OFFSET, CAUGHT_UP)
 
 #: Width of a second in a key: 12 digits reach the year 33658.
 _SECOND_DIGITS = 12
@@ -155,6 +178,11 @@ def bucket_floor(second: int) -> bytes:
 def index_key(timer_id: str) -> bytes:
     """Key of timer ``timer_id``'s entry in the id index."""
     return INDEX + timer_id.encode()
+
+
+def origin_key(partition: int) -> bytes:
+    """Key of the highest offset of origin ``partition`` applied here (forwarded copies)."""
+    return b"O%06d" % partition
 
 
 def paused_key(timer_id: str) -> bytes:

@@ -24,6 +24,7 @@ from app.core.errors import ConfigurationError, RejectedRequest, RejectReason
 from app.core.timer import Timer
 
 __all__ = [
+    "CONTROL_SUFFIX",
     "LAST_KEY_SECOND",
     "RequestPolicy",
     "TopicPattern",
@@ -36,6 +37,12 @@ _LEGAL_TOPIC = re.compile(r"[A-Za-z0-9._-]{1,249}")
 #: app's changelogs and repartition topics (another deployment's table among them: a
 #: forged record there would be replayed as that deployment's state).
 INTERNAL_SUFFIXES = ("-changelog", "-repartition")
+#: How every kafka-timers control topic's name ends (``<app id>-timer-control``,
+#: :mod:`app.core.control`). Refused as a callback topic by every deployment, whatever
+#: its allow-list: a callback's key and value are the requester's bytes, so a callback
+#: there would be a pause, a rate limit or a bulk cancel of another deployment, written
+#: with this worker's credentials.
+CONTROL_SUFFIX = "-timer-control"
 #: Most allowed topics a policy remembers: a flood of distinct names cannot grow it.
 ALLOWED_CACHE_SIZE = 10_000
 #: The last second a store key can hold: keys write seconds as 12 digits
@@ -168,6 +175,11 @@ class RequestPolicy:
         ):
             raise RejectedRequest(
                 RejectReason.TOPIC_NOT_ALLOWED, f"{topic!r} is internal or the service's own"
+            )
+        if topic.endswith(CONTROL_SUFFIX):
+            raise RejectedRequest(
+                RejectReason.TOPIC_NOT_ALLOWED,
+                f"{topic[:80]!r} is a kafka-timers control topic (operators only)",
             )
         if not any(p.fullmatch(topic) for p in self.allowed_topics):
             raise RejectedRequest(

@@ -89,6 +89,10 @@ class RawRecord:
     #: Why the record could not even be read as a record (a header name that is not
     #: UTF-8, say), or None: such a record is dead-lettered as ``malformed``.
     defect: str | None = None
+    #: For a copy a worker forwarded to its owner partition: ``(partition, offset)``
+    #: where the request was first read (its ``timer-hop`` header,
+    #: :func:`app.core.routing.without_hop`); None for a record read where it was sent.
+    origin: tuple[int, int] | None = None
 
     def __init__(
         self,
@@ -100,6 +104,7 @@ class RawRecord:
         value: bytes | None,
         headers: tuple[Header, ...] = (),
         defect: str | None = None,
+        origin: tuple[int, int] | None = None,
     ) -> None:
         # Straight into the instance's dict: frozen stops assignment, not construction.
         self.__dict__.update(
@@ -111,6 +116,7 @@ class RawRecord:
             value=value,
             headers=headers,
             defect=defect,
+            origin=origin,
         )
 
     def header(self, name: str) -> bytes | None:
@@ -119,8 +125,12 @@ class RawRecord:
 
 
 def derived_id(record: RawRecord) -> str:
-    """A stable id for a request that names none: the same record always gets the same id."""
-    return f"{record.topic}-{record.partition}-{record.offset}"
+    """A stable id for a request that names none: ``<topic>-<partition>-<offset>`` of
+    where it was sent, the same for the record and for the copy a worker forwards to
+    the id's owner partition (:attr:`RawRecord.origin`), so the timer is stored where
+    a ``get`` or a ``cancel`` by that id goes."""
+    partition, offset = record.origin or (record.partition, record.offset)
+    return f"{record.topic}-{partition}-{offset}"
 
 
 def parse_request(record: RawRecord, now: float | None = None) -> Timer | Cancel:

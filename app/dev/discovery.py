@@ -1,5 +1,6 @@
-"""Where a running demo is: the file through which ``kafka-timers demo`` tells
-``status``, ``get`` and ``list`` its workers' URLs and its broker's address.
+"""Where a running demo is: the file through which ``kafka-timers demo`` tells the
+other commands (``schedule``, ``cancel``, ``status``, ``get``, ``list``, ...) its
+workers' URLs and its broker's address.
 
 The demo starts its workers on free ports (never 6066, which a worker of the user's own
 may hold), so without this a command in another shell would ask ``127.0.0.1:6066`` and
@@ -35,6 +36,9 @@ class DemoStack:
     #: The operator's credential the demo gave its workers, so that ``get`` and ``list``
     #: may look timers up (the file is readable by this user only).
     operator_token: str | None = field(default=None, repr=False)
+    #: The control secret the demo gave its workers, so that ``pause``, ``resume``,
+    #: ``rate`` and ``cancel-bulk`` aimed at its broker and app id can sign their records.
+    control_secret: str | None = field(default=None, repr=False)
 
 
 def write_demo_stack(path: Path, stack: DemoStack) -> None:
@@ -70,6 +74,7 @@ def read_demo_stack(path: Path) -> DemoStack | None:
             workers=tuple(str(u) for u in doc["workers"]),
             metrics=tuple(str(u) for u in doc.get("metrics", ())),
             operator_token=str(doc["operator_token"]) if doc.get("operator_token") else None,
+            control_secret=str(doc["control_secret"]) if doc.get("control_secret") else None,
         )
     except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None

@@ -16,9 +16,16 @@ from typing import Any
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as _TopicPartition
 
-from app.core.control import ControlRecord, cancel_bulk_record, read_control
-from app.core.errors import BrokerUnavailable
+from app.core.control import (
+    SIGNATURE_HEADER,
+    ControlRecord,
+    cancel_bulk_record,
+    read_signed_control,
+    sign_control,
+)
+from app.core.errors import BrokerUnavailable, ConfigurationError
 from app.core.fired import FiredKind
+from app.core.printable import printable
 from app.core.timer_filter import TimerFilter
 from app.kafka.config import confluent_consumer, confluent_producer
 from app.kafka.topic_config import control_topic
@@ -33,8 +40,17 @@ _LIBRDKAFKA_LOG = logging.getLogger("kafka_timers.librdkafka.control")
 
 
 def send_control(settings: Settings, key: bytes, value: bytes | None, timeout: float) -> int:
-    """Write one control record (``value`` None: a tombstone) and return its offset once
-    the broker acknowledged it; :class:`BrokerUnavailable` if it did not in time."""
+    """Write one control record (``value`` None: a tombstone), signed with the
+    deployment's control secret (:func:`app.core.control.sign_control`), and return its
+    offset once the broker acknowledged it; :class:`BrokerUnavailable` if it did not in
+    time, :class:`ConfigurationError` (before anything is sent) if
+    ``KAFKA_TIMERS_CONTROL_SECRET`` is unset: the workers would ignore the record."""
+    secret = settings.control_secret
+    if secret is None:
+        raise ConfigurationError(
+            "KAFKA_TIMERS_CONTROL_SECRET is unset: control records are signed with the "
+            "deployment's control secret, and every worker ignores a record without it"
+        )
     producer = Producer(
         confluent_producer(
             settings, logger=_LIBRDKAFKA_LOG, **{"message.timeout.ms": int(timeout * 1000)}
@@ -48,7 +64,13 @@ def send_control(settings: Settings, key: bytes, value: bytes | None, timeout: f
 
     topic = control_topic(settings)
     try:
-        producer.produce(topic, value=value, key=key, on_delivery=delivered)
+        producer.produce(
+            topic,
+            value=value,
+            key=key,
+            headers=[(SIGNATURE_HEADER, sign_control(secret, topic, key, value))],
+            on_delivery=delivered,
+        )
     except KafkaException as exc:
         raise BrokerUnavailable(f"sending to {topic!r}: {exc}") from exc
     producer.flush(timeout)
@@ -64,10 +86,12 @@ def send_control(settings: Settings, key: bytes, value: bytes | None, timeout: f
 class ControlReader:
     """Reads every partition of the control topic from its start: to its end once
     (:meth:`read_to_end`, the end as the fetch reports it, not ListOffsets), then on
-    (:meth:`poll`). One thread at a time."""
+    (:meth:`poll`). Only records signed with the settings' control secret are applied;
+    the rest are ignored like unreadable ones. One thread at a time."""
 
     def __init__(self, settings: Settings, on_ignored: Callable[[], object] = lambda: None) -> None:
         self.topic = control_topic(settings)
+        self._secret = settings.control_secret
         self._consumer = Consumer(
             confluent_consumer(
                 settings,
@@ -123,9 +147,12 @@ class ControlReader:
                 continue
             self._at_end.discard(msg.partition() or 0)
             key, value = msg.key(), msg.value()
-            record = read_control(
+            record = read_signed_control(
                 key.encode() if isinstance(key, str) else key,
                 value.encode() if isinstance(value, str) else value,
+                msg.headers(),
+                secret=self._secret,
+                topic=self.topic,
             )
             if record.kind == "ignored":
                 log.warning(
@@ -133,7 +160,7 @@ class ControlReader:
                     self.topic,
                     msg.partition(),
                     msg.offset(),
-                    record.reason,
+                    printable(record.reason),
                 )
                 self.on_ignored()
             else:
@@ -226,9 +253,12 @@ def bulk_cancel(
             send_control(settings, key, None, timeout)  # done: no later worker applies it
     finally:
         consumer.close()
+    refused = next((a for a in answers.values() if a.get("outcome") == "refused"), None)
     return {
         "request": request_id,
         "dry_run": dry_run,
+        # The workers' reason when they refused it (its filter cannot be read), else None.
+        "refused": None if refused is None else str(refused.get("reason", ""))[:300],
         "filter": flt.to_query(),
         "matched": sum(a.get("matched", 0) for a in answers.values()),
         "cancelled": sum(a.get("cancelled", 0) for a in answers.values()),

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from app.core.errors import ConfigurationError
+from app.core.policy import CONTROL_SUFFIX
 from app.settings import RECORD_RESERVE_BYTES, Settings
 
 __all__ = [
@@ -102,10 +103,13 @@ CONTROL_PARTITIONS = 1
 
 
 def control_topic(settings: Settings) -> str:
-    """The control topic: ``<app id>-timer-control``. Under the app id's prefix, so no
-    timer can name it as its callback topic (the worker refuses ``<app id>-*``): only
-    who Kafka's ACLs let write it can pause or limit a topic."""
-    return f"{settings.app_id}-timer-control"
+    """The control topic: ``<app id>-timer-control``. No timer of any deployment can name
+    it as its callback topic (every worker refuses ``*-timer-control``,
+    :data:`app.core.policy.CONTROL_SUFFIX`, and its own ``<app id>-*``), and a worker
+    applies only records signed with the deployment's control secret
+    (:func:`app.core.control.sign_control`): only who Kafka's ACLs let write it and who
+    holds the secret can pause or limit a topic."""
+    return f"{settings.app_id}{CONTROL_SUFFIX}"
 
 
 class DescribedConfig(dict[str, str]):

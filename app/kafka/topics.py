@@ -33,6 +33,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from app.core.errors import BrokerUnavailable, ConfigurationError
 from app.kafka.config import confluent_common
+from app.kafka.demand import ensure_demand_topic
 from app.kafka.topic_config import (
     CONTROL_CONFIG,
     CONTROL_PARTITIONS,
@@ -217,10 +218,12 @@ def ensure_topics(
     as warnings. Any topic whose partition count differs is refused. Returns the
     configuration of each service topic among ``names``: as described if it existed,
     as created otherwise. Without ``names`` (every service topic), the control topic
-    too (:func:`ensure_control_topic`).
+    and the demand topic too (:func:`ensure_control_topic`,
+    :func:`app.kafka.demand.ensure_demand_topic`).
     """
     if names is None:
         ensure_control_topic(settings, timeout)
+        ensure_demand_topic(settings, timeout)
     partitions = settings.partition_count
     wait_for_broker(settings, timeout)
     admin = _admin(settings)

@@ -1,7 +1,7 @@
 """``kafka-timers migrate``: move every pending timer to another deployment, while
 producers keep sending.
 
-The procedure (README, Operations: Moving timers to more partitions or another cluster):
+The procedure (docs/operations.md, Moving timers: export, import, migrate):
 
 1. Start the new deployment (its topics with the new partition count, its workers and
    oscillators): it fires nothing yet, it has no timers.
@@ -56,6 +56,7 @@ from confluent_kafka.admin import AdminClient
 
 from app.core.errors import KafkaTimersError
 from app.core.partitioner import partition_for
+from app.core.printable import printable
 from app.core.request_format import RawRecord, parse_request
 from app.core.routing import without_hop
 from app.kafka.config import confluent_common
@@ -303,7 +304,11 @@ def _bridge(
             if record.defect is not None:
                 report.unreadable += 1
                 log.warning(
-                    "not bridged: %s[%d] offset %d: %s", topic, p, record.offset, record.defect
+                    "not bridged: %s[%d] offset %d: %s",
+                    topic,
+                    p,
+                    record.offset,
+                    printable(record.defect),
                 )
                 continue
             sender.send(

@@ -37,11 +37,17 @@ class RequestSender:
         self.partitions = count
         self._producer = Producer(confluent_producer(settings))
         self._errors: list[str] = []
+        #: Records queued for sending.
         self.sent = 0
+        #: Of which the broker acknowledged.
+        self.acknowledged = 0
 
     def _on_delivery(self, err: KafkaError | None, _msg: Message) -> None:
         if err is not None:
-            self._errors.append(str(err))
+            if len(self._errors) < 10:
+                self._errors.append(str(err))
+        else:
+            self.acknowledged += 1
 
     def owner(self, timer_id: str) -> int:
         return owner_of(timer_id, self.partitions)

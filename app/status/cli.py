@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
 from app.core.errors import KafkaTimersError
+from app.core.printable import printable
 from app.settings import Settings
 from app.status.forecast import FORECAST_WINDOWS, merge_forecasts
 from app.status.model import AHEAD_ALERT_SECONDS, STORE_KEY_KINDS, merge_snapshots
@@ -97,7 +98,8 @@ def _oscillator_lines(data: Mapping[str, Any]) -> list[str]:
             flag = "  AHEAD: its ticks wait for the workers' clocks; check NTP"
         shown = "-" if ahead is None else f"{ahead:+.2f}"
         lines.append(
-            f"  {source:<24} {shown:>10} s   {_n(clock.get('ticks_held'))} ticks held{flag}"
+            f"  {printable(source, 64):<24} {shown:>10} s   "
+            f"{_n(clock.get('ticks_held'))} ticks held{flag}"
         )
     held = data.get("held_ticks", {})
     if held:
@@ -139,11 +141,12 @@ def _forecast_lines(
 
 
 def render_status(data: Mapping[str, Any]) -> str:
-    """The merged snapshot as plain text, in the page's order."""
+    """The merged snapshot as plain text, in the page's order (what it quotes, an
+    oscillator's name from a tick say, with control characters escaped)."""
     totals = data["totals"]
     due = data["pending_by_due"]
     lat = data["lateness"]
-    workers = [w for w in data.get("workers", []) if w]
+    workers = [printable(w, 200) for w in data.get("workers", []) if w]
     lines = [
         f"kafka-timers status at {_hms(data['now'])} UTC, "
         f"{len(workers)} worker(s): {', '.join(workers)}",
@@ -198,7 +201,13 @@ def render_status(data: Mapping[str, Any]) -> str:
     lines.append("")
     lines += _rows("rejected by reason", sorted(data["rejected_by_reason"].items()), "none")
     lines += _rows("fired by callback topic", sorted(data["fired_by_topic"].items()), "none")
-    return "\n".join(lines)
+    return _shown("\n".join(lines))
+
+
+def _shown(text: str) -> str:
+    """``text`` for a terminal: its lines as they are, any other control character
+    escaped (the names and ids quoted are escaped where quoted, newlines included)."""
+    return "\n".join(printable(line) for line in text.split("\n"))
 
 
 def _render_next(timers: Sequence[Mapping[str, Any]], now: float) -> str:
@@ -206,9 +215,10 @@ def _render_next(timers: Sequence[Mapping[str, Any]], now: float) -> str:
     for t in timers:
         due = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t["due"]))
         lines.append(
-            f"{due:<20} {t['due'] - now:>7.0f}s  {t['partition']:>9}  {t['topic']:<24} {t['id']}"
+            f"{due:<20} {t['due'] - now:>7.0f}s  {t['partition']:>9}  "
+            f"{printable(t['topic']):<24} {printable(t['id'])}"
         )
-    return "\n".join(lines)
+    return _shown("\n".join(lines))
 
 
 def _forecast_by_topic(urls: Sequence[str], token: str) -> dict[str, Any] | None:

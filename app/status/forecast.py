@@ -11,10 +11,8 @@ web port, in ``/status/data`` (``due_forecast``), like the pending counts by due
 the page already shows. Counts **by callback topic** say which timers exist, so
 ``/status/forecast`` needs the operator's credential (``Authorization: Bearer
 <KAFKA_TIMERS_OPERATOR_TOKEN>``), like ``/timers/next``. The metric
-``kafka_timers_due_forecast{callback_topic, window}`` is on the metrics port, where
-``kafka_timers_fired_total{callback_topic}`` already names the topics, for the
-monitoring system (bind it with ``KAFKA_TIMERS_METRICS_BIND``); its labels are bounded
-like that one's: the first ``KAFKA_TIMERS_MAX_TOPIC_LABELS`` topics, the rest ``other``.
+``kafka_timers_due_forecast{window}`` on the metrics port, which asks for no credential,
+holds the totals only, like ``/status/data``: the counts by topic are the operator's.
 """
 
 from __future__ import annotations
@@ -29,7 +27,6 @@ from app.core.forecast import (
     DEFAULT_MINUTE_SECONDS,
     HOUR,
     MINUTE,
-    OTHER_TOPICS,
     ForecastRows,
     PartitionForecast,
     forecast_rows,
@@ -81,20 +78,14 @@ class ForecastCollector:
         forecasts: Callable[[], Iterable[PartitionForecast]],
         metrics: WorkerMetrics,
         worker_id: str,
-        max_topic_labels: int,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._forecasts = forecasts
         self._metrics = metrics
         self._worker = worker_id
-        self._max_labels = max_topic_labels
         self._clock = clock
         self._cached: tuple[float, dict[str, ForecastRows], bool, float] | None = None
         self._topics_body: tuple[float, bytes] | None = None
-        #: Topics with a label of their own in the metric (never shrinks: bounded).
-        self._labelled: set[str] = set()
-        #: Label values exported so far, so that a topic gone from the forecast reads 0.
-        self._exported: set[str] = set()
 
     def _rows(self) -> tuple[dict[str, ForecastRows], bool, float]:
         mono = time.monotonic()
@@ -139,30 +130,14 @@ class ForecastCollector:
             return None
         return body[1]
 
-    def _label(self, topic: str) -> str:
-        if topic in self._labelled:
-            return topic
-        if len(self._labelled) < self._max_labels:
-            self._labelled.add(topic)
-            return topic
-        return OTHER_TOPICS
-
     def export(self) -> None:
-        """Set ``kafka_timers_due_forecast{callback_topic, window}`` (a Faust timer)."""
-        rows, _, _ = self._rows()
-        by_label: dict[str, dict[str, int]] = {}
-        for topic, r in rows.items():
-            mine = by_label.setdefault(self._label(topic), dict.fromkeys(FORECAST_WINDOWS, 0))
-            for window, n in r.windows().items():
-                mine[window] += n
+        """Set ``kafka_timers_due_forecast{window}``: totals over every callback topic
+        (a Faust timer). The counts by topic stay behind the credential."""
+        rows, _, now = self._rows()
+        windows = _total(rows.values(), now).windows()
         gauge = self._metrics.due_forecast
-        for label in self._exported - set(by_label):
-            for window in FORECAST_WINDOWS:
-                gauge.labels(callback_topic=label, window=window).set(0)
-        for label, windows in by_label.items():
-            for window, n in windows.items():
-                gauge.labels(callback_topic=label, window=window).set(n)
-        self._exported |= set(by_label)
+        for window in FORECAST_WINDOWS:
+            gauge.labels(window=window).set(windows.get(window, 0))
 
 
 def _merge_rows(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

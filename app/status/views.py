@@ -337,7 +337,6 @@ def register_status_views(
         lambda: [w.forecast for w in service.wheels().values() if w.forecast is not None],
         metrics,
         settings.worker_id,
-        settings.max_topic_labels,
     )
     budget = LoopBudget(HEAVY_SHARE, HEAVY_BURST)
 

@@ -27,9 +27,11 @@ from app.core import proto
 from app.core.fetch_pacing import TickWatch, tick_fetch_wait_ms
 from app.core.request_format import RawRecord
 from app.kafka.config import confluent_consumer, confluent_producer
+from app.kafka.demand import DemandPublisher, DemandTable
 from app.kafka.topic_config import BROKER_DEFAULT_DELETE_RETENTION_MS
 from app.settings import TABLE_NAME, Settings
 from app.worker.control import BulkCanceller, ControlFollower
+from app.worker.demand import DemandExchange
 from app.worker.descriptors import ROCKSDB_MAX_OPEN_FILES
 from app.worker.faust_config import faust_credentials
 from app.worker.faust_internals import (
@@ -296,14 +298,18 @@ def build_worker(
         topics=TopicDirectory(output.topic_names),
         lease=lease,
         request_partitions=settings.partition_count,
-        # Rate limits per callback topic, shared as limit / N per partition; the
-        # control path changes them (and pauses topics) through service.gates.
+        hop_secret=settings.control_secret,
+        # Rate limits per callback topic, shared among the partitions by their backlogs
+        # (the demand exchange below); the control path changes them (and pauses
+        # topics) through service.gates.
         gates=gates,
         tracing=tracing,
     )
 
     # Bulk cancels on the control topic, run on the partitions this worker holds.
-    canceller = BulkCanceller(settings, service)
+    canceller = BulkCanceller(
+        settings, service, should_stop=lambda: bool(app.should_stop) or control.stopping
+    )
 
     async def bulk_cancel(record: Any) -> None:
         try:
@@ -378,6 +384,16 @@ def build_worker(
             await asyncio.Event().wait()
         finally:
             control.stop()
+
+    # Each limited topic's limit shared by backlog across the deployment (the demand
+    # topic is created with the service topics: app.kafka.topics.ensure_topics).
+    demand = DemandExchange(
+        service, DemandPublisher(settings), DemandTable(settings), settings.partition_count
+    )
+
+    @app.task  # type: ignore[untyped-decorator]
+    async def exchange_demand() -> None:
+        await demand.run()
 
     @app.task  # type: ignore[untyped-decorator]
     async def release_gated() -> None:
@@ -486,7 +502,7 @@ def build_worker(
         except CatchUpAbandoned:
             log.info("worker stopping: changelog catch-up of %s abandoned", sorted(dbs))
 
-    before_table_recovery(app, catch_up_assigned)
+    before_table_recovery(app, catch_up_assigned, frozenset({settings.changelog_topic}))
     # Faust's recovery after it is started over when a broker request of it gets no
     # answer, instead of ending for good (faust_internals._recovery_wait).
     watch_recovery(RecoveryStalls(health, metrics, step=FAUST_RECOVERY_STEP))

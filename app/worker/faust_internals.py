@@ -338,10 +338,56 @@ async def _recover_again(self: Any, reason: str) -> None:
     raise RebalanceAgain()
 
 
+#: The original ``Recovery._build_highwaters`` (taken at import, before any patch).
+_FAUST_BUILD_HIGHWATERS = Recovery._build_highwaters
+
+
+async def _recovery_targets(
+    self: Any, consumer: Any, tps: Any, destination: Any, title: str
+) -> None:
+    """Faust's ``Recovery._build_highwaters``, with the worker's own catch-up as the target
+    of every changelog partition it recovers itself.
+
+    Faust takes "high watermark - 1" as the offset its recovery must see an event at
+    before a table partition is ready. On a log written by transactions the last
+    offsets are commit or abort markers, control records no consumer ever receives: the
+    event never comes and the worker waits, never ready, for ever (every takeover and
+    restart in exactly-once mode on Apache Kafka). An aborted transaction, or one still
+    open (whose end is the last stable offset under read_committed), does the same.
+    The worker's catch-up (:func:`before_table_recovery`) has read those partitions to
+    the position a consumer reaches at the end, markers included, and left that
+    position less one as the store's persisted offset: that offset is the target here,
+    so Faust has nothing left to replay. What a zombie producer appends after the
+    catch-up is read by the next catch-up when the worker opens the partition's store.
+    """
+    await _FAUST_BUILD_HIGHWATERS(self, consumer, tps, destination, title)
+    own = getattr(self, "_kafka_timers_own_recovery", None)
+    if not own:
+        return
+    for tp in tps:
+        if tp.topic not in own:
+            continue
+        table = self.tp_to_table.get(tp)
+        persisted = None if table is None else table.persisted_offset(tp)
+        target = -1 if persisted is None else persisted
+        if destination.get(tp) != target:
+            log.info(
+                "recovery of %s[%d]: the worker's catch-up reached offset %d; Faust's "
+                "end (high watermark - 1) is %s, past control records or records "
+                "written since: recovery ends at the catch-up",
+                tp.topic,
+                tp.partition,
+                target,
+                destination.get(tp),
+            )
+        destination[tp] = target
+
+
 def _patches() -> tuple[tuple[type, str, Any], ...]:
     """What :func:`apply_patches` installs: (class, attribute, replacement)."""
     return (
         (Recovery, "_wait", _recovery_wait),
+        (Recovery, "_build_highwaters", _recovery_targets),
         (GroupCoordinator, "_maybe_leave_group", _maybe_leave_group),
         (GroupCoordinator, "_send_req", _send_req),
         (RocksDBOptions, "open", _open_partition_db),
@@ -543,7 +589,16 @@ def missing_internals() -> list[str]:
         ),
         (JoinGroupRequest, ("UNKNOWN_MEMBER_ID",)),
         (Fetcher, ("_get_actions_per_node",)),
-        (Recovery, ("_wait", "_restart_recovery", "wait_first", "signal_recovery_start")),
+        (
+            Recovery,
+            (
+                "_wait",
+                "_restart_recovery",
+                "_build_highwaters",
+                "wait_first",
+                "signal_recovery_start",
+            ),
+        ),
     )
     init_attrs: tuple[tuple[type, tuple[str, ...]], ...] = (
         (
@@ -561,7 +616,7 @@ def missing_internals() -> list[str]:
         (BaseCoordinator, ("_client",)),
         (JoinGroupRequest, ("_protocol_type", "_group_protocols", "_member_id")),
         (Fetcher, ("_fetch_max_wait_ms", "_isolation_level")),
-        (Recovery, ("active_offsets",)),
+        (Recovery, ("active_offsets", "tp_to_table")),
         (RocksDBOptions, ("use_rocksdict", "bloom_filter_size", "block_cache_size", "ttl")),
         (Stream, ("_processors", "channel")),
     )
@@ -589,8 +644,16 @@ def missing_internals() -> list[str]:
     return missing
 
 
-def before_table_recovery(app: faust.App, hook: Callable[[set[Any]], Awaitable[None]]) -> None:
+def before_table_recovery(
+    app: faust.App,
+    hook: Callable[[set[Any]], Awaitable[None]],
+    caught_up_topics: frozenset[str],
+) -> None:
     """Run ``hook(assigned)`` on every assignment before Faust's table recovery is told of it.
+
+    ``hook`` brings the changelog partitions of ``caught_up_topics`` to their end itself:
+    Faust's recovery of them then ends where the hook ended (:func:`_recovery_targets`),
+    never waiting for an offset that only a control record holds.
 
     Faust's ``TableManager.on_rebalance`` hands the assignment to its recovery, which
     reads each store's persisted offset there and signals its recovery task to start;
@@ -609,6 +672,9 @@ def before_table_recovery(app: faust.App, hook: Callable[[set[Any]], Awaitable[N
         assigned: set[Any], revoked: set[Any], newly_assigned: set[Any], generation_id: int = 0
     ) -> None:
         await hook(assigned)
+        # Faust's recovery of these topics ends where the hook's catch-up ended
+        # (_recovery_targets): the hook, not Faust, decides what "caught up" means.
+        tables.recovery._kafka_timers_own_recovery = caught_up_topics
         await original(assigned, revoked, newly_assigned, generation_id)
 
     tables.on_rebalance = on_rebalance

@@ -8,6 +8,10 @@ numbers (ports, milliseconds, counts), so :class:`RepeatFilter` lets the first l
 each *shape* (the message with its digits blanked) through, drops the repeats within a
 window, and when the shape shows up again after the window says how many it dropped.
 An outage is then one line per kind of failure, and a summary per kind per window.
+
+The same handlers get :class:`~app.core.printable.EscapingFilter` first: a message that
+quotes a record (an id, a topic, an oscillator name, a control key) is written with its
+control characters escaped, one record one line.
 """
 
 from __future__ import annotations
@@ -17,7 +21,14 @@ import re
 import time
 from collections.abc import Callable
 
-__all__ = ["DEFAULT_WINDOW_SECONDS", "RepeatFilter", "install_repeat_filter"]
+from app.core.printable import EscapingFilter
+
+__all__ = [
+    "DEFAULT_WINDOW_SECONDS",
+    "RepeatFilter",
+    "install_escaping_filter",
+    "install_repeat_filter",
+]
 
 #: Repeats of one shape within this many seconds are counted, not written.
 DEFAULT_WINDOW_SECONDS = 60.0
@@ -68,9 +79,21 @@ def install_repeat_filter(
     logger: logging.Logger, repeat: RepeatFilter | None = None
 ) -> RepeatFilter:
     """Put one :class:`RepeatFilter` on every handler of ``logger`` (the root, once
-    logging is set up): handlers see the records of every logger below it."""
+    logging is set up): handlers see the records of every logger below it. An
+    :class:`~app.core.printable.EscapingFilter` goes before it
+    (:func:`install_escaping_filter`)."""
+    install_escaping_filter(logger)
     repeat = repeat or RepeatFilter()
     for handler in logger.handlers:
         if not any(isinstance(f, RepeatFilter) for f in handler.filters):
             handler.addFilter(repeat)
     return repeat
+
+
+def install_escaping_filter(logger: logging.Logger) -> None:
+    """Put an :class:`~app.core.printable.EscapingFilter` first on every handler of
+    ``logger`` (the root, once logging is set up), so no message reaches a handler with
+    a raw control character."""
+    for handler in logger.handlers:
+        if not any(isinstance(f, EscapingFilter) for f in handler.filters):
+            handler.filters.insert(0, EscapingFilter())

@@ -142,6 +142,13 @@ class WorkerMetrics:
             "something else).",
             registry=r,
         )
+        self.forwards_replayed = Counter(
+            "kafka_timers_requests_forward_replays",
+            "Forwarded requests dropped on their owner partition as copies it had applied "
+            "already (a forwarding worker stopped before its batch was durable forwards it "
+            "again): applying one would put an older version back.",
+            registry=r,
+        )
         self.cancels_in_advance = Gauge(
             "kafka_timers_cancels_in_advance",
             "Cancels remembered for ids with no timer yet, per partition: capped (see "
@@ -288,12 +295,12 @@ class WorkerMetrics:
         )
         self.due_forecast = Gauge(
             "kafka_timers_due_forecast",
-            "Pending timers on this worker's partitions due in the window, by callback "
-            "topic (the first KAFKA_TIMERS_MAX_TOPIC_LABELS, the rest other): next_1m, "
-            "next_5m and next_1h from the start of the current minute (UTC); next_24h to "
-            "the start of the hour 24 hours after the current one. Counted as timers are "
-            "stored, cancelled and fired (app.core.forecast), refreshed every 10 s.",
-            ["callback_topic", "window"],
+            "Pending timers on this worker's partitions due in the window, all callback "
+            "topics together (by topic: /status/forecast, with the operator's credential): "
+            "next_1m, next_5m and next_1h from the start of the current minute (UTC); "
+            "next_24h to the start of the hour 24 hours after the current one. Counted as "
+            "timers are stored, cancelled and fired (app.core.forecast), refreshed every 10 s.",
+            ["window"],
             registry=r,
         )
         self.not_ready_seconds = Gauge(

@@ -21,7 +21,7 @@ from app.core.budget import DEFAULT_MAX_RECORD_BYTES, fits, record_bytes
 from app.core.errors import RejectReason, SystemicFailure
 from app.core.fired import Audit, FiredKind, FiredRecord, SkipReason, fired_jsons, json_string
 from app.core.request_format import RawRecord
-from app.core.routing import HOP_HEADER, hop_value
+from app.core.routing import HOP_HEADER
 from app.core.timer import Timer
 from app.worker.tracing import Tracing
 
@@ -96,7 +96,7 @@ class Output(Protocol):
 
     def dead_letter_timer(self, timer: Timer, reason: RejectReason, detail: str) -> None: ...
 
-    def forward(self, record: RawRecord, partition: int) -> None: ...
+    def forward(self, record: RawRecord, partition: int, hop: bytes) -> None: ...
 
     def changelog(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None: ...
 
@@ -347,8 +347,9 @@ class OutputProducer:
     def dropped(
         self, timer: Timer, outcome: str, partition: int, request_offset: int | None = None
     ) -> None:
-        """Answer a request that was not stored (``duplicate``, ``cancelled_earlier``), on
-        the fired topic's partition numbered like the request's, as a cancel is answered."""
+        """Answer a request that was not stored (``duplicate``, ``cancelled_earlier``,
+        ``wrong_token``), on the fired topic's partition numbered like the request's, as a
+        cancel is answered."""
         record = FiredRecord.dropped(
             timer,
             outcome,
@@ -449,13 +450,14 @@ class OutputProducer:
         ]
         self._produce(self._dlq_topic, timer.value, timer.key, headers=headers)
 
-    def forward(self, record: RawRecord, partition: int) -> None:
+    def forward(self, record: RawRecord, partition: int, hop: bytes) -> None:
         """Copy a request to ``partition`` of its topic, the one that owns its timer id:
-        the same key, value, headers and timestamp, and ``timer-hop`` naming where it was
-        read (:mod:`app.core.routing`). Needed durable like a changelog record: the
-        request's offset is committed with the unit, so a copy the broker refused fails
-        the unit instead of losing the request."""
-        headers: HeaderList = [*record.headers, (HOP_HEADER, hop_value(record))]
+        the same key, value, headers and timestamp, and ``timer-hop: <hop>`` naming where
+        it was read, signed where the deployment has a secret (:mod:`app.core.routing`).
+        Needed durable like a changelog record: the request's offset is made durable once
+        the unit is, so a copy the broker refused fails the unit instead of losing the
+        request."""
+        headers: HeaderList = [*record.headers, (HOP_HEADER, hop)]
         self._produce(
             record.topic,
             record.value,

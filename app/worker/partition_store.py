@@ -398,6 +398,12 @@ def catch_up_changelogs(
     )
     consumer = Consumer(conf)
     batches = {p: WriteBatch(raw_mode=True) for p in dbs}
+    # The offset each partition's store holds through: its last record applied, and
+    # once at the end, the end itself less one. A log written by transactions ends in a
+    # commit or abort marker (a control record no consumer receives), so the last
+    # record's offset + 1 is below the end; under read_committed the end is the last
+    # stable offset. Recording the position reached, not the last record seen, is what
+    # lets a later reader (Faust's recovery, the next catch-up) start past the markers.
     last: dict[int, int] = {}
     done = False
     try:
@@ -424,6 +430,9 @@ def catch_up_changelogs(
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
+                        end = msg.offset()
+                        if end is not None and end > 0 and end - 1 > last.get(p, -1):
+                            last[p] = end - 1
                         if p not in at_end:
                             at_end.add(p)
                             deadline = time.monotonic() + timeout
@@ -458,7 +467,7 @@ def catch_up_changelogs(
     for p, count in applied.items():
         if count:
             log.info(
-                "changelog catch-up %s[%d]: applied %d records (to offset %d)%s",
+                "changelog catch-up %s[%d]: applied %d records (through offset %d)%s",
                 topic,
                 p,
                 count,

@@ -22,11 +22,25 @@ from app.core.errors import RejectedRequest, RejectReason, SystemicFailure
 from app.core.fired import SkipReason
 from app.core.firing import StepKind, next_occurrence, plan
 from app.core.forecast import PartitionForecast
-from app.core.keys import BOOKKEEPING, REQUEST_OFFSET
+from app.core.keys import (
+    APPLYING,
+    BOOKKEEPING,
+    ORIGIN,
+    ORIGIN_END,
+    REQUEST_OFFSET,
+    origin_key,
+)
 from app.core.late import DEFAULT_POLICY, LatePolicy
 from app.core.policy import RequestPolicy
-from app.core.request_format import RawRecord, derived_id, parse_request
-from app.core.routing import check_forwardable, owner_of, without_hop
+from app.core.request_format import RawRecord, parse_request
+from app.core.routing import (
+    Origin,
+    check_forwardable,
+    hop_value,
+    is_replayed,
+    owner_of,
+    split_hop,
+)
 from app.core.tick_gate import MAX_AHEAD_SECONDS, TickGate
 from app.core.timer import Cancel, Timer, TokenAction
 from app.core.wheel import (
@@ -114,6 +128,17 @@ class _Partition:
     def __init__(self, wheel: PartitionWheel, kv: PartitionStore) -> None:
         self.wheel = wheel
         self.kv = kv
+        #: The highest origin offset applied per origin partition, of the forwarded
+        #: copies this partition received, as far as it is durable (app.core.routing):
+        #: read from the store when the partition is loaded, advanced after each batch.
+        self.origins: dict[int, int] = {
+            int(key[len(ORIGIN) :]): int(value) for key, value in kv.scan(ORIGIN, ORIGIN_END)
+        }
+        #: Requests up to this offset read again are a re-read after a crash: the last
+        #: offset of the unit that was being applied when the store was loaded (the
+        #: ``A`` key, app.core.keys), or -1.
+        applying = kv.get(APPLYING)
+        self.reread_through = int(applying) if applying is not None else -1
 
 
 class TimerService:
@@ -139,8 +164,12 @@ class TimerService:
         lease: GroupLease | None = None,
         gates: TopicGates | None = None,
         tracing: Tracing | None = None,
+        hop_secret: str | None = None,
     ) -> None:
         self._policy = policy
+        #: Signs the ``timer-hop`` of the copies this worker forwards and checks those it
+        #: reads (app.core.routing): the deployment's control secret; None: unsigned.
+        self._hop_secret = hop_secret
         #: Spans for schedules (here) and fires (the output's); None: tracing is off.
         self._tracing = tracing
         #: Rate limits and pauses per callback topic (app.worker.topic_gates): timers of a
@@ -347,9 +376,20 @@ class TimerService:
         # as single writes were, so what a failed flush leaves locally is unchanged.
         for part in parts.values():
             part.kv.defer_local_writes()
+        if not self._output.transactional:
+            # Before anything the unit changes, in the changelog as in the store: a store
+            # holding any of its effects knows the unit was under way (see reread).
+            ends: dict[int, int] = {}
+            for record in records:
+                ends[record.partition] = record.offset
+            for p, end in ends.items():
+                parts[p].kv.put(APPLYING, b"%d" % end)
         deadline = time.perf_counter() + UNIT_BUDGET_SECONDS
         pause_within = not self._output.transactional
         handled = len(records)
+        # The highest origin offsets applied so far, with this unit's copies: made
+        # durable with the unit, and the partitions' own only once it is.
+        applied: dict[int, dict[int, int]] = {}
         try:
             for i, record in enumerate(records):
                 if not i & 15 and i and time.perf_counter() > deadline:
@@ -364,7 +404,14 @@ class TimerService:
                 # the system itself is failing (app.worker.isolation draws the line).
                 try:
                     if record.headers:
-                        record = without_hop(record)
+                        record, origin = split_hop(record, routed, self._hop_secret)
+                        if origin is not None:
+                            marks = applied.get(record.partition)
+                            if marks is None:
+                                marks = applied[record.partition] = dict(part.origins)
+                            if is_replayed(origin, marks):
+                                self._replayed(record, origin)
+                                continue
                     request = parse_request(record, now)
                     if (
                         routed
@@ -379,7 +426,13 @@ class TimerService:
                         request = self._tracing.scheduled(record, request)
                     check(request, now)
                     check_fits(request, max_record)
-                    accepted = part.wheel.schedule(request)
+                    # Read again after a crash, with the store perhaps holding what came
+                    # after it: a request whose second passed waits for the next tick
+                    # instead of firing at once, so a newer version later in the re-read
+                    # replaces it again rather than following a fire of the old one.
+                    accepted = part.wheel.schedule(
+                        request, reread=record.offset <= part.reread_through
+                    )
                     if accepted.outcome is Scheduled.STORED:
                         scheduled += 1
                         if not accepted.replaced:
@@ -411,7 +464,9 @@ class TimerService:
                         if accepted.replaced:
                             pending_delta[record.partition] -= 1
                         fired_now.append((part, request))
-                    else:  # dropped: never silently (issue 22)
+                    elif accepted.outcome is Scheduled.WRONG_TOKEN:
+                        self._refused(record, request)
+                    else:  # dropped: never silently
                         self._dropped(record, request, accepted.outcome)
                 except Exception as exc:
                     if is_systemic(exc):
@@ -429,22 +484,40 @@ class TimerService:
         if self._output.transactional:
             for part, timer in fired_now:  # atomically with the callbacks
                 part.wheel.mark_fired(timer)
-        # Where the next owner of each partition resumes: in the changelog with this
-        # batch, and in the local store only once the batch is durable, so a worker that
-        # restarts on its own data after a failed flush re-reads the batch.
+        # Where the next owner of each partition resumes. In exactly-once mode in the
+        # unit's transaction. In at-least-once mode only once the unit is durable, in the
+        # changelog as in the local store: produced with the unit, it could reach the
+        # broker before some of the unit's forwarded copies or callbacks (other
+        # partitions, other batches) and a crash in between then lost them, the batch
+        # never read again. Produced after the flush, it is durable with the next one; a
+        # crash before that reads the batch again, which is harmless (second copies are
+        # dropped by their owner, a re-read fires nothing at once).
         records, rest = records[:handled], records[handled:]
         last: dict[int, int] = {}
         for record in records:
             last[record.partition] = max(record.offset, last.get(record.partition, -1))
         resume = {p: b"%d" % offset for p, offset in last.items()}
-        for p, value in resume.items():
-            parts[p].kv.put_changelog(REQUEST_OFFSET, value)
+        if self._output.transactional:
+            for p, value in resume.items():
+                parts[p].kv.put_changelog(REQUEST_OFFSET, value)
+        # Likewise the highest origin offsets of the forwarded copies applied: were they
+        # written locally before the batch is durable, a worker restarting on its own
+        # data would drop the copies the batch re-reads instead of applying them again.
+        advanced = self._advanced_origins(parts, applied)
+        for p, key, value in advanced:
+            parts[p].kv.put_changelog(key, value)
         try:
             await self._output.commit()
         except TransactionAborted as exc:
             raise DeliveryFailure(f"request batch not committed: {exc}") from exc
         for p, value in resume.items():
+            if not self._output.transactional:
+                parts[p].kv.put_changelog(REQUEST_OFFSET, value)
             parts[p].kv.put_local(REQUEST_OFFSET, value)
+        for p, key, value in advanced:
+            parts[p].kv.put_local(key, value)
+        for p, marks in applied.items():
+            parts[p].origins = marks
         if not self._output.transactional:
             for part, timer in fired_now:  # only once delivered; durable with the next unit
                 part.wheel.mark_fired(timer)
@@ -453,6 +526,29 @@ class TimerService:
         for p, part in parts.items():
             self._export_keys(p, part)
         return rest
+
+    @staticmethod
+    def _advanced_origins(
+        parts: dict[int, _Partition], applied: dict[int, dict[int, int]]
+    ) -> list[tuple[int, bytes, bytes]]:
+        """``(partition, key, value)`` of each origin offset this unit advanced."""
+        return [
+            (p, origin_key(origin), b"%d" % offset)
+            for p, marks in applied.items()
+            for origin, offset in marks.items()
+            if parts[p].origins.get(origin) != offset
+        ]
+
+    def _replayed(self, record: RawRecord, origin: Origin) -> None:
+        """Drop a forwarded copy its owner has applied already: its forwarder was stopped
+        before its batch was durable and forwarded it again (see app.core.routing)."""
+        self._metrics.forwards_replayed.inc()
+        log.debug(
+            "request %s dropped: a copy of %d@%d applied already",
+            _where(record),
+            origin.partition,
+            origin.offset,
+        )
 
     @staticmethod
     async def _let_the_loop_run(parts: Iterable[_Partition]) -> None:
@@ -468,17 +564,15 @@ class TimerService:
 
     def _forwarded(self, part: _Partition, record: RawRecord, request: Timer | Cancel) -> bool:
         """Forward ``request``, read off its id's owner partition, to the owner; False
-        when it stays: a JSON request without an id, or an id this partition still holds
-        pending (see :mod:`app.core.routing`)."""
-        if request.id == derived_id(record):
-            return False
+        when it stays: an id this partition still holds pending (see
+        :mod:`app.core.routing`; a request without an id goes to its derived id's owner)."""
         held = part.wheel.lookup(request.id)
         if held is not None and held[0] == "pending":
             return False
         assert self._request_partitions is not None
         owner = owner_of(request.id, self._request_partitions)
         check_forwardable(record, self._output.max_record_bytes)
-        self._output.forward(record, owner)
+        self._output.forward(record, owner, hop_value(record, self._hop_secret))
         self._metrics.forwarded.inc()
         return True
 
@@ -494,6 +588,18 @@ class TimerService:
             "that version already fired"
             if outcome is Scheduled.DUPLICATE
             else "a cancel with its token came first",
+        )
+
+    def _refused(self, record: RawRecord, timer: Timer) -> None:
+        """Answer and dead-letter a request that would have replaced a pending timer
+        protected by another token (:meth:`PartitionWheel.schedule`): answered on the fired
+        topic at the request's offset, as a cancel with a wrong token is (``"event":
+        "dropped"``, outcome ``wrong_token``), and dead-lettered ``wrong_token``."""
+        self._output.dropped(timer, Scheduled.WRONG_TOKEN.value, record.partition, record.offset)
+        self._reject(
+            record,
+            RejectReason.WRONG_TOKEN,
+            f"timer {timer.id[:80]!r} is pending under another token: not replaced",
         )
 
     def _cancel(self, part: _Partition, record: RawRecord, cancel: Cancel) -> None:
@@ -916,6 +1022,21 @@ class TimerService:
             self._metrics.rate_limit_backlog.labels(callback_topic=label).set(n)
         self._backlog_topics = set(backlog) | (self._backlog_topics & set(self.gates.gated))
 
+    def held_by_partition(self, topics: Iterable[str]) -> dict[int, dict[str, int]]:
+        """Every partition this worker holds, with the timers it holds back per topic in
+        ``topics`` (the limited ones): what the demand exchange reports
+        (:mod:`app.worker.demand`). A partition holding none is listed with ``{}``."""
+        wanted = set(topics)
+        out: dict[int, dict[str, int]] = {}
+        for p, part in self._partitions.items():
+            wheel = part.wheel
+            held = out[p] = {}
+            if wheel.holding:
+                for topic in wheel.held_topics():
+                    if topic in wanted:
+                        held[topic] = wheel.held_count(topic)
+        return out
+
     def rate_limits(self) -> dict[str, dict[str, Any]]:
         """Each gated or backlogged callback topic: its limit (callbacks/s across the
         service), whether paused, timers held here, and the delay the gate added (p50,
@@ -1162,7 +1283,7 @@ class TimerService:
     def _key_counts(part: _Partition) -> dict[str, int]:
         counts = part.wheel.counts
         bookkeeping = sum(1 for key in BOOKKEEPING if part.kv.get(key) is not None)
-        bookkeeping += part.wheel.delivered_batches
+        bookkeeping += part.wheel.delivered_batches + len(part.origins)
         return {
             "pending": counts.pending,
             "remembered": counts.remembered,

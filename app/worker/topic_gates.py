@@ -9,9 +9,15 @@ the store keeps them and a restart or a new owner finds them again, see
 :mod:`app.core.wheel`), in due order, and go out as the gate allows, each under its own
 late-fire policy: never dropped, never early.
 
-How a limit is shared by the workers: **one token bucket per partition and topic, at
-limit / N** (N the partition count of the service topics), not one bucket per worker
-at limit x owned / N. Chosen because
+How a limit is shared by the workers: **one token bucket per partition and topic**,
+whose rate is that partition's share of the limit. The shares follow demand
+(:mod:`app.core.rate_shares`): every worker publishes the backlog of its partitions and
+sets its buckets' rates from the backlogs of all (:meth:`TopicGates.share`, driven by
+:mod:`app.worker.demand`), so a topic whose timers all sit in one partition drains at
+the topic's limit. Until a worker has a current view of the backlogs (and for a topic
+no partition has a backlog for), each bucket runs at limit / N (N the partition count
+of the service topics): the buckets of all partitions add up to the limit either way.
+Buckets per partition, not per worker, because
 
 - it needs no coordination and no knowledge of who owns what: the N buckets together
   never exceed the limit, whichever workers hold them and however that changes;
@@ -25,11 +31,8 @@ at limit x owned / N. Chosen because
 - it keeps the due order where timers meet: one id's timers live in one partition, and
   each partition delivers its held timers strictly in due order.
 
-The price: a limit is a ceiling per partition. A topic whose timers sit unevenly across
-partitions drains at the rate of its busiest partition (with ids hashed by murmur2 the
-spread is even: 3,000 timers over 8 partitions differ by about 2%), and a limit below
-N per second (one callback per partition per N / limit seconds) can start with up to N
-callbacks in one second after an idle spell, one per partition.
+A limit below N per second (one callback per partition per N / limit seconds) can
+start with up to N callbacks in one second after an idle spell, one per partition.
 
 Two rules keep a limit, per bucket:
 
@@ -57,6 +60,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 
 __all__ = [
     "BURST_SECONDS",
@@ -148,6 +152,17 @@ class TokenBucket:
         if given and given[-1][0] < when:
             given[-1] = (when, given[-1][1])
 
+    def retune(self, rate: float, now: float) -> None:
+        """A new share of its topic's limit from now on (:meth:`TopicGates.share`): what
+        accrued so far is kept, up to what the bucket may hold at the new rate (a
+        backlogged bucket keeps its window's worth). Called every few hundred
+        milliseconds while a topic has a backlog, so it must not waste tokens."""
+        self.refill(now)
+        self.rate = rate
+        self.capacity = max(1.0, rate * BURST_SECONDS)
+        cap = max(self.capacity, rate * WINDOW_SECONDS) if self.backlogged else self.capacity
+        self.tokens = min(self.tokens, cap)
+
     def set_rate(self, rate: float, now: float) -> None:
         """A new rate from now on: what accrued so far at the old one is kept (capped)."""
         self.refill(now)
@@ -177,6 +192,10 @@ class TopicGates:
     :attr:`gated` (the topics held back at all: a limit or a pause), :meth:`budget` and
     :meth:`spend` per partition and topic, and :meth:`forget` for a partition it no
     longer holds. Not thread-safe: call it on the worker's event loop.
+
+    Every change costs the same however many topics are paused or limited already (a
+    flood of control records must not cost the square of its length): :attr:`gated` is
+    kept up to date one topic at a time, and the buckets are found by their topic.
     """
 
     def __init__(
@@ -193,12 +212,18 @@ class TopicGates:
         self._limits: dict[str, float] = {}
         self._paused: set[str] = set()
         self._buckets: dict[tuple[int, str], TokenBucket] = {}
+        #: Each partition's share of a limited topic's limit, callbacks a second, where
+        #: the demand exchange set one (:meth:`share`); else limit / N.
+        self._rates: dict[str, dict[int, float]] = {}
+        #: The same buckets by topic, then partition.
+        self._by_topic: dict[str, dict[int, TokenBucket]] = {}
         #: Per partition, the buckets spent from in the round being produced.
         self._producing: dict[int, list[TokenBucket]] = {}
         self._listeners: list[Callable[[], None]] = []
         #: The topics held back (limited or paused); empty when none is: then the fire
-        #: path does nothing more than read this attribute once per round.
-        self.gated: frozenset[str] = frozenset()
+        #: path does nothing more than read this attribute once per round. A live view,
+        #: changed in place: read it on the loop, never keep iterating it across an await.
+        self._gated: set[str] = set()
         for topic, rate in (limits or {}).items():
             self.set_rate(topic, rate)
 
@@ -210,21 +235,53 @@ class TopicGates:
         if per_second is not None and not (0 < per_second <= MAX_RATE):
             raise ValueError(f"rate must be above 0 and at most {MAX_RATE:g} (pause instead)")
         now = self._clock()
+        # Shares of the old limit are void; the next exchange of backlogs sets new ones.
+        self._rates.pop(topic, None)
         if per_second is None:
             self._limits.pop(topic, None)
-            for key in [k for k in self._buckets if k[1] == topic]:
-                del self._buckets[key]
+            for partition in self._by_topic.pop(topic, {}):
+                del self._buckets[(partition, topic)]
+            if topic not in self._paused:
+                self._gated.discard(topic)
         else:
             self._limits[topic] = float(per_second)
+            self._gated.add(topic)
             share = per_second / self._partitions
-            for (_, t), bucket in self._buckets.items():
-                if t == topic:
-                    bucket.set_rate(share, now)
+            for bucket in self._by_topic.get(topic, {}).values():
+                bucket.set_rate(share, now)
         self._changed()
+
+    def share(self, topic: str, rates: Mapping[int, float] | None) -> None:
+        """Set the rate of ``topic``'s bucket on each partition in ``rates`` (its share of
+        the limit, from the backlogs of all partitions: :mod:`app.core.rate_shares`);
+        ``None``: back to limit / N on every partition (no current view of the
+        backlogs). A topic no longer limited is ignored."""
+        limit = self._limits.get(topic)
+        if limit is None:
+            return
+        now = self._clock()
+        buckets = self._by_topic.get(topic, {})
+        if rates is None:
+            for partition in self._rates.pop(topic, {}):
+                bucket = buckets.get(partition)
+                if bucket is not None:
+                    bucket.retune(limit / self._partitions, now)
+            return
+        shares = self._rates.setdefault(topic, {})
+        for partition, rate in rates.items():
+            shares[partition] = rate
+            bucket = buckets.get(partition)
+            if bucket is not None and bucket.rate != rate:
+                bucket.retune(rate, now)
+
+    def shared(self) -> frozenset[str]:
+        """The topics whose buckets run at shares set by :meth:`share`."""
+        return frozenset(self._rates)
 
     def pause(self, topic: str) -> None:
         """Hold every callback to ``topic`` until :meth:`resume` (a rate of 0)."""
         self._paused.add(topic)
+        self._gated.add(topic)
         self._changed()
 
     def resume(self, topic: str) -> None:
@@ -232,12 +289,18 @@ class TopicGates:
         if topic not in self._paused:
             return
         self._paused.discard(topic)
+        if topic not in self._limits:
+            self._gated.discard(topic)
         now = self._clock()
-        for (_, t), bucket in self._buckets.items():
-            if t == topic:  # nothing accrued while paused
-                bucket.last = now
-                bucket.tokens = min(bucket.tokens, 0.0)
+        for bucket in self._by_topic.get(topic, {}).values():  # nothing accrued while paused
+            bucket.last = now
+            bucket.tokens = min(bucket.tokens, 0.0)
         self._changed()
+
+    @property
+    def gated(self) -> AbstractSet[str]:
+        """The topics held back (limited or paused), as a live read-only view."""
+        return self._gated
 
     def paused(self) -> frozenset[str]:
         return frozenset(self._paused)
@@ -299,17 +362,25 @@ class TopicGates:
         drop = set(partitions)
         for key in [k for k in self._buckets if k[0] in drop]:
             del self._buckets[key]
+            by_partition = self._by_topic[key[1]]
+            del by_partition[key[0]]
+            if not by_partition:
+                del self._by_topic[key[1]]
+        for shares in self._rates.values():
+            for partition in drop:
+                shares.pop(partition, None)
         for partition in drop:
             self._producing.pop(partition, None)
 
     def _bucket(self, partition: int, topic: str, limit: float) -> TokenBucket:
         bucket = self._buckets.get((partition, topic))
         if bucket is None:
-            bucket = TokenBucket(limit / self._partitions, self._clock())
+            rate = self._rates.get(topic, {}).get(partition, limit / self._partitions)
+            bucket = TokenBucket(rate, self._clock())
             self._buckets[(partition, topic)] = bucket
+            self._by_topic.setdefault(topic, {})[partition] = bucket
         return bucket
 
     def _changed(self) -> None:
-        self.gated = frozenset(self._limits) | frozenset(self._paused)
         for listener in self._listeners:
             listener()

@@ -354,7 +354,7 @@ def test_the_audit_of_a_real_run_finds_no_violations(
         timer = client.schedule(topic, b"v%d" % i, f"k{i}", at=start + 2 + (i % 6) * 0.5)
         expected.add(timer.id)
     client.schedule(topic, b"old", at=start + 3, timer_id="moved", token="t1")
-    client.schedule(topic, b"new", at=start + 4.5, timer_id="moved", token="t2")
+    client.schedule(topic, b"new", at=start + 4.5, timer_id="moved", token="t1")
     doomed = client.schedule(topic, b"never", at=start + 3600, timer_id="doomed")
     client.cancel("doomed", doomed.token)
     client.flush()

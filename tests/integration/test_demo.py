@@ -285,3 +285,67 @@ def test_kill_9_of_kafka_timers_broker_ends_its_broker(tmp_path: Path) -> None:
             wrapper.wait()
             wait_until(lambda: not listening(port), DEATH_TIMEOUT, "the broker's port closes")
             wait_until(lambda: gone(binary), DEATH_TIMEOUT, "the broker binary has ended")
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def readme_quickstart() -> str:
+    """The README's quickstart block, exactly as a newcomer copies it."""
+    text = (ROOT / "README.md").read_text()
+    after = text.split("<!-- quickstart:", 1)[1]
+    block = re.search(r"```sh\n(.*?)```", after, re.S)
+    assert block is not None, "the README's quickstart block"
+    return block.group(1)
+
+
+def test_every_readme_quickstart_command_works_against_the_demo(tmp_path: Path) -> None:
+    """In another shell, at the clone's root, with nothing set: each command of the
+    README's quickstart, as typed, reaches the running demo and does what it says."""
+    quickstart = readme_quickstart()
+    assert "source .venv/bin/activate" in quickstart and "--bootstrap" not in quickstart
+    demo_file = tmp_path / "run" / "demo.json"
+    env = clean_env(demo_file)
+    with started(["demo", "--timers", "2"], tmp_path, env) as demo:
+        out = Output(demo)
+        wait_until(
+            lambda: out.matches(r"^stack keeps running"),
+            START_TIMEOUT,
+            lambda: f"the demo's own timers fired; it printed:\n{out.text}",
+        )
+        assert out.matches(r"^  export KAFKA_BOOTSTRAP_SERVERS=127\.0\.0\.1:\d+$"), out.text
+        lines = quickstart.splitlines()
+        outputs: list[str] = []
+        for command in lines:
+            # As in the user's shell: the virtualenv activated (the first line), then this.
+            script = command if command == lines[0] else f"{lines[0]}\n{command}"
+            done = subprocess.run(
+                ["bash", "-c", script],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=180,
+                check=False,
+            )
+            assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
+            outputs.append(done.stdout)
+        by_command = dict(zip(lines, outputs, strict=True))
+        get = next(o for c, o in by_command.items() if c.startswith("kafka-timers get"))
+        assert json.loads(get)["state"] == "pending", get
+        listed = next(o for c, o in by_command.items() if c.startswith("kafka-timers list"))
+        assert '"id": "remind-42"' in listed, listed
+        cancel = next(o for c, o in by_command.items() if c.startswith("kafka-timers cancel"))
+        assert json.loads(cancel) == {"id": "remind-42", "outcome": "cancelled"}
+        status = by_command["kafka-timers status"]
+        assert "2 worker(s)" in status, status
+        # The demo's shell shows the callbacks: the retry once, the series three times.
+        wait_until(
+            lambda: (
+                len(out.matches(r"fired reminders: +due")) >= 3
+                and out.matches(r"fired payments-retry: order-7 ")
+            ),
+            60,
+            lambda: f"the demo shows the quickstart's callbacks; it printed:\n{out.text}",
+        )
+        assert len(out.matches(r"fired payments-retry: order-7 ")) == 1, out.text

@@ -30,11 +30,13 @@ def test_cancel_reschedule_and_wrong_token(stack: Stack) -> None:
     soon = time.time() + 4
     cancelled = client.schedule(topic, b"cancelled", at=soon)
     wrong = client.schedule(topic, b"still fires", at=soon)
-    client.schedule(topic, b"old payload", at=soon, timer_id="moved")
+    moved = client.schedule(topic, b"old payload", at=soon, timer_id="moved")
     client.flush()
     client.cancel(cancelled.id, cancelled.token)
     client.cancel(wrong.id, "not-the-token")
-    moved_again = client.schedule(topic, b"new payload", at=soon + 2, timer_id="moved")
+    moved_again = client.schedule(
+        topic, b"new payload", at=soon + 2, timer_id="moved", token=moved.token
+    )
     # a cancel that arrives before its request still wins
     client.cancel("early-bird", "tok-early")
     client.flush()

@@ -119,7 +119,9 @@ def test_requests_from_any_producer_meet_by_id(stack: Stack) -> None:
     )
     later = soon + 2
     for timer_id in rescheduled:
-        client.schedule(topic, f"{timer_id}@{later}".encode(), at=later, timer_id=timer_id)
+        client.schedule(
+            topic, f"{timer_id}@{later}".encode(), at=later, timer_id=timer_id, token="tok"
+        )
     client.flush()
     # And one cancel produced by the plain producer keyed by a business key, on the
     # timer's wrong partition: forwarded, it cancels too. Its timer is due far ahead, so
@@ -166,4 +168,54 @@ def test_requests_from_any_producer_meet_by_id(stack: Stack) -> None:
         _, shown, _ = get(settings, timer_id, worker.web)
         assert shown["state"] == "fired" and shown["due"] == later, (timer_id, shown)
     assert client.cancel(rescheduled[0], "tok", wait=30) is CancelOutcome.ALREADY_FIRED
+    client.close()
+
+
+def test_a_request_without_an_id_is_cancelled_by_its_derived_id(stack: Stack) -> None:
+    """A JSON request without an id gets ``<request topic>-<partition>-<offset>`` of where
+    it was sent; it is stored at that id's owner, so ``cancel`` and ``get`` by that id
+    reach it: each cancel is answered ``cancelled`` and no callback ever comes."""
+    settings = stack.settings
+    topic = stack.callback_topic(f"idless-{settings.app_id}")
+    stack.oscillator()
+    worker = start_probed(stack, "worker", "idless-worker")
+    client = firing_client(stack, topic)
+    plain = Producer(confluent_common(settings))
+    n = settings.partitions
+    sent: list[tuple[int, int]] = []
+
+    def delivered(err: object, msg: Any) -> None:
+        assert err is None, err
+        sent.append((msg.partition(), msg.offset()))
+
+    # Far enough ahead for every cancel to come first on a loaded 2-core machine.
+    due = int(time.time()) + 90
+    body = json.dumps({"topic": topic, "at": due, "value": "must never fire"}).encode()
+    for i in range(4 * n):
+        plain.produce(settings.topics.requests, body, partition=i % n, on_delivery=delivered)
+    assert plain.flush(10) == 0
+    derived = [f"{settings.topics.requests}-{p}-{o}" for p, o in sent]
+    moved = [d for d, (p, _) in zip(derived, sent, strict=True) if owner_of(d, n) != p]
+    assert moved, "some derived ids are owned by another partition than their landing one"
+
+    def pending() -> float:
+        with urllib.request.urlopen(f"{worker.metrics}/metrics", timeout=5) as response:
+            text = response.read().decode()
+        return sum(
+            float(line.split()[-1])
+            for line in text.splitlines()
+            if line.startswith("kafka_timers_pending ")
+        )
+
+    wait_until(lambda: pending() >= len(derived), 60, "every id-less timer stored")
+    outcomes = {timer_id: client.cancel(timer_id, "", wait=30) for timer_id in derived}
+    assert set(outcomes.values()) == {CancelOutcome.CANCELLED}, outcomes
+    for timer_id in moved[:3]:
+        assert get(settings, timer_id, worker.web)[1].get("state") == "cancelled", timer_id
+    with stack.reader(topic) as reader:
+        marker = client.schedule(topic, b"marker", at=due + 2)
+        client.flush()
+        records = reader.wait_for(lambda rs: marker.id in fired_ids(rs), 150)
+    assert not set(fired_ids(records)) & set(derived), "a cancelled timer fired"
+    assert not [r for r in records if r.value == b"must never fire"]
     client.close()

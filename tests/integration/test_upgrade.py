@@ -16,7 +16,7 @@ start on the same topics, group and RocksDB directories. Each timer must fire on
 none early, cancelled ones never; a timer and a series the old release stored are
 cancelled by this release's client and answered ``cancelled``. Rollback: the same with
 the releases swapped (this tree writes layouts 1 and 2, which the previous release
-reads; README, Releases, upgrades and rollbacks).
+reads; docs/deploy.md, Upgrades and rollbacks).
 
 A last test puts a timer in a stored layout newer than this release reads into the
 changelog: the worker must stop with one line and exit 78, the timer left in place.

@@ -44,6 +44,8 @@ class Produced:
     dropped: list[tuple[str, str, int, int | None]] = field(default_factory=list)
     #: Requests forwarded to their owner partition: (record, owner partition).
     forwarded: list[tuple[RawRecord, int]] = field(default_factory=list)
+    #: The ``timer-hop`` value of each forwarded copy, in the same order.
+    hops: list[bytes] = field(default_factory=list)
 
 
 class FakeOutput:
@@ -116,8 +118,9 @@ class FakeOutput:
     ) -> None:
         self.pending.dropped.append((timer.id, outcome, partition, request_offset))
 
-    def forward(self, record: RawRecord, partition: int) -> None:
+    def forward(self, record: RawRecord, partition: int, hop: bytes) -> None:
         self.pending.forwarded.append((record, partition))
+        self.pending.hops.append(hop)
 
     def changelog(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None:
         assert topic == CHANGELOG
@@ -139,6 +142,7 @@ class FakeOutput:
             "dead_timers",
             "changelog",
             "forwarded",
+            "hops",
             "dropped",
         ):
             getattr(self.durable, name).extend(getattr(self.pending, name))

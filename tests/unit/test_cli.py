@@ -65,6 +65,11 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
         # command that encoded one stopped with a traceback.
         (["status", "--timer", "a\udcff"], "not valid UTF-8: a\\xff"),
         (["schedule", "--topic", "t", "--in", "5s", "--header", "a=\udcff"], "not valid UTF-8"),
+        # An empty prefix ("$UNSET") would match every timer: refused before any broker.
+        (["cancel-bulk", "--id-prefix", ""], "--id-prefix is empty"),
+        (["cancel-bulk", "--key-prefix", ""], "--key-prefix is empty"),
+        (["cancel-bulk", "--topic", "t", "--id-prefix", "", "--dry-run"], "--id-prefix is empty"),
+        (["list", "--key-prefix", ""], "--key-prefix is empty"),
     ],
 )
 def test_errors_are_one_line(args: list[str], expected: str) -> None:
@@ -148,7 +153,8 @@ def test_audit_flags_reach_the_audit_parser() -> None:
     [
         (["worker", "--web-port", "99999"], "--web-port='99999': must be from 1 to 65535"),
         (["worker", "--metrics-port", "0"], "--metrics-port='0': must be from 1 to 65535"),
-        (["--bootstrap", "http://x:1", "topics"], "--bootstrap="),
+        (["--bootstrap", "http://x:1", "topics"], "--bootstrap-server="),
+        (["topics", "--bootstrap-server", "http://x:1"], "--bootstrap-server="),
     ],
 )
 def test_a_bad_flag_is_checked_as_its_setting_and_named_in_one_line(

@@ -188,7 +188,7 @@ def test_every_service_command_is_a_real_subcommand_of_the_image_entrypoint(
     for name, svc in services.items():
         assert svc["build"] == ".", name
         args = _parse_cli(list(svc["command"]))
-        assert args.id == name, f"{name}: --id should match the service name (logs, metrics)"
+        assert args.worker_id == name, f"{name}: its id should match the service name"
 
 
 def test_every_environment_variable_is_one_the_code_reads(compose: dict[str, Any]) -> None:

@@ -19,6 +19,7 @@ from app.core.control import (
     rate_record,
     read_control,
 )
+from app.core.timer_filter import TimerFilter
 from app.settings import Settings
 from app.worker.control import ControlFollower
 from app.worker.topic_gates import TopicGates
@@ -115,13 +116,20 @@ def test_cancel_bulk_records() -> None:
     assert not ControlState().apply(record)  # no state: it is run, never kept
     for bad in (
         b'{"filter": {}}',  # everything: refused
+        b'{"filter": {"id_prefix": ""}}',  # an empty prefix is everything too
+        b'{"filter": {"key_prefix": ""}}',
+        b'{"filter": {"key_prefix": "", "id_prefix": ""}}',
         b'{"filter": {"colour": "red"}}',
         b'{"filter": {"topic": 1}}',
         b'{"filter": {"topic": "t"}, "dry_run": "no"}',
         b'{"filter": []}',
     ):
-        assert read_control(b"cancel-bulk/r2", bad).kind == "ignored", bad
-    assert read_control(b"cancel-bulk/r2", None).kind == "cancel_bulk"  # its tombstone
+        refused = read_control(b"cancel-bulk/r2", bad)
+        # Refused, answered with a reason by the workers: never a filter to run.
+        assert (refused.kind, refused.topic, refused.filter) == ("cancel_bulk", "r2", None), bad
+        assert refused.reason and not refused.clear, bad
+    tombstone = read_control(b"cancel-bulk/r2", None)
+    assert (tombstone.kind, tombstone.clear) == ("cancel_bulk", True)
 
 
 # -- totality, by generated records ---------------------------------------------------
@@ -204,7 +212,10 @@ def test_any_control_record_is_read_or_ignored_with_a_reason(
     if record.kind == "rate" and not record.clear and record.per_second is not None:
         assert 0 < record.per_second <= MAX_CONTROL_RATE
     if record.kind == "cancel_bulk" and not record.clear:
-        assert record.filter is not None
+        assert (record.filter is None) == bool(record.reason)
+        if record.filter is not None:  # never a filter that matches every timer
+            assert record.filter != TimerFilter()
+            assert record.filter.id_prefix != "" and record.filter.key_prefix != b""
 
 
 @pytest.mark.parametrize(

@@ -184,12 +184,16 @@ def test_a_series_imported_again_after_it_fired_is_a_duplicate_not_a_restart() -
     # The same request again (an import run twice): occurrence 1 must not fire again.
     assert wheel.schedule(series).outcome is Scheduled.DUPLICATE
     assert wheel.get_pending("s") == successor
-    # Another version (another token, or another first occurrence) still replaces it.
-    other = replace(series, due=NOW + 20, token="other", recurrence=replace(rec, start=NOW + 20))
+    # Another version with another token is refused: the series is protected by its own.
+    stranger = replace(series, due=NOW + 20, token="other", recurrence=replace(rec, start=NOW + 20))
+    assert wheel.schedule(stranger).outcome is Scheduled.WRONG_TOKEN
+    assert wheel.get_pending("s") == successor
+    # Another first occurrence with its token replaces it.
+    other = replace(series, due=NOW + 20, recurrence=replace(rec, start=NOW + 20))
     assert wheel.schedule(other).outcome is Scheduled.STORED
     assert wheel.get_pending("s") == other
     # And a cancel with the token stops it, answered as ever.
-    assert wheel.cancel(Cancel("s", "other")) is CancelOutcome.CANCELLED
+    assert wheel.cancel(Cancel("s", "ts")) is CancelOutcome.CANCELLED
 
 
 def test_the_snapshot_keeps_one_timer_per_id_the_one_the_worker_would_fire() -> None:

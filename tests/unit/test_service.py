@@ -159,7 +159,10 @@ def test_a_request_batch_stores_timers_and_where_to_resume_once_durable() -> Non
     assert store.get(timer_key(NOW + 10, "a")) is not None
     assert store.get(REQUEST_OFFSET) == b"1"
     assert h.stores.stores[1].get(REQUEST_OFFSET) == b"0"
-    assert (0, REQUEST_OFFSET, b"1") in h.output.durable.changelog
+    # Produced only once the unit is durable (never ahead of its forwarded copies and
+    # callbacks): it is durable with the next flush.
+    assert (0, REQUEST_OFFSET, b"1") not in h.output.durable.changelog
+    assert (0, REQUEST_OFFSET, b"1") in h.output.pending.changelog
     assert h.pending() == 3
     assert run(h.service.request_offset(0)) == 1
 
@@ -245,6 +248,21 @@ def test_a_callback_the_broker_refuses_is_dead_lettered_and_the_rest_fire() -> N
     assert delivered == 1
     refused = h.metrics.rejected.labels(reason=RejectReason.DELIVERY_FAILED.value)._value.get()
     assert refused == 1
+
+
+def test_a_replace_without_the_token_is_answered_dead_lettered_and_the_original_fires() -> None:
+    h = Harness()
+    h.requests(h.schedule("a", NOW + 5))
+    h.requests(h.schedule("a", NOW + 9, token="other"), h.schedule("a", NOW + 2, token=""))
+    assert h.output.durable.dropped == [("a", "wrong_token", 0, 1), ("a", "wrong_token", 0, 2)]
+    reasons = [reason for _, reason, _ in h.output.durable.dead_letters]
+    assert reasons == [RejectReason.WRONG_TOKEN] * 2
+    assert h.pending() == 1
+    for second in range(NOW + 1, NOW + 10):
+        h.tick(second)
+    assert [(t.id, t.due, t.token) for t, _ in h.output.durable.callbacks] == [
+        ("a", NOW + 5, "tok")
+    ]
 
 
 def test_cancel_removes_a_pending_timer_and_a_wrong_token_is_dead_lettered() -> None:
@@ -490,3 +508,26 @@ def test_a_paused_one_shot_fires_on_resume_and_a_new_version_is_not_paused() -> 
     h.requests(pause(h, "a", protowire.ACTION_PAUSE))
     assert h.output.durable.pauses[-1][1:3] == ("pause", "already_fired")
     assert h.pending() == 0
+
+
+def test_a_re_read_after_a_crash_never_fires_a_version_a_later_request_replaced() -> None:
+    """A batch applied locally and not made durable is read again after the restart;
+    if ticks have passed the first version's second meanwhile, it must not fire at once
+    before the rest of the re-read replaces it again."""
+    h = Harness()
+    h.tick(NOW + 1)
+    first, second = h.schedule("a", NOW + 5), h.schedule("a", NOW + 50)
+    h.output.fail_flush = True
+    with pytest.raises(DeliveryFailure):
+        h.requests(first, second)
+    h.output.fail_flush = False
+    h.service.forget_partitions([0])  # the restart, on its own data
+    h.tick(NOW + 10)  # ticks first: the first version's second has passed
+    h.requests(first, second)  # the re-read
+    h.requests(h.schedule("b", NOW + 3))  # a request read for the first time fires at once
+    for second_ in range(NOW + 11, NOW + 51):
+        h.tick(second_)
+    assert [(t.id, t.due) for t, _ in h.output.durable.callbacks] == [
+        ("b", NOW + 3),
+        ("a", NOW + 50),
+    ]

@@ -7,7 +7,7 @@ partition's store is marked caught up as ticks arrive.
 
 from __future__ import annotations
 
-from app.core.keys import REQUEST_OFFSET, WATERMARK
+from app.core.keys import APPLYING, REQUEST_OFFSET, WATERMARK
 from app.worker.service import CAUGHT_UP_INTERVAL
 from tests.unit.test_service import NOW, Harness
 
@@ -27,7 +27,7 @@ def test_store_keys_by_kind_follow_fires_and_the_window() -> None:
     h = harness()
     h.requests(*(h.schedule(f"t{i}", NOW + 1) for i in range(10)), h.cancel("never"))
     assert h.service.store_keys_by_partition() == {
-        0: {"pending": 20, "remembered": 2, "bookkeeping": 1}  # R
+        0: {"pending": 20, "remembered": 2, "bookkeeping": 2}  # R and A
     }
     assert gauge(h, 0, "pending") == 20
     h.tick(NOW + 1)
@@ -35,19 +35,23 @@ def test_store_keys_by_kind_follow_fires_and_the_window() -> None:
     # the cancel's index entry and expiry key, the ten fired ids' index entries and the
     # one expiry batch that holds them all (app.core.expiry_batch)
     assert gauge(h, 0, "remembered") == 2 + 10 + 1
-    assert gauge(h, 0, "bookkeeping") == 2  # R and W
+    assert gauge(h, 0, "bookkeeping") == 3  # R, A and W
     h.tick(NOW + WINDOW)  # the cancel (at NOW, before any tick) expires
     assert gauge(h, 0, "remembered") == 11
     h.tick(NOW + 1 + WINDOW)
     assert gauge(h, 0, "remembered") == 0
     store = h.stores.stores[0]
-    assert set(store.data) == {REQUEST_OFFSET, WATERMARK}
+    assert set(store.data) == {REQUEST_OFFSET, APPLYING, WATERMARK}
     # what a compacted changelog keeps: nothing but the bookkeeping (the last tombstones
     # are produced, not yet flushed: idle ticks do not wait for acknowledgements)
     newest: dict[bytes, bytes | None] = {}
     for _, key, value in h.output.durable.changelog + h.output.pending.changelog:
         newest[key] = value
-    assert {k for k, v in newest.items() if v is not None} == {REQUEST_OFFSET, WATERMARK}
+    assert {k for k, v in newest.items() if v is not None} == {
+        REQUEST_OFFSET,
+        APPLYING,
+        WATERMARK,
+    }
 
 
 def test_a_reloaded_partition_counts_its_keys_once_and_goes_on() -> None:
@@ -59,7 +63,7 @@ def test_a_reloaded_partition_counts_its_keys_once_and_goes_on() -> None:
     assert h.service.store_keys_by_partition()[0] == {
         "pending": 2,
         "remembered": 2,
-        "bookkeeping": 2,
+        "bookkeeping": 3,
     }
 
 

@@ -262,9 +262,10 @@ def test_cancel_reschedule_and_a_redelivery_after_the_cancel() -> None:
     assert wheel.lookup("c") == ("cancelled", T0, "tok")  # the version's requested second
     assert wheel.schedule(spread_timer("c")).outcome is Scheduled.CANCELLED_EARLIER
     assert wheel.cancel(Cancel("c", "tok")) is CancelOutcome.CANCELLED
-    # a new version (another token) is a new timer; a reschedule moves it
+    # a new version (another token) is a new timer; a reschedule with its token moves it
     wheel.schedule(spread_timer("c", token="v2"))
-    moved = spread_timer("c", due=T0 + 100, token="v3")
+    assert wheel.schedule(spread_timer("c", T0 + 50, "v3")).outcome is Scheduled.WRONG_TOKEN
+    moved = spread_timer("c", due=T0 + 100, token="v2")
     assert wheel.schedule(moved).replaced and wheel.count_pending() == 1
     assert all(fire(wheel, s) == [] for s in range(T0, T0 + 100))
     assert fire(wheel, moved.fire_at) == ["c"]

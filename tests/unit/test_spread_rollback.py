@@ -1,6 +1,6 @@
 """A rollback with spread timers pending: the previous release (RELEASES' newest line,
 0.2.0) reads the store this tree wrote and fires each spread timer once, at the second
-this tree chose, never early, and forgets it (README: Releases, upgrades and rollbacks).
+this tree chose, never early, and forgets it (docs/deploy.md: Upgrades and rollbacks).
 
 0.2.0's own wheel and firing plan run in a process of their own on the exact keys and
 values this tree's wheel stored (a spread one-shot timer, a spread series, a plain

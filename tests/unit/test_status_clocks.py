@@ -65,3 +65,16 @@ def test_workers_add_up_held_ticks_and_keep_the_largest_lead() -> None:
     assert "+3599.60" in fast and "12 ticks held" in fast and "AHEAD" in fast
     assert "-0.03" in good and "AHEAD" not in good
     assert "holding ticks on partition(s) 0, 1" in text
+
+
+def test_an_oscillators_name_reaches_the_terminal_escaped() -> None:
+    """A tick names its oscillator: ``kafka-timers status`` prints the name on the
+    operator's terminal, so it is shown escaped, one line per oscillator."""
+    hostile = "osc\nforged line\x1b]0;owned\x07\x1b[2J"
+    merged = merge_snapshots(
+        [snapshot("w\x1b[1m", {hostile: {"ahead_seconds": 0.1, "ticks_held": 0.0}}, {})]
+    )
+    text = render_status(merged)
+    assert not any(c in text for c in "\x1b\x07")
+    assert not any(line.startswith("forged") for line in text.splitlines())
+    assert "osc\\nforged line\\x1b]0;owned" in text

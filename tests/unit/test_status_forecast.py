@@ -1,10 +1,10 @@
-"""The due-load forecast's worker side (app.status.forecast): the metric's labels are
-bounded, a topic gone reads 0, and the documents of several workers add up aligned on
-absolute minutes and hours."""
+"""The due-load forecast's worker side (app.status.forecast): the metric holds totals,
+never a topic (the counts by topic are the operator's), and the documents of several
+workers add up aligned on absolute minutes and hours."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, generate_latest
 
 from app.core.forecast import PartitionForecast
 from app.core.timer import Timer
@@ -27,32 +27,29 @@ def wheel_with(plan: dict[str, list[int]]) -> PartitionWheel:
     return wheel
 
 
-def gauge(metrics: WorkerMetrics, topic: str, window: str) -> float | None:
-    return metrics.registry.get_sample_value(
-        "kafka_timers_due_forecast", {"callback_topic": topic, "window": window}
-    )
+def gauge(metrics: WorkerMetrics, window: str) -> float | None:
+    return metrics.registry.get_sample_value("kafka_timers_due_forecast", {"window": window})
 
 
-def test_the_metric_is_bounded_and_a_topic_gone_reads_zero() -> None:
+def test_the_metric_shows_totals_and_never_a_topic() -> None:
     wheel = wheel_with({"a": [30, 120], "b": [90], "c": [4000]})
     metrics = WorkerMetrics(CollectorRegistry())
     assert wheel.forecast is not None
     collector = ForecastCollector(
-        lambda: [wheel.forecast] if wheel.forecast else [], metrics, "w1", 2, lambda: START
+        lambda: [wheel.forecast] if wheel.forecast else [], metrics, "w1", lambda: START
     )
     collector.export()
-    assert gauge(metrics, "a", "next_1m") == 1 and gauge(metrics, "a", "next_5m") == 2
-    labelled = {gauge(metrics, t, "next_24h") for t in ("a", "b", "c", "other")}
-    assert labelled == {2.0, 1.0, None}  # two topics of their own, the third is other
-    assert (gauge(metrics, "b", "next_24h") or 0) + (gauge(metrics, "other", "next_24h") or 0) + (
-        gauge(metrics, "c", "next_24h") or 0
-    ) == 2
+    windows = {w: gauge(metrics, w) for w in ("next_1m", "next_5m", "next_1h", "next_24h")}
+    assert windows == {"next_1m": 1, "next_5m": 3, "next_1h": 3, "next_24h": 4}
+    exposed = generate_latest(metrics.registry).decode().splitlines()
+    shown = [line for line in exposed if line.startswith("kafka_timers_due_forecast{")]
+    assert len(shown) == 4 and not any("callback_topic" in line for line in shown), shown
     fired = wheel.begin_tick(START + 200)  # a and b fire
     assert fired is not None and len(fired) == 3
     wheel.finish_tick(START + 200, fired)
     collector._cached = None  # past its 5 s
     collector.export()
-    assert gauge(metrics, "a", "next_24h") == 0
+    assert gauge(metrics, "next_24h") == 1
 
 
 def test_documents_of_two_workers_add_up_aligned_on_the_minute() -> None:

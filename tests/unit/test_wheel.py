@@ -97,7 +97,7 @@ def test_crash_between_delivery_and_forgetting_refires_at_least_once() -> None:
 def test_reschedule_replaces_the_pending_version() -> None:
     wheel = PartitionWheel(MemoryKV())
     wheel.schedule(timer("a", 100, token="t1", value=b"old"))
-    accepted = wheel.schedule(timer("a", 105, token="t2", value=b"new"))
+    accepted = wheel.schedule(timer("a", 105, token="t1", value=b"new"))
     assert accepted.outcome is Scheduled.STORED and accepted.replaced
     assert fire(wheel, 104) == []
     due = wheel.begin_tick(105)
@@ -257,7 +257,9 @@ def test_cancel_stops_a_series_and_a_new_schedule_replaces_it() -> None:
     assert wheel.cancel(Cancel("s", "tok")) is CancelOutcome.CANCELLED
     assert fire_series(wheel, 102) == [] and wheel.count_pending() == 0
     wheel.schedule(series_timer("r", 200, token="v1"))
-    accepted = wheel.schedule(series_timer("r", 300, every=5, token="v2"))
+    refused = wheel.schedule(series_timer("r", 250, every=5, token="v2"))
+    assert refused.outcome is Scheduled.WRONG_TOKEN
+    accepted = wheel.schedule(series_timer("r", 300, every=5, token="v1"))
     assert accepted.replaced and wheel.count_pending() == 1
     assert fire_series(wheel, 200) == []
     assert fire_series(wheel, 300) == [("r", 1, 300)]
@@ -362,3 +364,51 @@ def test_pending_index_entry_is_written_byte_for_byte_as_the_entry_encodes() -> 
 
     for due, token in [(0, ""), (1_767_225_600, "tok"), (999_999_999_999, "ü-ß")]:
         assert _pending_entry(due, token) == _IndexEntry(b"P", due, token).encode()
+
+
+def test_a_token_protected_timer_is_replaced_only_with_its_token() -> None:
+    wheel = PartitionWheel(MemoryKV())
+    wheel.schedule(timer("a", 100, token="t1", value=b"mine"))
+    for stranger in ("", "t2"):  # no token, another token
+        refused = wheel.schedule(timer("a", 900, token=stranger, value=b"theirs"))
+        assert refused.outcome is Scheduled.WRONG_TOKEN and not refused.replaced
+    assert wheel.lookup("a") == ("pending", 100, "t1")
+    assert wheel.cancel(Cancel("a", "t1")) is CancelOutcome.CANCELLED  # the owner still can
+    # The same refusals when the timer is due now: nothing fires in its place.
+    wheel.schedule(timer("b", 200, token="t1"))
+    assert fire(wheel, 150) == []
+    assert wheel.schedule(timer("b", 120, token="t2")).outcome is Scheduled.WRONG_TOKEN
+    got = wheel.begin_tick(200)
+    assert [(t.id, t.token, t.value) for t in got or []] == [("b", "t1", b"v")]
+
+
+def test_a_token_less_timer_is_cancel_and_replace_by_id() -> None:
+    wheel = PartitionWheel(MemoryKV())
+    wheel.schedule(timer("a", 100, token=""))
+    assert wheel.schedule(timer("a", 110, token="")).replaced  # etf1 re-keyed: replaced
+    taken = wheel.schedule(timer("a", 120, token="t1"))  # anyone may, with a token too...
+    assert taken.outcome is Scheduled.STORED and taken.replaced
+    # ... which then protects the new version.
+    assert wheel.schedule(timer("a", 130, token="")).outcome is Scheduled.WRONG_TOKEN
+    assert wheel.lookup("a") == ("pending", 120, "t1")
+
+
+def test_a_wrong_token_keeps_a_pause_and_the_right_one_ends_it() -> None:
+    wheel = PartitionWheel(MemoryKV())
+    wheel.schedule(timer("a", 100, token="t1"))
+    assert wheel.pause(Cancel("a", "t1")).value == "paused"
+    assert wheel.schedule(timer("a", 105, token="t2")).outcome is Scheduled.WRONG_TOKEN
+    assert wheel.is_paused("a")
+    assert fire(wheel, 100) == []  # still paused: waits
+    assert wheel.schedule(timer("a", 105, token="t1")).replaced  # its owner's new decision
+    assert not wheel.is_paused("a")
+    assert fire(wheel, 105) == ["a"]
+
+
+def test_an_id_that_fired_or_was_cancelled_takes_a_new_token() -> None:
+    wheel = PartitionWheel(MemoryKV())
+    wheel.schedule(timer("a", 100, token="t1"))
+    assert fire(wheel, 100) == ["a"]
+    assert wheel.schedule(timer("a", 200, token="t2")).outcome is Scheduled.STORED
+    assert wheel.cancel(Cancel("a", "t2")) is CancelOutcome.CANCELLED
+    assert wheel.schedule(timer("a", 300, token="t3")).outcome is Scheduled.STORED

@@ -61,7 +61,7 @@ export interface ScheduleOptions {
   late?: string;
   /** Fire at a second in [due, due + spread] fixed by the id: seconds or `"60s"`, whole, up to a day. */
   spread?: number | string;
-  /** The timer's id (generated if absent or empty); scheduling the same id again replaces it. */
+  /** The timer's id (generated if absent or empty); scheduling the same id again with its token replaces it (another token is refused `wrong_token`). */
   id?: string;
   /** The token cancels must present (generated if absent; `""`: none, a tombstone cancels it). */
   token?: string;

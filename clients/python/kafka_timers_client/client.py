@@ -224,9 +224,12 @@ class TimerClient:
         same request is sent; ``due`` and ``timer-due`` stay the requested second.
 
         A due time with a fraction of a second is rounded up: a timer never fires early.
-        Scheduling again with the same ``timer_id`` replaces the pending version (a whole
-        series). Call :meth:`flush` (or use the client as a context manager) to be sure it
-        was accepted. A bad recurrence or policy raises :class:`KafkaTimersError` here.
+        Scheduling again with the same ``timer_id`` and the pending version's ``token``
+        replaces it (a whole series); with another token (or none, which draws a new
+        one) the worker refuses it (``wrong_token``, answered on the fired topic and
+        dead-lettered) and the pending version stays. Call :meth:`flush` (or use the
+        client as a context manager) to be sure it was accepted. A bad recurrence or
+        policy raises :class:`KafkaTimersError` here.
         """
         timer_id = checked_text(timer_id or uuid.uuid4().hex, "the id", MAX_ID_CHARS)
         token = checked_text(token or secrets.token_hex(8), "the token", MAX_TOKEN_CHARS)

@@ -65,13 +65,17 @@ class FiredKind(str, Enum):
     #: A fire the late-fire policy did not deliver; ``reason`` says why.
     SKIPPED = "skipped"
     #: A request accepted but not stored, answered like a cancel: ``outcome`` is
-    #: ``duplicate`` (that version already fired) or ``cancelled_earlier`` (a cancel with
-    #: its token came first). The audit reads it and judges nothing by it.
+    #: ``duplicate`` (that version already fired), ``cancelled_earlier`` (a cancel with
+    #: its token came first) or ``wrong_token`` (the id's pending timer is protected by
+    #: another token: refused, also dead-lettered). The audit reads it and judges
+    #: nothing by it.
     DROPPED = "dropped"
     #: A partition's answer to an operator's bulk cancel (``kafka-timers cancel-bulk``):
-    #: ``id`` is ``cancel-bulk/<request id>``, ``outcome`` ``cancelled`` or ``dry_run``,
-    #: and the JSON adds ``request``, ``matched`` and ``cancelled`` (each cancelled
-    #: timer also has its own ``cancel`` record). The audit judges nothing by it.
+    #: ``id`` is ``cancel-bulk/<request id>``, ``outcome`` ``cancelled``, ``dry_run`` or
+    #: ``refused`` (its filter could not be read, as an empty prefix: nothing cancelled,
+    #: ``reason`` says why), and the JSON adds ``request``, ``matched`` and
+    #: ``cancelled`` (each cancelled timer also has its own ``cancel`` record). The audit
+    #: judges nothing by it.
     BULK_CANCEL = "bulk_cancel"
     #: A timer's owner paused it (``outcome``: ``paused``, ``wrong_token``,
     #: ``already_fired`` or ``not_found``); answered at the request's offset like a

@@ -1,7 +1,7 @@
 """Protobuf wire encoding of the ``Future`` request, by hand: what the client encodes with.
 
 The schema of record is ``app/core/proto/kafka_timers/v1/future.proto`` (shipped with the
-package; see the README, "Request formats"): fields 1-3 are the original article's
+package; see docs/protocol.md): fields 1-3 are the original article's
 ``Future``, fields 4-8 ours, 9-15 recurring timers and the late-fire policy, 16 the
 spread. This codec
 follows it exactly, ``None`` standing for an absent field, and

@@ -1,0 +1,243 @@
+"""The demand topic: every worker's backlog of rate-limited timers, for every worker.
+
+``<app id>-timer-demand`` (one partition, under the app id's prefix, so no timer can
+name it as its callback topic) carries one small JSON record per worker every
+:data:`REPORT_SECONDS` while any topic is limited: the timers each of its partitions
+holds back per limited topic. Every worker tails it (:class:`DemandTable`) and shares
+each limit among the partitions by their backlogs (:mod:`app.core.rate_shares`).
+
+Records are keyed by worker id. The topic is compacted and deleted after an hour, and a
+reader starts :data:`LOOKBACK` records before the end, not at the start: what it needs is
+the last few seconds, so a start costs the same after years of traffic. A report counts
+for :data:`STALE_SECONDS` after it was read (and not at all if it was written longer ago
+than that): a worker that dies stops counting within that time, and its partitions'
+share goes to the others.
+
+The value, JSON: ``{"worker": "w1", "at": 1767225600.25, "held": {"3": {"billing":
+3000}}}`` (partition, as text, to callback topic to timers held).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from app.kafka.config import confluent_common, confluent_consumer, confluent_producer
+from app.settings import Settings
+
+__all__ = [
+    "DEMAND_CONFIG",
+    "LOOKBACK",
+    "REPORT_SECONDS",
+    "STALE_SECONDS",
+    "DemandPublisher",
+    "DemandTable",
+    "demand_topic",
+    "ensure_demand_topic",
+]
+
+log = logging.getLogger(__name__)
+_LIBRDKAFKA_LOG = logging.getLogger("kafka_timers.librdkafka.demand")
+
+#: How often a worker reports its backlogs and retunes its buckets, seconds.
+REPORT_SECONDS = 0.25
+#: How long a report counts after it was read (and the oldest it may be when read).
+STALE_SECONDS = 2.0
+#: Records a reader starts before the end: far more than the workers' last reports.
+LOOKBACK = 1000
+#: Compacted (the newest report of each worker) and deleted after an hour.
+DEMAND_CONFIG = {
+    "cleanup.policy": "compact,delete",
+    "retention.ms": str(3_600_000),
+    "segment.ms": str(600_000),
+    "min.compaction.lag.ms": "0",
+}
+
+
+def demand_topic(settings: Settings) -> str:
+    """``<app id>-timer-demand``: under the app id's prefix, refused as a callback topic."""
+    return f"{settings.app_id}-timer-demand"
+
+
+def ensure_demand_topic(settings: Settings, timeout: float = 15.0) -> str:
+    """Create the demand topic if it is missing (one partition); return its name."""
+    name = demand_topic(settings)
+    conf: dict[str, Any] = {**confluent_common(settings), "logger": _LIBRDKAFKA_LOG}
+    admin = AdminClient(conf)
+    if name in admin.list_topics(timeout=timeout).topics:
+        return name
+    future = admin.create_topics(
+        [NewTopic(name, 1, settings.replication_factor, config=dict(DEMAND_CONFIG))],
+        request_timeout=timeout,
+    )[name]
+    try:
+        future.result(timeout)
+    except KafkaException as exc:
+        if "TOPIC_ALREADY_EXISTS" not in str(exc) and "already exists" not in str(exc):
+            raise
+    return name
+
+
+class DemandPublisher:
+    """Sends this worker's reports (fire and forget: the next one is a quarter second away)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._topic = demand_topic(settings)
+        self._worker = settings.worker_id
+        self._producer = Producer(
+            confluent_producer(
+                settings,
+                logger=_LIBRDKAFKA_LOG,
+                **{"linger.ms": 0, "message.timeout.ms": int(STALE_SECONDS * 1000)},
+            )
+        )
+
+    def publish(self, held: Mapping[int, Mapping[str, int]], now: float) -> None:
+        value = json.dumps(
+            {
+                "worker": self._worker,
+                "at": now,
+                "held": {str(p): dict(topics) for p, topics in held.items()},
+            },
+            separators=(",", ":"),
+        ).encode()
+        try:
+            self._producer.produce(self._topic, value=value, key=self._worker.encode())
+        except (BufferError, KafkaException) as exc:
+            log.warning("demand report not sent (%s): the next one follows", exc)
+        self._producer.poll(0)
+
+    def close(self) -> None:
+        self._producer.flush(1.0)
+
+
+class _Report:
+    __slots__ = ("at", "held", "read_at", "worker")
+
+    def __init__(self, worker: str, at: float, held: dict[int, dict[str, int]], read_at: float):
+        self.worker = worker
+        self.at = at
+        self.held = held
+        self.read_at = read_at
+
+
+def _parse(value: bytes | None, wall: float, read_at: float) -> _Report | None:
+    """A report, or None for anything else (old, or not a report: ignored)."""
+    if not value or len(value) > 1_000_000:
+        return None
+    try:
+        data = json.loads(value)
+        worker = data["worker"]
+        at = float(data["at"])
+        held = {
+            int(p): {str(t): int(n) for t, n in topics.items() if int(n) > 0}
+            for p, topics in data["held"].items()
+        }
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        return None
+    if not isinstance(worker, str) or not wall - STALE_SECONDS <= at <= wall + STALE_SECONDS:
+        return None
+    return _Report(worker, at, held, read_at)
+
+
+class DemandTable:
+    """The latest report of every worker, read by a thread that tails the demand topic.
+
+    :meth:`backlogs` gives, per limited topic, each partition's backlog from the newest
+    current report naming the partition; :meth:`current` says whether this worker's own
+    last report has been read back lately (else its view may be stale, and it falls
+    back to the static split).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self._settings = settings
+        self._topic = demand_topic(settings)
+        self._me = settings.worker_id
+        self._clock = clock
+        self._wall = wall
+        self._lock = threading.Lock()
+        self._reports: dict[str, _Report] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._tail, name="demand-tail", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5.0)
+
+    def apply(self, value: bytes | None) -> None:
+        """Take one record's value (the tail calls this; so do tests)."""
+        report = _parse(value, self._wall(), self._clock())
+        if report is None:
+            return
+        with self._lock:
+            self._reports[report.worker] = report
+
+    def current(self) -> bool:
+        """Whether this worker's own report was read back within :data:`STALE_SECONDS`."""
+        with self._lock:
+            mine = self._reports.get(self._me)
+        return mine is not None and self._clock() - mine.read_at <= STALE_SECONDS
+
+    def backlogs(self) -> dict[str, dict[int, int]]:
+        """Per callback topic, the backlog of each partition, from current reports (the
+        newest report naming a partition wins: after a move, its new owner's)."""
+        now = self._clock()
+        newest: dict[int, tuple[float, dict[str, int]]] = {}
+        with self._lock:
+            reports = list(self._reports.values())
+        for report in reports:
+            if now - report.read_at > STALE_SECONDS:
+                continue
+            for partition, topics in report.held.items():
+                seen = newest.get(partition)
+                if seen is None or seen[0] < report.at:
+                    newest[partition] = (report.at, topics)
+        out: dict[str, dict[int, int]] = {}
+        for partition, (_, topics) in newest.items():
+            for topic, n in topics.items():
+                out.setdefault(topic, {})[partition] = n
+        return out
+
+    def _tail(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._follow()
+            except Exception as exc:  # the next attempt starts over near the end
+                log.warning("demand topic %s: %s; reading it again in 1 s", self._topic, exc)
+                self._stop.wait(1.0)
+
+    def _follow(self) -> None:
+        conf: dict[str, Any] = confluent_consumer(
+            self._settings,
+            group_id=f"{self._settings.app_id}-demand-unused",
+            logger=_LIBRDKAFKA_LOG,
+            **{"enable.auto.commit": False, "fetch.wait.max.ms": 50},
+        )
+        consumer = Consumer(conf)
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(self._topic, 0), timeout=10)
+            consumer.assign([TopicPartition(self._topic, 0, max(low, high - LOOKBACK))])
+            while not self._stop.is_set():
+                for msg in consumer.consume(500, 0.1):
+                    if msg.error() is None:
+                        self.apply(msg.value())
+        finally:
+            consumer.close()
