@@ -26,6 +26,7 @@ import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -151,7 +152,7 @@ def _read_all(settings: Settings, topic: str) -> list[tuple[bytes | None, bytes 
             for msg in consumer.consume(10000, 0.5):
                 if msg.error() is None:
                     out.append((msg.key(), msg.value()))
-                    positions[msg.partition()] = msg.offset() + 1
+                    positions[msg.partition() or 0] = (msg.offset() or 0) + 1
     finally:
         consumer.close()
     assert all(positions[p] >= ends[p] for p in ends), "could not read the topic to its end"
@@ -370,7 +371,8 @@ def test_a_message_that_keeps_failing_is_dead_lettered(
         def all_dead() -> bool:
             for msg in reader.consume(100, 0.2):
                 if msg.error() is None:
-                    dead.append((int(msg.value()), dict(msg.headers() or [])))
+                    raw: Any = msg.headers() or []
+                    dead.append((int(msg.value() or b"-1"), dict(raw)))
             return len(dead) >= 20
 
         wait_until(all_dead, 90, lambda: f"{len(dead)} of 20 dead-lettered\n" + app.output())

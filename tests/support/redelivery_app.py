@@ -78,9 +78,11 @@ def main() -> None:
                 count = deliveries(message)
                 ignored = args.fail_all or (count == 1 and number % args.ignore_every == 0)
                 place = f"{message.topic()} {message.partition()} {message.offset()}"
-                timer = dict(message.headers() or ()).get("timer-id") or b"-"
+                timer = dict(message.headers() or ()).get("timer-id") or "-"
+                if isinstance(timer, bytes):
+                    timer = timer.decode()
                 kind = "I" if ignored else "A"
-                lines.append(f"{kind} {number} {count} {place} {pid} {timer.decode()}\n")
+                lines.append(f"{kind} {number} {count} {place} {pid} {timer}\n")
                 if not ignored:
                     acks.append(message)
             if args.pause:

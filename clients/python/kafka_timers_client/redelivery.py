@@ -43,8 +43,11 @@ __all__ = [
     "DELIVERY_ORIGIN_HEADER",
     "RedeliveringConsumer",
     "RedeliveryStats",
+    "cancel_request",
+    "copy_headers",
     "deliveries",
     "origin",
+    "schedule_request",
     "timer_id_of",
 ]
 
@@ -61,16 +64,28 @@ DEAD_LETTER_REASON_HEADER = "delivery-dead-letter-reason"
 _OWN_HEADERS = (DELIVERY_COUNT_HEADER, DELIVERY_ORIGIN_HEADER, DEAD_LETTER_REASON_HEADER)
 _LEN = 2
 _VARINT = 0
+_CANCEL_ACTION = encode_varint(8 << 3 | _VARINT) + encode_varint(ACTION_CANCEL)
 
 
 def _field(number: int, payload: bytes) -> bytes:
     return encode_varint(number << 3 | _LEN) + encode_varint(len(payload)) + payload
 
 
+def _headers(message: Message) -> list[tuple[str, bytes]]:
+    """``message``'s headers as ``(name, bytes)`` pairs (text values encoded, null empty)."""
+    raw: Any = message.headers() or ()
+    return [(k, v.encode() if isinstance(v, str) else (v or b"")) for k, v in raw]
+
+
+def _place(message: Message) -> tuple[str, int, int]:
+    """Topic, partition and offset of a message read from Kafka (never None then)."""
+    return message.topic() or "", message.partition() or 0, message.offset() or 0
+
+
 def deliveries(message: Message) -> int:
     """How many times ``message`` has been handed out, this time included (1 for a
     message that was never redelivered)."""
-    for name, value in message.headers() or ():
+    for name, value in _headers(message):
         if name == DELIVERY_COUNT_HEADER and value:
             try:
                 return max(1, int(value))
@@ -82,15 +97,105 @@ def deliveries(message: Message) -> int:
 def origin(message: Message) -> str:
     """Where ``message``'s first copy was read (``topic/partition/offset``): the same on
     every redelivered copy, so it names the message across its copies."""
-    for name, value in message.headers() or ():
+    for name, value in _headers(message):
         if name == DELIVERY_ORIGIN_HEADER and value:
             return value.decode(errors="replace")
-    return f"{message.topic()}/{message.partition()}/{message.offset()}"
+    return "/".join(map(str, _place(message)))
 
 
 def timer_id_of(namespace: str, topic: str, partition: int, offset: int) -> str:
     """The id of the redelivery timer of the message at ``topic[partition]@offset``."""
     return f"{namespace}/{topic}/{partition}/{offset}"
+
+
+def copy_headers(message: Message, count: int) -> list[tuple[str, bytes]]:
+    """The headers of ``message``'s next copy: its own, less the service's ``timer-*``
+    (the worker writes them afresh) and its old count; its origin; ``count``."""
+    headers: list[tuple[str, bytes]] = []
+    has_origin = False
+    for name, value in _headers(message):
+        if name[:10].lower().startswith(RESERVED_HEADER_PREFIXES) or name == DELIVERY_COUNT_HEADER:
+            continue
+        has_origin = has_origin or name == DELIVERY_ORIGIN_HEADER
+        headers.append((name, value))
+    if not has_origin:
+        headers.append((DELIVERY_ORIGIN_HEADER, origin(message).encode()))
+    headers.append((DELIVERY_COUNT_HEADER, str(count).encode()))
+    return headers
+
+
+def schedule_request(
+    topic: str,
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[tuple[str, bytes]],
+    timer_id: str,
+    token: str,
+    due: int,
+    due_field: bytes | None = None,
+) -> bytes | str:
+    """The request for a timer that sends ``key``, ``value`` and ``headers`` to ``topic``
+    at ``due``: protobuf (fields numbered as in ``future.proto``), or JSON when the key
+    is not UTF-8 (protobuf carries the key as text). A reason (``str``) when no request
+    can carry it: too many headers, an id too long, a key and header values that are
+    both bytes. ``due_field``: ``due`` already encoded (one per batch)."""
+    if len(headers) > MAX_HEADERS:
+        return "too-many-headers"
+    if len(timer_id) > MAX_ID_CHARS:
+        return "id-too-long"
+    if key is not None:
+        try:
+            key.decode()
+        except UnicodeDecodeError:
+            return _json_request(topic, key, value, headers, timer_id, token, due)
+    parts = [_field(1, topic.encode())]
+    if key is not None:
+        parts.append(_field(2, key))
+    if value is not None:
+        parts.append(_field(3, value))
+    parts.append(_field(4, timer_id.encode()))
+    parts.append(_field(5, token.encode()))
+    parts.append(due_field or encode_varint(6 << 3 | _VARINT) + encode_varint(due))
+    for name, hvalue in headers:
+        parts.append(_field(7, _field(1, name.encode()) + _field(2, hvalue)))
+    return b"".join(parts)
+
+
+def _json_request(
+    topic: str,
+    key: bytes,
+    value: bytes | None,
+    headers: list[tuple[str, bytes]],
+    timer_id: str,
+    token: str,
+    due: int,
+) -> bytes | str:
+    """The schedule as a JSON request (``key_b64``); its headers must be distinct text."""
+    text_headers: dict[str, str] = {}
+    for name, hvalue in headers:
+        try:
+            text = hvalue.decode()
+        except UnicodeDecodeError:
+            return "binary-key-and-headers"
+        if name in text_headers:
+            return "binary-key-and-headers"
+        text_headers[name] = text
+    doc: dict[str, Any] = {
+        "topic": topic,
+        "key_b64": base64.b64encode(key).decode(),
+        "id": timer_id,
+        "token": token,
+        "at": due,
+        "headers": text_headers,
+    }
+    if value is not None:
+        doc["value_b64"] = base64.b64encode(value).decode()
+    return json.dumps(doc).encode()
+
+
+def cancel_request(timer_id: str, token: str) -> bytes:
+    """The protobuf request that cancels ``timer_id`` (an acknowledgement)."""
+    return _field(4, timer_id.encode()) + _field(5, token.encode()) + _CANCEL_ACTION
 
 
 @dataclass
@@ -178,10 +283,7 @@ class RedeliveringConsumer:
         # the messages it handed out. A restarted consumer schedules again the messages
         # past the committed offsets under the same ids, which replaces those timers.
         self._token = secrets.token_hex(12)
-        self._token_field = _field(5, self._token.encode())
-        self._cancel_tail = (
-            self._token_field + encode_varint(8 << 3 | _VARINT) + bytes([ACTION_CANCEL])
-        )
+        self._cancel_tail = _field(5, self._token.encode()) + _CANCEL_ACTION
         self._errors: list[str] = []
         self._acks_since_poll = 0
         self._ready: deque[Message] = deque()
@@ -230,8 +332,8 @@ class RedeliveringConsumer:
                 if err.fatal():
                     raise KafkaException(err)
                 continue
-            place = (message.topic(), message.partition())
-            offset = message.offset()
+            topic, partition, offset = _place(message)
+            place = (topic, partition)
             starts.setdefault(place, offset)
             ends[place] = offset + 1
             if self._schedule(message, due, due_field):
@@ -266,47 +368,16 @@ class RedeliveringConsumer:
         went to the dead-letter topic at once instead."""
         count = deliveries(message)
         last = count >= self.max_deliveries
-        topic = self.dead_letter_topic if last else (self.retry_topic or message.topic())
-        timer_id = timer_id_of(
-            self.namespace, message.topic(), message.partition(), message.offset()
+        source, partition, offset = _place(message)
+        topic = self.dead_letter_topic if last else (self.retry_topic or source)
+        timer_id = timer_id_of(self.namespace, source, partition, offset)
+        headers = copy_headers(message, count if last else count + 1)
+        request = schedule_request(
+            topic, message.key(), message.value(), headers, timer_id, self._token, due, due_field
         )
-        headers: list[tuple[str, bytes]] = []
-        has_origin = False
-        for name, value in message.headers() or ():
-            low = name[:10].lower()
-            if low.startswith(RESERVED_HEADER_PREFIXES) or name == DELIVERY_COUNT_HEADER:
-                continue  # the worker writes its own timer-* headers on the copy
-            has_origin = has_origin or name == DELIVERY_ORIGIN_HEADER
-            headers.append((name, value or b""))
-        if not has_origin:
-            headers.append((DELIVERY_ORIGIN_HEADER, origin(message).encode()))
-        headers.append((DELIVERY_COUNT_HEADER, str(count if last else count + 1).encode()))
-        if len(headers) > MAX_HEADERS or len(timer_id) > MAX_ID_CHARS:
-            self._dead_letter_now(
-                message, "too-many-headers" if len(headers) > MAX_HEADERS else "id-too-long"
-            )
+        if isinstance(request, str):
+            self._dead_letter_now(message, request)
             return False
-        key = message.key()
-        value = message.value()
-        try:
-            text_key = None if key is None else key.decode()
-        except UnicodeDecodeError:
-            request = self._json_request(topic, key, value, headers, timer_id, due)
-            if request is None:
-                self._dead_letter_now(message, "binary-key-and-headers")
-                return False
-        else:
-            parts = [_field(1, topic.encode())]
-            if text_key is not None:
-                parts.append(_field(2, key))  # type: ignore[arg-type]
-            if value is not None:
-                parts.append(_field(3, value))
-            parts.append(_field(4, timer_id.encode()))
-            parts.append(self._token_field)
-            parts.append(due_field)
-            for name, hvalue in headers:
-                parts.append(_field(7, _field(1, name.encode()) + _field(2, hvalue)))
-            request = b"".join(parts)
         try:
             self._produce(request, timer_id.encode())
         except KafkaException as exc:
@@ -318,41 +389,10 @@ class RedeliveringConsumer:
             self.stats.last_chance += 1
         return True
 
-    def _json_request(
-        self,
-        topic: str,
-        key: bytes,
-        value: bytes | None,
-        headers: list[tuple[str, bytes]],
-        timer_id: str,
-        due: int,
-    ) -> bytes | None:
-        """The schedule as a JSON request, for a key that is not UTF-8 (the protobuf
-        request carries the key as text); None if its headers cannot go as JSON text."""
-        text_headers: dict[str, str] = {}
-        for name, hvalue in headers:
-            if name in text_headers:
-                return None
-            try:
-                text_headers[name] = hvalue.decode()
-            except UnicodeDecodeError:
-                return None
-        doc: dict[str, Any] = {
-            "topic": topic,
-            "key_b64": base64.b64encode(key).decode(),
-            "id": timer_id,
-            "token": self._token,
-            "at": due,
-            "headers": text_headers,
-        }
-        if value is not None:
-            doc["value_b64"] = base64.b64encode(value).decode()
-        return json.dumps(doc).encode()
-
     def _dead_letter_now(self, message: Message, reason: str) -> None:
         """Send ``message`` to the dead-letter topic as it is, with the reason: it cannot
         be protected by a timer, so it is not handed out."""
-        headers = list(message.headers() or ())
+        headers: list[tuple[str, str | bytes | None]] = list(_headers(message))
         headers.append((DEAD_LETTER_REASON_HEADER, reason.encode()))
         headers.append((DELIVERY_ORIGIN_HEADER, origin(message).encode()))
         self._producer.produce(
