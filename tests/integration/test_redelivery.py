@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,18 +159,37 @@ def _read_all(settings: Settings, topic: str) -> list[tuple[bytes | None, bytes 
     return out
 
 
-def _fired_topic(settings: Settings) -> tuple[dict[str, list[str]], dict[str, set[str]]]:
-    """From the fired topic: every cancel's answer, and the tokens (digests) of every
-    fire, by timer id."""
-    answers: dict[str, list[str]] = defaultdict(list)
-    fires: dict[str, set[str]] = defaultdict(set)
+@dataclass
+class FiredTopic:
+    """What the fired topic says of each timer id."""
+
+    #: Every cancel: (token digest, outcome, applied at ms).
+    cancels: dict[str, list[tuple[str, str, int]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+    #: Every fire: (token digest, fired at ms).
+    fires: dict[str, list[tuple[str, int]]] = field(default_factory=lambda: defaultdict(list))
+
+    def raced(self, timer_id: str) -> str | None:
+        """The outcome of a cancel of ``timer_id`` applied once its timer (that very
+        version) had fired, or None."""
+        for token, outcome, at_ms in self.cancels.get(timer_id, ()):
+            if outcome == "already_fired":
+                return outcome
+            if any(t == token and fired <= at_ms for t, fired in self.fires.get(timer_id, ())):
+                return outcome
+        return None
+
+
+def _fired_topic(settings: Settings) -> FiredTopic:
+    out = FiredTopic()
     for _key, value in _read_all(settings, settings.topics.fired):
         doc = json.loads(value or b"{}")
         if doc.get("event") == "cancel":
-            answers[doc["id"]].append(doc["outcome"])
+            out.cancels[doc["id"]].append((doc["token"], doc["outcome"], doc["at_ms"]))
         elif doc.get("event") == "fired":
-            fires[doc["id"]].add(doc["token"])
-    return answers, fires
+            out.fires[doc["id"]].append((doc["token"], doc["fired_at_ms"]))
+    return out
 
 
 def _ready(stack: Stack, settings: Settings, tag: str) -> tuple[str, str, str]:
@@ -282,7 +301,7 @@ def check(out: Outcome, settings: Settings) -> dict[str, object]:
         n for n in ignored if not any(d.kind == "A" and d.count >= 2 for d in out.deliveries[n])
     ]
     assert not not_back, f"ignored messages never redelivered and acked: {not_back[:10]}"
-    outcomes, fires = _fired_topic(settings)
+    fired = _fired_topic(settings)
     # Two copies with one delivery count: the killed app had scheduled a batch and not
     # committed it yet; the next app read that batch again and scheduled its timers again
     # (same ids, a new token), but by then some old ones had fired. So one timer id fired
@@ -294,29 +313,38 @@ def check(out: Outcome, settings: Settings) -> dict[str, object]:
         for d in ds:
             if counts.count(d.count) > 1:
                 assert d.timer != "-", f"a first copy handed out twice: {ds}"
-                assert len(fires[d.timer]) == 2, f"copies of one count, one version: {ds}"
+                tokens = {token for token, _ in fired.fires[d.timer]}
+                assert len(tokens) == 2, f"copies of one count, one version: {ds}"
         if len(set(counts)) != len(counts):
             twice.append(n)
     assert len(twice) <= BATCH, f"more than a batch scheduled again: {len(twice)}"
     # Acked, then back anyway: each needs a reason.
-    races, lost_acks, unexplained = [], [], []
+    races: list[tuple[int, str]] = []
+    lost_acks, unexplained = [], []
     for n, ds in out.deliveries.items():
         for d in ds:
             if d.kind != "A" or not any(e.count > d.count for e in ds):
                 continue
             timer_id = f"{group}/{d.topic}/{d.partition}/{d.offset}"
-            answers = outcomes.get(timer_id, [])
-            if "already_fired" in answers:
-                races.append(n)
+            answers = fired.cancels.get(timer_id, [])
+            raced = fired.raced(timer_id)
+            if raced is not None:
+                races.append((n, raced))
             elif not answers and d.pid == killed_pid:
                 lost_acks.append(n)
             else:
                 unexplained.append((d, answers))
-    assert not unexplained, f"acked messages redelivered for no known reason: {unexplained[:5]}"
+    ids = [f"{group}/{d.topic}/{d.partition}/{d.offset}" for d, _ in unexplained[:3]]
+    assert not unexplained, (
+        f"acked messages redelivered for no known reason: {unexplained[:5]}",
+        {t: (fired.cancels.get(t), fired.fires.get(t)) for t in ids},
+    )
     assert figures["dead_lettered"] == 0, "nothing should reach the dead-letter topic"
     figures.update(
         ignored_first_time=len(ignored),
         redelivered_after_ack_race=len(races),
+        # How the worker answered the cancels that came after their fire.
+        race_answers=dict(Counter(outcome for _, outcome in races)),
         redelivered_ack_lost_in_kill=len(lost_acks),
         acked_by_killed_app=sum(
             1 for ds in out.deliveries.values() for d in ds if d.pid == killed_pid and d.kind == "A"

@@ -56,6 +56,12 @@ export interface RedeliveryOptions {
   retryTopic?: string;
   /** Prefix of the timer ids: one per group reading the same topics (default "redelivery"). */
   namespace?: string;
+  /**
+   * The largest value a copy may carry: the service's payload limit
+   * (`KAFKA_TIMERS_MAX_PAYLOAD_BYTES`, default 934,464). A larger message goes to the
+   * dead-letter topic at once.
+   */
+  maxValueBytes?: number;
   /** Wall clock, epoch seconds. */
   clock?: () => number;
 }
@@ -284,7 +290,11 @@ export class RedeliveringConsumer {
       const target = lastChance ? this.options.deadLetterTopic : (this.options.retryTopic ?? topic);
       const id = timerIdOf(this.namespace, topic, partition, message.offset);
       const headers = copyHeaders(message.headers, origin, lastChance ? count : count + 1);
-      const request = copyRequest(target, message.key ?? null, message.value ?? null, headers, id, this.token, due);
+      const value = message.value ?? null;
+      const request =
+        value !== null && value.length > (this.options.maxValueBytes ?? 934_464)
+          ? "too-large"
+          : copyRequest(target, message.key ?? null, value, headers, id, this.token, due);
       if (typeof request === "string") {
         const kept = Object.fromEntries(headerList(message.headers));
         dead.push({

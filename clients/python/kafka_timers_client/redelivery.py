@@ -64,6 +64,8 @@ DEAD_LETTER_REASON_HEADER = "delivery-dead-letter-reason"
 _OWN_HEADERS = (DELIVERY_COUNT_HEADER, DELIVERY_ORIGIN_HEADER, DEAD_LETTER_REASON_HEADER)
 _LEN = 2
 _VARINT = 0
+#: What the service keeps of a record's budget for its key, id, token and headers.
+_RECORD_RESERVE_BYTES = 65_536
 _CANCEL_ACTION = encode_varint(8 << 3 | _VARINT) + encode_varint(ACTION_CANCEL)
 
 
@@ -238,6 +240,10 @@ class RedeliveringConsumer:
         namespace: the prefix of the timer ids; each group that reads the same topics
             with redelivery needs its own (its group id, say).
         batch_size: messages read, scheduled and committed together.
+        max_value_bytes: the largest value a copy may carry: the service's payload limit
+            (``KAFKA_TIMERS_MAX_PAYLOAD_BYTES``; by default, as the service's default,
+            the client's ``message_max_bytes`` less 65,536). A larger message goes to
+            the dead-letter topic at once.
         clock: wall clock, epoch seconds.
         producer_conf: librdkafka settings on top of the client's.
     """
@@ -253,6 +259,7 @@ class RedeliveringConsumer:
         retry_topic: str | None = None,
         namespace: str = "redelivery",
         batch_size: int = 500,
+        max_value_bytes: int | None = None,
         clock: Callable[[], float] = time.time,
         producer_conf: Mapping[str, Any] | None = None,
     ) -> None:
@@ -276,6 +283,11 @@ class RedeliveringConsumer:
         self.max_deliveries = max_deliveries
         self.namespace = namespace
         self.batch_size = batch_size
+        self.max_value_bytes = (
+            config.message_max_bytes - _RECORD_RESERVE_BYTES
+            if max_value_bytes is None
+            else max_value_bytes
+        )
         self.stats = RedeliveryStats()
         self._clock = clock
         self._request_topic = config.request_topic
@@ -372,8 +384,12 @@ class RedeliveringConsumer:
         topic = self.dead_letter_topic if last else (self.retry_topic or source)
         timer_id = timer_id_of(self.namespace, source, partition, offset)
         headers = copy_headers(message, count if last else count + 1)
+        value = message.value()
+        if value is not None and len(value) > self.max_value_bytes:
+            self._dead_letter_now(message, "too-large")
+            return False
         request = schedule_request(
-            topic, message.key(), message.value(), headers, timer_id, self._token, due, due_field
+            topic, message.key(), value, headers, timer_id, self._token, due, due_field
         )
         if isinstance(request, str):
             self._dead_letter_now(message, request)
