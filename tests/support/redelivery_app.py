@@ -41,6 +41,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=500)
     parser.add_argument("--pause", type=float, default=0.0, help="seconds of work per batch")
     parser.add_argument("--log", required=True)
+    parser.add_argument("--one-by-one", action="store_true", help="read with poll(), not consume()")
     args = parser.parse_args()
 
     stopping = False
@@ -69,7 +70,11 @@ def main() -> None:
     pid = os.getpid()
     with open(args.log, "a") as log:
         while not stopping:
-            batch = queue.consume(args.batch, 0.2)
+            if args.one_by_one:
+                one = queue.poll(0.2)
+                batch = [] if one is None else [one]
+            else:
+                batch = queue.consume(args.batch, 0.2)
             if not batch:
                 continue
             lines, acks = [], []

@@ -70,7 +70,11 @@ _CANCEL_ACTION = encode_varint(8 << 3 | _VARINT) + encode_varint(ACTION_CANCEL)
 
 
 def _field(number: int, payload: bytes) -> bytes:
-    return encode_varint(number << 3 | _LEN) + encode_varint(len(payload)) + payload
+    """A length-delimited protobuf field (``number`` at most 15: a one-byte tag)."""
+    size = len(payload)
+    if size < 0x80:  # the common case, without the varint loop
+        return bytes((number << 3 | _LEN, size)) + payload
+    return bytes((number << 3 | _LEN,)) + encode_varint(size) + payload
 
 
 def _headers(message: Message) -> list[tuple[str, bytes]]:
