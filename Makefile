@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all run install image version test-tools js-client test unit integration lint format typecheck check bench fuzz proto clean
+.PHONY: all run install image version test-tools js-client test unit integration lint format typecheck check bench fuzz proto clean docs-settings
 
 all: check
 
@@ -74,6 +74,11 @@ typecheck: install js-client
 	cd $(JS) && npm run --silent typecheck
 
 check: lint typecheck test
+
+# The settings table in docs/configuration.md, generated from the settings' declarations
+# (app/settings); tests/unit/test_settings_table.py fails while it is out of date.
+docs-settings: install
+	$(BIN)/python -m app.settings.reference
 
 bench: install
 	$(BIN)/python -m bench
