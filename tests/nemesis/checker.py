@@ -12,7 +12,9 @@ counters are never asked. What it holds a run to:
   time: the callback's ``timer-fired-at`` is the firing worker's clock, so the offset the
   nemesis gave that worker's incarnation (named by its ``fired`` record) is taken off.
 - **after cancel**: no callback of a version sent before a cancel, produced after the
-  cancel was answered ``cancelled`` (real time of the answer's reading).
+  cancel was answered ``cancelled`` (real time of the answer's reading), unless that
+  version first reached the owner partition after the cancel (a forwarded copy the cancel
+  overtook: a new version to the owner; reported as ``misordered``).
 - **undone**: a rescheduled timer fires its newest version only. An older version that
   fires counts as undone, unless its second came within ``slack_ms`` of the reschedule's
   acknowledgement (the reschedule raced the tick: reported as ``raced``), or its first
@@ -267,6 +269,13 @@ def _judge_one_shot(
         assert cancel.answered_ms is not None
         for v in vs:
             if v.sent_ms > cancel.sent_ms:
+                continue
+            v_at, cancel_at = first_arrival.get(v.payload), first_arrival.get("")
+            if v_at is not None and cancel_at is not None and cancel_at < v_at:
+                # sent before the cancel, but it reached the owner after it (a forwarded
+                # copy the cancel overtook): a new version to the owner, as documented
+                if fired.get(v.version):
+                    verdict.misordered.append(f"{timer_id} v{v.version} after its cancel")
                 continue
             for cb in fired.get(v.version, []):
                 real = clocks.real_ms(cb)
