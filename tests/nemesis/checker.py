@@ -87,6 +87,8 @@ class Verdict:
     #: Latest first callback after its second, ms (limited topics apart: they wait).
     max_late_ms: int = 0
     max_late_limited_ms: int = 0
+    #: Dead letters naming a timer, by reason.
+    dead_lettered: Counter[str] = field(default_factory=Counter)
     #: Callbacks whose firing worker was not found among the ``fired`` records (judged
     #: on the worker's clock as it stamped them).
     unmatched: int = 0
@@ -120,6 +122,8 @@ class Verdict:
             found: list[str] = getattr(self, name)
             if found:
                 out.append(f"{name} {len(found)}: " + "; ".join(found[:examples]))
+        if self.dead_lettered:
+            out.append(f"dead letters naming timers: {dict(self.dead_lettered)}")
         if self.duplicates:
             by_cause = ", ".join(f"{c} {n}" for c, n in self.duplicates.most_common())
             out.append(f"duplicates {self.duplicate_total} by cause: {by_cause}")
@@ -199,6 +203,10 @@ def check(history: History, observed: Observed, *, slack_ms: int = 10_000) -> Ve
     for timer_id in sorted(set(by_id) - versions.keys() - series.keys()):
         verdict.unknown.append(f"{timer_id}: {len(by_id[timer_id])} callback(s), never asked")
     verdict.timers = len(versions) + len(series)
+    dead: dict[str, str] = {}
+    for d in observed.dead:
+        verdict.dead_lettered[d.reason] += 1
+        dead[d.id] = f"{d.reason}: {d.detail[:80]}"
 
     def copies_of(got: list[Callback]) -> None:
         """Count the repeats among ``got`` (the callbacks of one version or occurrence)."""
@@ -229,6 +237,10 @@ def check(history: History, observed: Observed, *, slack_ms: int = 10_000) -> Ve
         )
     for timer_id, s in sorted(series.items()):
         _judge_series(verdict, clocks, s, by_id.get(timer_id, []), copies_of)
+    verdict.lost = [
+        f"{line}, dead-lettered {dead[line.split(' ')[0]]}" if line.split(" ")[0] in dead else line
+        for line in verdict.lost
+    ]
     return verdict
 
 

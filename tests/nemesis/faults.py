@@ -105,6 +105,8 @@ class Nemesis:
         proxy = self.stack.proxy
         if proxy is not None:
             proxy.heal()
+        with contextlib.suppress(OSError):
+            (self.stack.small_disk / "ballast").unlink()
         if self.stack.broker.broker is None or self.stack.broker.broker.poll() is not None:
             self.stack.broker.start_broker()
         for name in (CLOCK_WORKER, CLOCK_OSCILLATOR):
@@ -266,23 +268,20 @@ class Nemesis:
         start = _now_ms()
         ballast = self.stack.small_disk / "ballast"
         written = 0
-        chunk = b"\0" * (1 << 20)
-        with ballast.open("wb") as out:
-            try:
+        fd = os.open(ballast, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            for size in (1 << 20, 4096, 1):  # to the last byte
+                block = b"\0" * size
                 while True:
-                    written += out.write(chunk)
-                    out.flush()
-            except OSError:
-                pass  # ENOSPC: the disk is full
-            try:
-                while True:  # the last bytes, smaller than a chunk
-                    written += out.write(b"\0" * 4096)
-                    out.flush()
-            except OSError:
-                pass
+                    try:
+                        written += os.write(fd, block)
+                    except OSError:  # ENOSPC: full at this block size
+                        break
             self._wait(full)
-        with contextlib.suppress(OSError):
-            ballast.unlink()
+        finally:
+            os.close(fd)
+            with contextlib.suppress(OSError):
+                ballast.unlink()
         self._record("disk full", SMALL_DISK_WORKER, start, f"{full:.1f} s, {written >> 20} MiB")
 
     # -- the supervisor -----------------------------------------------------------

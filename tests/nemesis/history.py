@@ -26,6 +26,7 @@ __all__ = [
     "Arrival",
     "Callback",
     "CancelOp",
+    "DeadLetter",
     "Fault",
     "Fire",
     "History",
@@ -166,6 +167,16 @@ class Arrival:
     copy: bool
 
 
+@dataclass(frozen=True)
+class DeadLetter:
+    """A record of the dead-letter topic that names a timer (``timer-id``)."""
+
+    id: str
+    #: ``dlq-reason``, e.g. ``delivery_failed``.
+    reason: str
+    detail: str
+
+
 @dataclass
 class History:
     """Everything the load and the nemesis wrote."""
@@ -184,6 +195,7 @@ class Observed:
     callbacks: list[Callback] = field(default_factory=list)
     fires: list[Fire] = field(default_factory=list)
     arrivals: list[Arrival] = field(default_factory=list)
+    dead: list[DeadLetter] = field(default_factory=list)
 
 
 _HISTORY_KINDS: dict[str, type[Any]] = {
@@ -197,6 +209,7 @@ _OBSERVED_KINDS: dict[str, type[Any]] = {
     "callback": Callback,
     "fire": Fire,
     "arrival": Arrival,
+    "dead": DeadLetter,
 }
 _KIND_OF: dict[type[Any], str] = {
     cls: kind for kind, cls in (*_HISTORY_KINDS.items(), *_OBSERVED_KINDS.items())
@@ -243,6 +256,7 @@ def parse_observed(lines: Iterable[str]) -> Observed:
         Callback: observed.callbacks,
         Fire: observed.fires,
         Arrival: observed.arrivals,
+        DeadLetter: observed.dead,
     }
     for entry in _entries(lines, _OBSERVED_KINDS):
         lists[type(entry)].append(entry)

@@ -43,12 +43,13 @@ from tests.nemesis.history import (
     version_payload,
     write_line,
 )
+from tests.nemesis.reading import Reader
 from tests.nemesis.stack import LIMITED_TOPIC, PARTITIONS, PLAIN_TOPIC, SPREAD_TOPIC
 
 __all__ = ["Load"]
 
 #: Operations a second, on average (a burst comes on top).
-RATE = 8.0
+RATE = 5.0
 #: How long a cancel waits for its answer.
 CANCEL_WAIT = 20.0
 #: Cancels waiting their turn at most (more are not sent while the broker is away).
@@ -71,7 +72,8 @@ class _Timer:
     topic: str
     kind: str
     spread: int
-    cancelled: bool = False
+    #: ``queued``, ``sent``, or the answer of its cancel (``unanswered`` for none).
+    cancel: str = ""
     #: When its newest version was sent (time.time()).
     sent_at: float = 0.0
 
@@ -97,6 +99,10 @@ class Load:
             threading.Thread(target=self._cancel_loop, name="nemesis-cancels", daemon=True),
         ]
         self._n = 0
+        self._arrivals: Reader | None = None
+        self._series_expected: set[tuple[str, str, int]] = set()
+        #: Payloads of the versions that reached their owner partition.
+        self._arrived: set[str] = set()
         self._bursts: list[tuple[float, list[str]]] = []
         #: What was sent, for the run's report.
         self.sent: dict[str, int] = {}
@@ -136,34 +142,66 @@ class Load:
 
     def _step(self) -> None:
         now = time.time()
-        while self._bursts and self._bursts[0][0] <= now:
-            _, ids = self._bursts.pop(0)
+        self._follow_arrivals()
+        waiting = []
+        for since, ids in self._bursts:
+            if since > now:
+                waiting.append((since, ids))
+                continue
+            left = []
             for timer_id in ids:
-                timer = self._timers.get(timer_id)
-                if timer is not None and not timer.cancelled:
-                    self._reschedule(timer, "owner")
+                burst = self._timers[timer_id]
+                if burst.cancel or burst.fire_at < now + 5:
+                    continue  # too late to reschedule it
+                if self._arrived_at_owner(burst):
+                    self._reschedule(burst, "owner")
+                else:
+                    left.append(timer_id)
+            if left:
+                waiting.append((since, left))
+        self._bursts = waiting
         roll = self.rng.random()
         if roll < 0.45:
             self._new_one_shot()
         elif roll < 0.70:
             timer = self._pick(min_ahead=4)
             if timer is not None:
-                self._reschedule(timer, self.rng.choice(("any", "any", "owner")))
+                route = self.rng.choice(("any", "any", "owner"))
+                # by the other route only once the last version reached the owner: the
+                # README leaves two routes' race to the producer
+                if route == "any" or self._arrived_at_owner(timer):
+                    self._reschedule(timer, route)
         elif roll < 0.85:
             timer = self._pick(min_ahead=-30)
             # a version sent by the other route may still be on its way to the owner,
-            # where the cancel would overtake it: cancel what was sent a while ago
+            # where the cancel would overtake it: cancel what reached the owner
             if (
                 timer is not None
-                and timer.sent_at < now - 5
+                and self._arrived_at_owner(timer)
                 and self._cancels.qsize() < CANCEL_BACKLOG
             ):
-                timer.cancelled = True
+                timer.cancel = "queued"
                 self._cancels.put(timer)
         elif roll < 0.90:
             self._new_series()
         elif roll < 0.903:
             self._burst(self.rng.randint(100, 300))
+
+    def _follow_arrivals(self) -> None:
+        """Note which versions have reached their id's owner partition (sent there, or a
+        worker's forwarded copy)."""
+        if self._arrivals is None:
+            self._arrivals = Reader(self.settings, self.settings.topics.requests, from_end=True)
+        for record in self._arrivals.poll(0):
+            try:
+                future = protowire.decode(record.value or b"")
+            except ValueError:
+                continue
+            if future.id and owner_of(future.id, PARTITIONS) == record.partition:
+                self._arrived.add((future.callback or b"").decode(errors="replace"))
+
+    def _arrived_at_owner(self, timer: _Timer) -> bool:
+        return version_payload(timer.id, timer.version) in self._arrived
 
     def _pick(self, min_ahead: float) -> _Timer | None:
         """A random timer of the last few hundred, not cancelled, due ``min_ahead`` s from
@@ -174,9 +212,20 @@ class Load:
         now = time.time()
         for _ in range(5):
             timer = self._timers[self.rng.choice(ids)]
-            if not timer.cancelled and timer.fire_at >= now + min_ahead:
+            if not timer.cancel and timer.fire_at >= now + min_ahead:
                 return timer
         return None
+
+    def expected(self) -> set[tuple[str, str, int]]:
+        """``(id, payload, seq)`` of every callback that must come (call after
+        :meth:`stop`): each timer's newest version unless a cancel was answered
+        ``cancelled`` or got no answer, every series occurrence."""
+        out = set(self._series_expected)
+        for timer in self._timers.values():
+            if timer.cancel in ("cancelled", "cancelled_in_advance", "unanswered", "sent"):
+                continue
+            out.add((timer.id, version_payload(timer.id, timer.version), 0))
+        return out
 
     def _new_id(self, prefix: str) -> str:
         self._n += 1
@@ -290,6 +339,9 @@ class Load:
             self._write(SeriesOp(timer_id, token, start, every, count, sent_ms, acked))
 
         self._produce("any", timer_id, value, delivered, timestamp=sent_ms)
+        self._series_expected.update(
+            (timer_id, series_payload(timer_id), seq) for seq in range(1, count + 1)
+        )
         self._count("series")
 
     def _burst(self, size: int) -> None:
@@ -308,12 +360,14 @@ class Load:
                 except queue.Empty:
                     continue
                 sent_ms = _now_ms()
+                timer.cancel = "sent"
                 try:
                     answer = client.cancel(timer.id, timer.token, wait=CANCEL_WAIT)
                     outcome: str | None = answer.value
                     answered: int | None = _now_ms()
                 except KafkaTimersError:  # no answer in time, or the broker did not take it
                     outcome, answered = None, None
+                timer.cancel = outcome or "unanswered"
                 self._write(CancelOp(timer.id, timer.token, sent_ms, answered, outcome))
                 self._count(f"cancels {outcome or 'unanswered'}")
         finally:

@@ -17,18 +17,14 @@ import sys
 import tempfile
 import threading
 import time
-import uuid
 from pathlib import Path
-
-from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaError, TopicPartition
 
 from app.client import TimerClient
 from app.core import protowire
 from app.core.fired import FiredKind, FiredRecord
 from app.core.routing import HOP_HEADER, owner_of
 from app.dev.stack import wait_until_firing
-from app.kafka.config import confluent_consumer
-from app.kafka.records import Record, to_record
+from app.kafka.records import Record
 from app.kafka.topics import ensure_topics
 from app.settings import Settings
 from tests.nemesis.checker import Verdict, check
@@ -36,6 +32,7 @@ from tests.nemesis.faults import Nemesis
 from tests.nemesis.history import (
     Arrival,
     Callback,
+    DeadLetter,
     Fire,
     Observed,
     read_history,
@@ -43,8 +40,8 @@ from tests.nemesis.history import (
     write_line,
 )
 from tests.nemesis.load import Load
+from tests.nemesis.reading import Reader
 from tests.nemesis.stack import (
-    LIMIT_PER_SECOND,
     LIMITED_TOPIC,
     PARTITIONS,
     PLAIN_TOPIC,
@@ -54,12 +51,10 @@ from tests.nemesis.stack import (
 
 __all__ = ["main", "observe"]
 
-#: After the last second anything was due, how long callbacks may still come.
-GRACE = 60.0
-#: Once that has passed: no new callback for this long means the run is over.
+#: Once every expected callback came, how long to read on for duplicates on their way.
 QUIET = 20.0
-#: The longest the drain may take, whatever still comes.
-DRAIN_LIMIT = 900.0
+#: The longest the drain after the heal may take: what has not come by then is lost.
+DRAIN_LIMIT = 600.0
 
 
 def _header(record: Record, name: str) -> bytes | None:
@@ -69,44 +64,9 @@ def _header(record: Record, name: str) -> bytes | None:
     return None
 
 
-class _Reader:
-    """Every partition of a topic from its start (or end), with fetches that wait up to
-    half a second: on its ``s3://`` engine the dev broker lists a partition's every batch
-    on each fetch, and with the readers' usual 10 ms wait a topic of thousands of
-    callbacks is never read to its end."""
-
-    def __init__(self, settings: Settings, topic: str, *, from_end: bool = False) -> None:
-        conf = confluent_consumer(
-            settings,
-            group_id=f"nemesis-reader-{uuid.uuid4().hex}",
-            **{"fetch.wait.max.ms": 500, "log_level": 3},
-        )
-        self._consumer = Consumer(conf)
-        meta = self._consumer.list_topics(topic, timeout=30)
-        self.partitions = set(meta.topics[topic].partitions)
-        start = OFFSET_END if from_end else OFFSET_BEGINNING
-        self._consumer.assign([TopicPartition(topic, p, start) for p in self.partitions])
-        self.at_end: set[int] = set()
-
-    def poll(self, timeout: float) -> list[Record]:
-        fresh = []
-        for msg in self._consumer.consume(10_000, timeout):
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    self.at_end.add(msg.partition() or 0)
-                continue
-            self.at_end.discard(msg.partition() or 0)
-            fresh.append(to_record(msg))
-        return fresh
-
-    def close(self) -> None:
-        self._consumer.close()
-
-
 def _read(settings: Settings, topic: str, timeout: float = 600.0) -> list[Record]:
     """``topic`` from its start to the end of every partition."""
-    reader = _Reader(settings, topic)
+    reader = Reader(settings, topic)
     try:
         records: list[Record] = []
         deadline = time.monotonic() + timeout
@@ -119,9 +79,11 @@ def _read(settings: Settings, topic: str, timeout: float = 600.0) -> list[Record
         reader.close()
 
 
-def observe(settings: Settings, requests_topic: str, fired_topic: str) -> Observed:
+def observe(settings: Settings) -> Observed:
     """Everything the checker needs, read from the topics: the callbacks, the ``fired``
     records and every request as it reached its id's owner partition."""
+    requests_topic, fired_topic = settings.topics.requests, settings.topics.fired
+    dlq_topic = settings.topics.dlq
     observed = Observed()
     for topic in (PLAIN_TOPIC, SPREAD_TOPIC, LIMITED_TOPIC):
         for r in _read(settings, topic):
@@ -158,25 +120,47 @@ def observe(settings: Settings, requests_topic: str, fired_topic: str) -> Observ
         )
         copy = any(k == HOP_HEADER for k, _ in r.headers)
         observed.arrivals.append(Arrival(future.id, payload, r.offset, copy))
+    for r in _read(settings, dlq_topic):
+        timer_id = _header(r, "timer-id")
+        if timer_id:
+            observed.dead.append(
+                DeadLetter(
+                    timer_id.decode(errors="replace"),
+                    (_header(r, "dlq-reason") or b"").decode(errors="replace"),
+                    (_header(r, "dlq-detail") or b"").decode(errors="replace"),
+                )
+            )
     return observed
 
 
-def _drain(settings: Settings, last_second: int) -> None:
-    """Wait until everything due has had its time and the callback topics are quiet."""
+def _drain(settings: Settings, expected: set[tuple[str, str, int]]) -> int:
+    """Read the callback topics until every callback in ``expected`` has come, then
+    :data:`QUIET` s more (a duplicate on its way); give up after :data:`DRAIN_LIMIT` s.
+    Returns how many never came (the checker then says which, and why)."""
     topics = (PLAIN_TOPIC, SPREAD_TOPIC, LIMITED_TOPIC)
-    readers = [_Reader(settings, t, from_end=True) for t in topics]
+    readers = [Reader(settings, t) for t in topics]
+    missing = set(expected)
     try:
         deadline = time.monotonic() + DRAIN_LIMIT
-        last_new = time.monotonic()
+        report = time.monotonic() + 30
+        done_at: float | None = None
         while time.monotonic() < deadline:
-            fresh = sum(len(r.poll(0.3)) for r in readers)
-            if fresh:
-                last_new = time.monotonic()
-            if time.time() > last_second + GRACE and time.monotonic() - last_new > QUIET:
-                return
+            for reader in readers:
+                for r in reader.poll(0.3):
+                    seq = _header(r, "timer-seq")
+                    timer_id = (_header(r, "timer-id") or b"").decode()
+                    missing.discard((timer_id, (r.value or b"").decode(), int(seq or 0)))
+            if not missing and done_at is None:
+                done_at = time.monotonic()
+            if done_at is not None and time.monotonic() - done_at > QUIET:
+                return 0
+            if time.monotonic() > report:
+                report += 30
+                print(f"nemesis: draining, {len(missing)} callbacks still to come", flush=True)
+        return len(missing)
     finally:
-        for r in readers:
-            r.close()
+        for reader in readers:
+            reader.close()
 
 
 def summary(minutes: float, faults: list[tuple[str, int]], verdict: Verdict) -> str:
@@ -247,12 +231,12 @@ def main() -> int:
             nemesis.heal()
             unanswered = load.stop()
             print(f"nemesis: healed; {unanswered} requests never acknowledged", flush=True)
-            limited = load.sent.get("schedules", 0) * 0.2 / LIMIT_PER_SECOND
-            _drain(settings, load.last_second + int(limited))
+            missing = _drain(settings, load.expected())
+            print(f"nemesis: drained; {missing} expected callbacks never came", flush=True)
             nemesis.stop()
-        observed = observe(settings, settings.topics.requests, settings.topics.fired)
+        observed = observe(settings)
         with (base / "observed.jsonl").open("w") as seen:
-            for entry in (*observed.callbacks, *observed.fires, *observed.arrivals):
+            for entry in (*observed.callbacks, *observed.fires, *observed.arrivals, *observed.dead):
                 write_line(seen, entry)
         verdict = judge(base)
         print(summary(minutes, sorted(nemesis.counts.items()), verdict), flush=True)
