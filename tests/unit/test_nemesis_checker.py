@@ -10,6 +10,7 @@ from tests.nemesis.history import (
     Arrival,
     Callback,
     CancelOp,
+    DeadLetter,
     Fault,
     Fire,
     History,
@@ -159,7 +160,8 @@ def test_a_fire_after_a_cancel_was_answered_cancelled_fails_it() -> None:
 
 def test_an_older_version_replayed_after_its_reschedule_fails_it() -> None:
     """The lost update of a forwarding worker killed mid-batch: v1's copy reached the
-    owner again after v2, so v1 fired at its old second and v2 never did."""
+    owner again after v2, so v1 fired at its old second and v2 never did (the pattern
+    the nemesis found on real processes, seed 3)."""
     history = History(versions=[version("r", 1, 30, 0), version("r", 2, 90, 5)])
     observed = Observed()
     fired(observed, "r", version_payload("r", 1), (T0 + 30) * MS + 100)
@@ -200,6 +202,19 @@ def test_a_reschedule_that_raced_its_tick_or_its_producer_is_reported_not_failed
 
     assert verdict.ok, verdict.lines()
     assert verdict.raced == ["x v1"] and verdict.misordered == ["y v1"]
+
+
+def test_a_lost_timer_says_when_it_was_dead_lettered() -> None:
+    history = History(versions=[version("a", 1, 30, 0)])
+    observed = Observed(dead=[DeadLetter("a", "delivery_failed", "Local: Message timed out")])
+
+    verdict = check(history, observed)
+
+    assert verdict.lost == [
+        "a v1 (second 1800000030, plain, 1 version(s), route any), dead-lettered "
+        "delivery_failed: Local: Message timed out"
+    ]
+    assert verdict.dead_lettered == {"delivery_failed": 1}
 
 
 def test_callbacks_nobody_asked_for_fail_it() -> None:
