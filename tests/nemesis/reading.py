@@ -12,18 +12,22 @@ from app.settings import Settings
 
 __all__ = ["Reader"]
 
+#: A fetch's longest wait. On its ``s3://`` engine the dev broker lists every batch object
+#: of a partition on each fetch and returns nothing when the wait runs out first: after
+#: 20 minutes of a run, 500 ms read nothing at all, 10 s read a callback topic in 12 s.
+FETCH_WAIT_MS = 10_000
+
 
 class Reader:
-    """Every partition of a topic from its start (or end), with fetches that wait up to
-    half a second: on its ``s3://`` engine the dev broker lists a partition's every batch
-    on each fetch, and with the readers' usual 10 ms wait a topic of thousands of
-    callbacks is never read to its end."""
+    """Every partition of a topic from its start (or end), with fetches that may wait
+    :data:`FETCH_WAIT_MS`: with the readers' usual 10 ms wait a topic of thousands of
+    callbacks is never read to its end on the dev broker's ``s3://`` engine."""
 
     def __init__(self, settings: Settings, topic: str, *, from_end: bool = False) -> None:
         conf = confluent_consumer(
             settings,
             group_id=f"nemesis-reader-{uuid.uuid4().hex}",
-            **{"fetch.wait.max.ms": 500, "log_level": 3},
+            **{"fetch.wait.max.ms": FETCH_WAIT_MS, "log_level": 3},
         )
         self._consumer = Consumer(conf)
         meta = self._consumer.list_topics(topic, timeout=30)
