@@ -25,7 +25,7 @@ from confluent_kafka import Consumer
 
 from app.core import proto
 from app.core.fetch_pacing import TickWatch, tick_fetch_wait_ms
-from app.core.request_format import RawRecord
+from app.core.raw_record import RawRecord
 from app.kafka.config import confluent_consumer, confluent_producer
 from app.kafka.demand import DemandPublisher, DemandTable
 from app.kafka.topic_config import BROKER_DEFAULT_DELETE_RETENTION_MS

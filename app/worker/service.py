@@ -25,7 +25,8 @@ from app.core.forecast import PartitionForecast
 from app.core.keys import BOOKKEEPING, REQUEST_OFFSET
 from app.core.late import DEFAULT_POLICY, LatePolicy
 from app.core.policy import RequestPolicy
-from app.core.request_format import RawRecord, parse_request
+from app.core.raw_record import RawRecord
+from app.core.request_format import parse_request
 from app.core.routing import check_forwardable, owner_of, without_hop
 from app.core.tick_gate import MAX_AHEAD_SECONDS, TickGate
 from app.core.timer import Cancel, Timer, TokenAction

@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from app.core.errors import RejectedRequest
-from app.core.request_format import RawRecord
+from app.core.raw_record import RawRecord
 from app.core.routing import HOP_HEADER, check_forwardable, owner_of, without_hop
 from tests.unit.test_service import NOW, Harness
 
