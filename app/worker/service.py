@@ -32,7 +32,8 @@ from app.core.keys import (
 )
 from app.core.late import DEFAULT_POLICY, LatePolicy
 from app.core.policy import RequestPolicy
-from app.core.request_format import RawRecord, parse_request
+from app.core.raw_record import RawRecord
+from app.core.request_format import parse_request
 from app.core.routing import (
     Origin,
     check_forwardable,

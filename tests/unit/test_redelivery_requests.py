@@ -11,7 +11,8 @@ from confluent_kafka import Message
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core.request_format import RawRecord, parse_request
+from app.core.raw_record import RawRecord
+from app.core.request_format import parse_request
 from app.core.timer import Cancel, Timer
 from kafka_timers_client.redelivery import (
     DELIVERY_COUNT_HEADER,
