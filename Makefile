@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: all run install image version test-tools js-client test unit integration lint format typecheck check bench fuzz proto clean
+.PHONY: all run install image version test-tools js-client test unit integration lint format typecheck check bench fuzz nemesis proto clean docs-settings
 
 all: check
 
@@ -75,6 +75,11 @@ typecheck: install js-client
 
 check: lint typecheck test
 
+# The settings table in docs/configuration.md, generated from the settings' declarations
+# (app/settings); tests/unit/test_settings_table.py fails while it is out of date.
+docs-settings: install
+	$(BIN)/python -m app.settings.reference
+
 bench: install
 	$(BIN)/python -m bench
 
@@ -87,6 +92,15 @@ fuzz: install
 		|| { echo "make fuzz needs atheris: $(BIN)/pip install atheris (no wheel here: it builds with clang and libFuzzer)"; exit 1; }
 	$(BIN)/python fuzz/request_path.py fuzz/corpus -max_total_time=$(FUZZ_SECONDS) \
 		-artifact_prefix=fuzz/crashes/
+
+# Random overlapping faults (kill -9, SIGSTOP, broker kill -9, clock jumps, network
+# partitions, a full disk) on 3 workers, 2 oscillators and a broker that survives its
+# restarts, under a mixed load whose promises are recorded, for NEMESIS_MINUTES; then heal
+# and judge the topics against the history (docs/nemesis.md). It prints its seed;
+# NEMESIS_SEED=<seed> replays the run's draws. Needs root for its tmpfs.
+NEMESIS_MINUTES ?= 60
+nemesis: install
+	NEMESIS_MINUTES=$(NEMESIS_MINUTES) $(BIN)/python -m tests.nemesis
 
 # After editing the request schema: compile it into the descriptor the worker loads
 # (a unit test fails until this is done).

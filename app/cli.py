@@ -212,6 +212,13 @@ def cmd_preflight(args: argparse.Namespace) -> int:
     return summary.exit_status
 
 
+def cmd_config(args: argparse.Namespace) -> int:
+    from app.settings.reference import config_listing
+
+    print(config_listing())
+    return 0
+
+
 def cmd_oscillator(args: argparse.Namespace) -> int:
     from oscillator.main import run_oscillator
 
@@ -917,6 +924,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _timeout(p, 15.0, "seconds to reach the broker")
     p.set_defaults(func=cmd_topics)
+
+    p = command(
+        "config",
+        "list every setting: its variable, its value from the environment and its default "
+        "(secrets masked); a bad value stops it as it would stop a process",
+        "kafka-timers config",
+    )
+    p.set_defaults(func=cmd_config)
 
     p = command(
         "preflight",

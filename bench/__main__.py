@@ -51,6 +51,7 @@ SCENARIOS: dict[str, str] = {
     "capacity": "bench.capacity",  # and idle, and memory at 10,000,000 pending
     "state": "bench.state",
     "restarts": "bench.restarts",  # rolling restart and kill -9 (was: recovery)
+    "redelivery": "bench.redelivery",  # messages acked one by one, beside a plain consumer
 }
 
 

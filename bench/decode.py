@@ -35,9 +35,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from app.core import proto, protowire, request_format
+from app.core import proto, protowire, request_format, request_rules
 from app.core.errors import RejectedRequest, RejectReason
-from app.core.request_format import RawRecord, derived_id, parse_request
+from app.core.raw_record import RawRecord, derived_id
+from app.core.request_format import parse_request
 from app.core.timer import Cancel, Timer
 from bench.load import RequestLoad, TimerSpec, request_record, timer_ids
 from bench.procstat import cpu_seconds
@@ -62,7 +63,7 @@ def hand_from_protobuf(record: RawRecord) -> Timer | Cancel:
         return Cancel(id=future.id, token=future.token or "")
     if future.action != protowire.ACTION_SCHEDULE:
         raise RejectedRequest(RejectReason.UNKNOWN_FORMAT, f"unknown action {future.action}")
-    due = future.due if future.due is not None else request_format._due_from_key(record)
+    due = future.due if future.due is not None else request_rules.due_from_key(record)
     return Timer(
         id=future.id or derived_id(record),
         due=due,
@@ -77,12 +78,12 @@ def hand_from_protobuf(record: RawRecord) -> Timer | Cancel:
 @contextmanager
 def hand_codec() -> Iterator[None]:
     """``parse_request`` with its protobuf branch on the hand codec, for the duration."""
-    shipped = request_format._from_protobuf
-    request_format._from_protobuf = hand_from_protobuf
+    shipped = request_format.from_protobuf
+    request_format.from_protobuf = hand_from_protobuf
     try:
         yield
     finally:
-        request_format._from_protobuf = shipped
+        request_format.from_protobuf = shipped
 
 
 def pools() -> dict[str, list[RawRecord]]:

@@ -114,7 +114,7 @@ def _pass(
     held: bool = False,
 ) -> float:
     from app.core import protowire
-    from app.core.request_format import RawRecord
+    from app.core.raw_record import RawRecord
 
     service, clock = _service(limited, rocksdb, held)
     records = []

@@ -22,10 +22,11 @@ from contextlib import contextmanager
 from decimal import Decimal
 from typing import Any
 
-from app.core import request_format
+from app.core import request_etf1, request_format, request_json, request_rules
 from app.core.budget import DEFAULT_MAX_RECORD_BYTES, check_fits
 from app.core.policy import RequestPolicy
-from app.core.request_format import RawRecord, parse_request
+from app.core.raw_record import RawRecord
+from app.core.request_format import parse_request
 from app.core.timer import Timer
 from bench.context import RunContext, ScenarioResult
 from bench.load import TimerSpec, request_record, timer_ids
@@ -77,8 +78,10 @@ def _unguarded() -> Iterator[None]:
 
     patch(request_format, "_bounded", lambda request: request)
     patch(request_format, "checked_text", lambda text, name, limit: text)
-    patch(request_format, "_JSON", json.JSONDecoder())
-    patch(request_format, "parse_epoch", plain_epoch)
+    patch(request_rules, "checked_text", lambda text, name, limit: text)
+    patch(request_json, "_JSON", json.JSONDecoder())
+    patch(request_rules, "parse_epoch", plain_epoch)
+    patch(request_etf1, "parse_epoch", plain_epoch)
     patch(due_module, "parse_epoch", plain_epoch)
     try:
         yield

@@ -58,10 +58,13 @@ def table_block(document: Mapping[str, Any]) -> str:
     load = ", ".join(f"{x:.2f}" for x in machine["load_average"])
     dirty = " plus uncommitted changes to app/" if machine.get("app_uncommitted_changes") else ""
     # runs from before the results named their broker were all on the dev broker
-    broker = broker_line(document["broker"]) if "broker" in document else "the dev broker"
+    broker = (
+        broker_line(document["broker"])
+        if "broker" in document
+        else "the dev broker (Tansu, in memory, on the same machine)"
+    )
     header = (
-        f"`make bench` ({document['config']} sizes) on the dev broker (Tansu, in memory, on "
-        f"the same machine){dirty}, "
+        f"`make bench` ({document['config']} sizes){dirty}, "
         f"{started:%Y-%m-%d %H:%M} UTC, {document['seconds']:.0f} s: {machine['cpus']} CPUs "
         f"({machine['cpu_model']}), {machine['memory_bytes'] / 2**30:.0f} GiB, Python "
         f"{machine['python']}, {versions}; load average {load} at the start; measured on "

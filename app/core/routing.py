@@ -14,7 +14,7 @@ it was read, as Kafka Streams and Faust repartition. The owner is then the only 
 answers a cancel, and a request already on its owner pays one hash.
 
 A request without an id (JSON or protobuf) gets the id ``<topic>-<partition>-<offset>``
-of where it landed (:func:`app.core.request_format.derived_id`), and is forwarded to
+of where it landed (:func:`app.core.raw_record.derived_id`), and is forwarded to
 that id's owner like any other: the owner reads the place it was first sent from the
 copy's ``timer-hop``, derives the same id, and stores the timer there, where a ``get``
 or a ``cancel`` by that id goes.
@@ -69,7 +69,7 @@ from typing import NamedTuple
 from app.core.budget import fits
 from app.core.errors import RejectedRequest, RejectReason
 from app.core.partitioner import partition_for
-from app.core.request_format import RawRecord
+from app.core.raw_record import RawRecord
 
 __all__ = [
     "HOP_HEADER",
@@ -145,7 +145,7 @@ def _signature(
 
 def without_hop(record: RawRecord) -> RawRecord:
     """``record`` without the ``timer-hop`` header a forwarding worker appended, if any,
-    and with the place it names as :attr:`~app.core.request_format.RawRecord.origin`
+    and with the place it names as :attr:`~app.core.raw_record.RawRecord.origin`
     (None if it names none: a producer's header of that name)."""
     headers = record.headers
     if headers and headers[-1][0] == HOP_HEADER:

@@ -21,7 +21,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 
-from app.core.request_format import RawRecord
+from app.core.raw_record import RawRecord
 from app.kafka.config import confluent_consumer
 from app.settings import Settings
 
@@ -47,7 +47,7 @@ def to_record(msg: Message) -> Record:
 
     A record whose headers cannot be read (confluent-kafka decodes header names as
     UTF-8 and raises on anything else) still becomes a record, without its headers and
-    with a :attr:`~app.core.request_format.RawRecord.defect` saying why, so the worker
+    with a :attr:`~app.core.raw_record.RawRecord.defect` saying why, so the worker
     can dead-letter it instead of dying on it.
     """
     defect = None

@@ -57,7 +57,8 @@ from confluent_kafka.admin import AdminClient
 from app.core.errors import KafkaTimersError
 from app.core.partitioner import partition_for
 from app.core.printable import printable
-from app.core.request_format import RawRecord, parse_request
+from app.core.raw_record import RawRecord
+from app.core.request_format import parse_request
 from app.core.routing import without_hop
 from app.kafka.config import confluent_common
 from app.kafka.records import to_record

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from app.core.errors import BrokerUnavailable
+from app.kafka.demand import DEMAND_CONFIG, demand_topic
 from app.kafka.topic_config import (
     CONTROL_CONFIG,
     CONTROL_PARTITIONS,
@@ -134,6 +135,12 @@ def grants(settings: Settings, role: str, callback_topics: Sequence[str] = ()) -
             Grant("topic", t.fired, ("WRITE", *info), "one record per fire and cancel"),
             Grant("topic", t.dlq, ("WRITE", *info), "refused requests"),
             Grant("topic", control, ("READ", *info), "pauses, rate limits, bulk cancels"),
+            Grant(
+                "topic",
+                demand_topic(settings),
+                ("READ", "WRITE", "DESCRIBE"),
+                "each worker's backlog of rate-limited timers, which shares every limit among them",
+            ),
             Grant("group", settings.app_id, ("READ", "DESCRIBE"), "Faust's consumer group"),
             Grant(
                 "group",
@@ -230,19 +237,21 @@ def judge_topics(
     """The topic checks, from the partition counts of the topics that exist and their
     described configurations. Pure."""
     specs = topic_specs(settings)
-    control = control_topic(settings)
+    # Topics of one partition, read whole by every worker, and what they are created with.
+    single = {
+        control_topic(settings): CONTROL_CONFIG,
+        demand_topic(settings): DEMAND_CONFIG,
+    }
     wanted = role_topics(settings, role)
-    counts = {existing[n] for n in wanted if n in existing and n != control}
+    counts = {existing[n] for n in wanted if n in existing and n not in single}
     partitions = settings.partitions or (
         existing.get(settings.topics.requests) or (min(counts) if counts else 8)
     )
     checks: list[Check] = []
     for name in wanted:
         what = f"topic {name}"
-        spec_config = (
-            CONTROL_CONFIG if name == control else (specs[name].config if name in specs else {})
-        )
-        count = CONTROL_PARTITIONS if name == control else partitions
+        spec_config = single.get(name) or (specs[name].config if name in specs else {})
+        count = CONTROL_PARTITIONS if name in single else partitions
         if name not in existing:
             checks.append(
                 Check(
@@ -254,7 +263,7 @@ def judge_topics(
             )
             continue
         have = existing[name]
-        if name != control and have != partitions:
+        if name not in single and have != partitions:
             checks.append(
                 Check(
                     Status.MISSING,

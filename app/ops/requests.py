@@ -35,13 +35,9 @@ from dataclasses import dataclass, replace
 
 from app.core import protowire
 from app.core.errors import RejectedRequest
-from app.core.request_format import (
-    ETF1_EPOCH,
-    ETF1_TARGET_KEY,
-    ETF1_TARGET_TOPIC,
-    RawRecord,
-    parse_request,
-)
+from app.core.raw_record import RawRecord
+from app.core.request_etf1 import ETF1_EPOCH, ETF1_TARGET_KEY, ETF1_TARGET_TOPIC
+from app.core.request_format import parse_request
 from app.core.timer import Header, Timer
 from app.ops.jsonl import LineError
 

@@ -25,7 +25,7 @@ from confluent_kafka import Consumer
 
 from app.core import proto
 from app.core.fetch_pacing import TickWatch, tick_fetch_wait_ms
-from app.core.request_format import RawRecord
+from app.core.raw_record import RawRecord
 from app.kafka.config import confluent_consumer, confluent_producer
 from app.kafka.demand import DemandPublisher, DemandTable
 from app.kafka.topic_config import BROKER_DEFAULT_DELETE_RETENTION_MS
@@ -34,17 +34,16 @@ from app.worker.control import BulkCanceller, ControlFollower
 from app.worker.demand import DemandExchange
 from app.worker.descriptors import ROCKSDB_MAX_OPEN_FILES
 from app.worker.faust_config import faust_credentials
-from app.worker.faust_internals import (
-    apply_patches,
+from app.worker.faust_internals import apply_patches
+from app.worker.faust_internals.group import watch_group_session
+from app.worker.faust_internals.recovery import (
     before_table_recovery,
-    partition_db,
     recovery_start_offsets,
-    take_events_when_ready,
-    tune_fetcher,
-    watch_group_session,
     watch_recovery,
-    web_routes,
 )
+from app.worker.faust_internals.stores import partition_db
+from app.worker.faust_internals.streams import take_events_when_ready, tune_fetcher
+from app.worker.faust_internals.web import web_routes
 from app.worker.group_lease import GroupLease
 from app.worker.health import FAUST_RECOVERY_STEP, Phase, RecoveryStalls, WorkerHealth
 from app.worker.heap import settle_heap
@@ -504,7 +503,7 @@ def build_worker(
 
     before_table_recovery(app, catch_up_assigned, frozenset({settings.changelog_topic}))
     # Faust's recovery after it is started over when a broker request of it gets no
-    # answer, instead of ending for good (faust_internals._recovery_wait).
+    # answer, instead of ending for good (faust_internals.recovery._recovery_wait).
     watch_recovery(RecoveryStalls(health, metrics, step=FAUST_RECOVERY_STEP))
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]

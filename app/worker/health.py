@@ -46,7 +46,7 @@ Every wait on the broker that could end a worker, and what happens to it (issue 
   by ``broker_request_timeout``, 90 s): a wait that ran out ended it for good (the
   worker alive and never ready again, measured) and an aiokafka error crashed it; it is
   now started over with backoff (step ``faust_recovery``,
-  :func:`app.worker.faust_internals._recovery_wait`);
+  :func:`app.worker.faust_internals.recovery._recovery_wait`);
 - anything else that keeps a worker from being ready (the group join itself): not
   retried by the worker beyond what aiokafka does; ``kafka_timers_not_ready_seconds``
   and the alert ``KafkaTimersWorkerNotReady`` (5 minutes) say so.
@@ -69,7 +69,7 @@ __all__ = ["CATCH_UP_STEP", "FAUST_RECOVERY_STEP", "Phase", "RecoveryStalls", "W
 
 #: The ``step`` label of a stalled changelog catch-up.
 CATCH_UP_STEP = "changelog_catch_up"
-#: The ``step`` label of Faust's table recovery started over (app.worker.faust_internals).
+#: The ``step`` label of Faust's table recovery started over (app.worker.faust_internals.recovery).
 FAUST_RECOVERY_STEP = "faust_recovery"
 
 

@@ -29,11 +29,13 @@ from opentelemetry.trace import (
     Tracer,
 )
 
-from app.core.request_format import RawRecord
+from app.core.raw_record import RawRecord
 from app.core.timer import Header, Timer
-from app.worker.tracing import TRACEPARENT
 
-__all__ = ["FIRE_SPAN", "SCHEDULE_SPAN", "OtelTracing", "otlp_tracing"]
+__all__ = ["FIRE_SPAN", "SCHEDULE_SPAN", "TRACEPARENT", "OtelTracing", "otlp_tracing"]
+
+#: The W3C trace context header (the same name on Kafka records as over HTTP).
+TRACEPARENT = "traceparent"
 
 SCHEDULE_SPAN = "kafka-timers schedule"
 FIRE_SPAN = "kafka-timers fire"

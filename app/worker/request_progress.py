@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from confluent_kafka import Consumer, TopicPartition
 
-from app.core.request_format import RawRecord
+from app.core.raw_record import RawRecord
 from app.worker.metrics import WorkerMetrics
 
 __all__ = ["COMMIT_INTERVAL", "COMMIT_REFRESH", "RequestProgress"]

@@ -26,7 +26,7 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, TopicPartition
 
-from app.core.request_format import RawRecord
+from app.core.raw_record import RawRecord
 from app.kafka.records import to_record
 from app.worker.request_progress import RequestProgress
 

@@ -32,7 +32,8 @@ from app.core.keys import (
 )
 from app.core.late import DEFAULT_POLICY, LatePolicy
 from app.core.policy import RequestPolicy
-from app.core.request_format import RawRecord, parse_request
+from app.core.raw_record import RawRecord
+from app.core.request_format import parse_request
 from app.core.routing import (
     Origin,
     check_forwardable,
@@ -59,6 +60,7 @@ from app.worker.stores import PartitionStore, StoreFactory
 from app.worker.topic_directory import TopicDirectory
 from app.worker.topic_gates import RELEASE_INTERVAL, TopicGates
 from app.worker.tracing import Tracing
+from app.worker.unit_of_work import Commits, Unit
 
 __all__ = ["KEY_KINDS", "TimerService"]
 
@@ -200,6 +202,10 @@ class TimerService:
         self._stores = stores
         self._clock = clock
         self._partitions: dict[int, _Partition] = {}
+        #: Every pairing of the output's commits with the stores' writes goes through it.
+        self._commits = Commits(
+            output, lambda: {p: part.kv for p, part in self._partitions.items()}
+        )
         self._locks: dict[int, asyncio.Lock] = {}
         self._pending: dict[int, int] = {}
         self._remember = remember_seconds
@@ -291,11 +297,9 @@ class TimerService:
         if not any(part.wheel.behind for p, part in self._partitions.items() if p in partitions):
             return
         try:
-            await self._output.flush()
+            await self._commits.flush()
         except DeliveryFailure as exc:  # the next owner delivers them again: at least once
             log.warning("timers delivered and left to forget not recorded durably: %s", exc)
-            return
-        self._record_persisted()
 
     async def _partition(self, p: int) -> _Partition:
         part = self._partitions.get(p)
@@ -369,13 +373,11 @@ class TimerService:
         max_record = self._output.max_record_bytes
         routed = self._request_partitions
         gated = self.gates.gated
-        self._output.begin()
         # The batch's local writes reach each partition's store as one write (one
         # RocksDB WriteBatch: well under a microsecond a key, where a put costs about 2),
         # and the wheel reads them back meanwhile. They are applied before the flush,
         # as single writes were, so what a failed flush leaves locally is unchanged.
-        for part in parts.values():
-            part.kv.defer_local_writes()
+        unit = self._commits.begin(part.kv for part in parts.values())
         if not self._output.transactional:
             # Before anything the unit changes, in the changelog as in the store: a store
             # holding any of its effects knows the unit was under way (see reread).
@@ -396,7 +398,7 @@ class TimerService:
                     if not pause_within:
                         handled = i
                         break
-                    await self._let_the_loop_run(parts.values())
+                    await self._let_the_loop_run(unit)
                     deadline = time.perf_counter() + UNIT_BUDGET_SECONDS
                 part = parts[record.partition]
                 # Everything one record causes happens inside this try: whatever it
@@ -473,8 +475,7 @@ class TimerService:
                         raise
                     self._reject(record, *rejection_for(exc, _where(record)))
         finally:
-            for part in parts.values():
-                part.kv.apply_deferred()
+            unit.apply_local()
         if scheduled:
             self._metrics.scheduled.inc(scheduled)
         if any(pending_delta.values()):
@@ -484,45 +485,32 @@ class TimerService:
         if self._output.transactional:
             for part, timer in fired_now:  # atomically with the callbacks
                 part.wheel.mark_fired(timer)
-        # Where the next owner of each partition resumes. In exactly-once mode in the
-        # unit's transaction. In at-least-once mode only once the unit is durable, in the
-        # changelog as in the local store: produced with the unit, it could reach the
-        # broker before some of the unit's forwarded copies or callbacks (other
-        # partitions, other batches) and a crash in between then lost them, the batch
-        # never read again. Produced after the flush, it is durable with the next one; a
+        # Where the next owner of each partition resumes (Unit.put_resume_offset). In
+        # at-least-once mode produced after the flush, it is durable with the next one; a
         # crash before that reads the batch again, which is harmless (second copies are
         # dropped by their owner, a re-read fires nothing at once).
         records, rest = records[:handled], records[handled:]
         last: dict[int, int] = {}
         for record in records:
             last[record.partition] = max(record.offset, last.get(record.partition, -1))
-        resume = {p: b"%d" % offset for p, offset in last.items()}
-        if self._output.transactional:
-            for p, value in resume.items():
-                parts[p].kv.put_changelog(REQUEST_OFFSET, value)
+        for p, offset in last.items():
+            unit.put_resume_offset(parts[p].kv, b"%d" % offset)
         # Likewise the highest origin offsets of the forwarded copies applied: were they
         # written locally before the batch is durable, a worker restarting on its own
         # data would drop the copies the batch re-reads instead of applying them again.
-        advanced = self._advanced_origins(parts, applied)
-        for p, key, value in advanced:
-            parts[p].kv.put_changelog(key, value)
+        for p, key, value in self._advanced_origins(parts, applied):
+            unit.put_after_commit(parts[p].kv, key, value)
         try:
-            await self._output.commit()
+            await unit.commit(record=False)
         except TransactionAborted as exc:
             raise DeliveryFailure(f"request batch not committed: {exc}") from exc
-        for p, value in resume.items():
-            if not self._output.transactional:
-                parts[p].kv.put_changelog(REQUEST_OFFSET, value)
-            parts[p].kv.put_local(REQUEST_OFFSET, value)
-        for p, key, value in advanced:
-            parts[p].kv.put_local(key, value)
         for p, marks in applied.items():
             parts[p].origins = marks
         if not self._output.transactional:
             for part, timer in fired_now:  # only once delivered; durable with the next unit
                 part.wheel.mark_fired(timer)
         self._account_fired(delivered)
-        self._record_persisted()
+        self._commits.record_persisted()
         for p, part in parts.items():
             self._export_keys(p, part)
         return rest
@@ -551,16 +539,9 @@ class TimerService:
         )
 
     @staticmethod
-    async def _let_the_loop_run(parts: Iterable[_Partition]) -> None:
-        """Pause a unit so the event loop runs (ticks, heartbeats, HTTP), its partitions'
-        local writes applied first: a tick that runs meanwhile scans them, and reads of
-        the unit's own writes are the same before and after."""
-        parts = list(parts)
-        for part in parts:
-            part.kv.apply_deferred()
-        await asyncio.sleep(0)
-        for part in parts:
-            part.kv.defer_local_writes()
+    async def _let_the_loop_run(unit: Unit) -> None:
+        """Pause a unit so the event loop runs (ticks, heartbeats, HTTP): Unit.pause."""
+        await unit.pause()
 
     def _forwarded(self, part: _Partition, record: RawRecord, request: Timer | Cancel) -> bool:
         """Forward ``request``, read off its id's owner partition, to the owner; False
@@ -880,25 +861,22 @@ class TimerService:
         produced = any(timers for _, _, _, timers, _ in began)
         if produced:
             try:
-                await self._output.flush()
+                await self._commits.flush(record=False)
             except DeliveryFailure:
                 for _, part, _, _, _ in began:
                     part.wheel.abort_tick()
                 raise
         behind = False
         for partition, part, second, timers, fired in began:
-            part.kv.defer_local_writes()
-            try:
+            with self._commits.local_batch(part.kv):
                 # Held timers taken this round may be forgotten in the release loop's
                 # spare time (forget_behind): a limited topic then gets its limit, not
                 # what delivering and forgetting together leave of a worker's CPU.
                 part.wheel.finish_tick(second, timers, fired.successors, forget_taken_later=True)
-            finally:
-                part.kv.apply_deferred()
             self._ticked(partition, part, second, timers, fired)
             behind = behind or part.wheel.behind > 0
         if produced:
-            self._record_persisted()
+            self._commits.record_persisted()
         if behind:
             self._export_behind()
             self._release_wanted.set()
@@ -928,18 +906,13 @@ class TimerService:
                 self._export_keys(p, part)
             self._export_behind()
             if done and not left:
-                await self._output.flush()
-                self._record_persisted()
+                await self._commits.flush()
             return done
 
-    @staticmethod
-    def _forget_slice(part: _Partition, n: int) -> int:
+    def _forget_slice(self, part: _Partition, n: int) -> int:
         """Forget up to ``n`` timers left behind on ``part``, its local writes as one."""
-        part.kv.defer_local_writes()
-        try:
+        with self._commits.local_batch(part.kv):
             return part.wheel.forget_behind(n)
-        finally:
-            part.kv.apply_deferred()
 
     def _export_behind(self) -> None:
         self._metrics.forget_behind.set(
@@ -960,7 +933,7 @@ class TimerService:
             if fired is None:
                 return 0
         self._ticked(p, part, through, timers, fired)
-        self._record_persisted()
+        self._commits.record_persisted()
         return len(fired.delivered)
 
     async def run_gated_release(
@@ -1188,7 +1161,7 @@ class TimerService:
                 return 0
         self._ticked(partition, part, second, timers, fired)
         if timers:
-            self._record_persisted()
+            self._commits.record_persisted()
         return len(fired.delivered)
 
     def _ticked(
@@ -1211,8 +1184,7 @@ class TimerService:
     ) -> _Fired | None:
         """Callbacks, audit records, the forgetting and each series' next occurrence in
         one transaction; ``None`` if aborted."""
-        self._output.begin()
-        part.kv.defer_local_writes()
+        unit = self._commits.begin([part.kv])
         if part.wheel.behind:
             # Recorded as delivered by at-least-once rounds before this worker ran in
             # exactly-once mode (which leaves nothing behind): forgotten in here.
@@ -1220,7 +1192,9 @@ class TimerService:
         fired = self._fire_all(partition, second, timers)
         part.wheel.finish_tick(second, timers, fired.successors)
         try:
-            await self._output.commit()
+            # Its local writes (the forgetting) only once committed: a crash before that
+            # leaves the timers in place. Aborted, they are dropped.
+            await unit.commit(record=False)
         except TransactionAborted as exc:
             log.error(
                 "tick %d on partition %d aborted, retried on the next tick: %s",
@@ -1228,10 +1202,8 @@ class TimerService:
                 partition,
                 exc,
             )
-            part.kv.discard_deferred()
             self.forget_partitions([partition])  # reload the wheel from RocksDB as it was
             return None
-        part.kv.apply_deferred()
         return fired
 
     # -- bookkeeping ----------------------------------------------------------------
@@ -1310,12 +1282,6 @@ class TimerService:
         self._pending[partition] = self._pending.get(partition, 0) + delta
         self._metrics.pending.set(sum(self._pending.values()))
 
-    def _record_persisted(self) -> None:
-        for p, offset in list(self._output.changelog_acked.items()):
-            part = self._partitions.get(p)
-            if part is not None:
-                part.kv.record_persisted(offset)
-
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
@@ -1330,20 +1296,19 @@ class TimerService:
             part = self._partitions.get(partition)
             if part is None:
                 return None
-            self._output.begin()
-            part.kv.defer_local_writes()
+            unit = self._commits.begin([part.kv])
             try:
                 removed = work(part.wheel, self._output)
             finally:
-                part.kv.apply_deferred()
+                unit.apply_local()
             try:
-                await self._output.commit()
+                await unit.commit(record=False)
             except TransactionAborted as exc:
                 raise DeliveryFailure(f"bulk change not committed: {exc}") from exc
         if removed:
             self._metrics.cancelled.inc(removed)
             self._adjust_pending(partition, -removed)
-        self._record_persisted()
+        self._commits.record_persisted()
         self._export_keys(partition, part)
         return removed
 

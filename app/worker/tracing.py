@@ -24,14 +24,11 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from app.core.errors import ConfigurationError
-from app.core.request_format import RawRecord
+from app.core.raw_record import RawRecord
 from app.core.timer import Timer
 from app.settings import Settings
 
-__all__ = ["TRACEPARENT", "Tracing", "tracing_for"]
-
-#: The W3C trace context header (the same name on Kafka records as over HTTP).
-TRACEPARENT = "traceparent"
+__all__ = ["Tracing", "tracing_for"]
 
 
 class Tracing(Protocol):

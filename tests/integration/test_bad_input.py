@@ -9,7 +9,8 @@ import time
 from app.core import protowire
 from app.core.errors import RejectedRequest
 from app.core.policy import RequestPolicy
-from app.core.request_format import RawRecord, parse_request
+from app.core.raw_record import RawRecord
+from app.core.request_format import parse_request
 from app.core.timer import Timer
 from app.kafka.records import TopicReader
 from tests.support.stack import Stack, fired_ids

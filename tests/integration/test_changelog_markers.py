@@ -19,7 +19,7 @@ from rocksdict import Options, Rdict
 
 from app.kafka.config import confluent_consumer
 from app.settings import Settings
-from app.worker.faust_internals import _recovery_targets
+from app.worker.faust_internals.recovery import _recovery_targets
 from app.worker.partition_store import catch_up_changelogs, persisted_offset
 
 

@@ -5,7 +5,7 @@ rebalancing (the follower left just before) stays the group's leader after it ha
 every later JoinGroup names it, and the new members' SyncGroup fail with
 REBALANCE_IN_PROGRESS until a chance race in the broker clears it (seen: over 350 s).
 The worker's patch to aiokafka's group coordinator
-(``app.worker.faust_internals._send_req``) gets the broker to evict the departed leader.
+(``app.worker.faust_internals.group._send_req``) gets the broker to evict the departed leader.
 Plain aiokafka consumers are enough to show it (ported from ``research-restart``).
 """
 

@@ -9,8 +9,9 @@ import uuid
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from app.kafka.config import confluent_common
+from app.kafka.demand import demand_topic
 from app.kafka.topic_config import control_topic
-from app.kafka.topics import ensure_control_topic, ensure_topics
+from app.kafka.topics import ensure_topics
 from app.settings import Settings
 from tests.conftest import fresh_settings
 from tests.support.broker import BrokerInfo
@@ -30,13 +31,17 @@ def test_preflight_names_what_is_missing_and_passes_once_it_is_there(broker: Bro
     callback = f"cb-{uuid.uuid4().hex[:8]}"
     status, found = checks(settings, "--callback-topic", callback)
     assert status == 1
-    for name in (*settings.topics.all(), settings.changelog_topic, control_topic(settings)):
+    for name in (
+        *settings.topics.all(),
+        settings.changelog_topic,
+        control_topic(settings),
+        demand_topic(settings),
+    ):
         check = found[f"topic {name}"]
         assert check["status"] == "MISSING" and "kafka-topics" in check["detail"], check
     assert found[f"callback topic {callback}"]["status"] == "MISSING"
 
-    ensure_topics(settings)
-    ensure_control_topic(settings)
+    ensure_topics(settings)  # the control and demand topics too
     ensure_topics(settings, [callback])
     status, found = checks(settings, "--callback-topic", callback)
     assert status == 0, found

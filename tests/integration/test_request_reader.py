@@ -15,7 +15,7 @@ from collections import defaultdict
 
 from confluent_kafka import Producer
 
-from app.core.request_format import RawRecord
+from app.core.raw_record import RawRecord
 from app.kafka.config import confluent_consumer, confluent_producer
 from app.settings import Settings
 from app.worker.request_reader import RequestReader

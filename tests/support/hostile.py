@@ -41,7 +41,7 @@ from unittest import mock
 from hypothesis import strategies as st
 
 from app.core import protowire
-from app.core.request_format import RawRecord
+from app.core.raw_record import RawRecord
 from app.settings import Settings
 from app.worker import output as output_module
 from app.worker.metrics import WorkerMetrics

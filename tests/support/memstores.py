@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from app.core.budget import DEFAULT_MAX_RECORD_BYTES
 from app.core.errors import RejectReason
 from app.core.fired import SkipReason
-from app.core.request_format import RawRecord
+from app.core.raw_record import RawRecord
 from app.core.timer import Timer
 from app.worker.output import DeliveryFailure, TransactionAborted
 from tests.support.memkv import MemoryKV

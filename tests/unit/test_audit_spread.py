@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
+from app.core.raw_record import RawRecord
 from app.core.recurrence import Recurrence
-from app.core.request_format import RawRecord
 from app.core.spread import spread_second
 from app.settings import Settings
 from spark_audit.judging import EVENT_FIELDS, SOURCE_FIRE, SOURCE_REQUEST, judge_one

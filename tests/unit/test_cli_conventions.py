@@ -33,6 +33,10 @@ def _subparsers() -> dict[str, argparse.ArgumentParser]:
     return dict(action.choices)
 
 
+#: A control secret, so that the control commands (pause, rate) get as far as the broker.
+CONTROL_SECRET = {"KAFKA_TIMERS_CONTROL_SECRET": "test-control-secret-0123456789"}
+
+
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "app", *args],
@@ -40,7 +44,7 @@ def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
         text=True,
         timeout=60,
         check=False,
-        env={"PATH": "/usr/bin:/bin", **(env or {})},
+        env={"PATH": "/usr/bin:/bin", **CONTROL_SECRET, **(env or {})},
     )
 
 

@@ -13,14 +13,16 @@ from aiokafka.consumer.group_coordinator import GroupCoordinator
 from faust.stores.rocksdb import RocksDBOptions
 
 from app.worker import faust_app, faust_internals
+from app.worker.faust_internals import checks, stores
+from app.worker.faust_internals import group as group_patches
 
 
 def test_every_private_attribute_the_worker_relies_on_exists() -> None:
-    missing = faust_internals.missing_internals()
+    missing = checks.missing_internals()
     assert not missing, (
         f"faust-streaming {version('faust-streaming')} / aiokafka {version('aiokafka')} "
-        f"lack what app/worker/faust_internals.py relies on: {', '.join(missing)}. "
-        "Pin the tested versions (pyproject.toml) or port that module."
+        f"lack what app/worker/faust_internals/ relies on: {', '.join(missing)}. "
+        "Pin the tested versions (pyproject.toml) or port that package."
     )
 
 
@@ -47,10 +49,10 @@ def test_patches_are_idempotent_and_can_be_removed() -> None:
         faust_internals.apply_patches()
         faust_internals.apply_patches()  # idempotent: the wrapper never wraps itself
         assert faust_internals.patches_applied()
-        assert GroupCoordinator._maybe_leave_group is faust_internals._maybe_leave_group
-        assert GroupCoordinator._send_req is faust_internals._send_req
-        assert faust_internals._AIOKAFKA_SEND_REQ is original_send
-        assert RocksDBOptions.open is faust_internals._open_partition_db
+        assert GroupCoordinator._maybe_leave_group is group_patches._maybe_leave_group
+        assert GroupCoordinator._send_req is group_patches._send_req
+        assert group_patches._AIOKAFKA_SEND_REQ is original_send
+        assert RocksDBOptions.open is stores._open_partition_db
     finally:
         faust_internals.remove_patches()
     assert not faust_internals.patches_applied()

@@ -36,7 +36,8 @@ from app.core import protowire
 from app.core.due import due_second
 from app.core.errors import RejectedRequest, RejectReason
 from app.core.proto import DESCRIPTOR_SET, PROTO_FILE
-from app.core.request_format import RawRecord, derived_id, parse_request
+from app.core.raw_record import RawRecord, derived_id
+from app.core.request_format import parse_request
 from app.core.timer import Cancel, Timer, TokenAction
 
 MANY = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -7,7 +7,7 @@ import asyncio
 import aiokafka.errors
 from aiokafka.protocol.group import HeartbeatRequest, JoinGroupRequest, SyncGroupRequest
 
-from app.worker import faust_internals
+from app.worker.faust_internals import group as group_patches
 from app.worker.group_lease import GroupLease
 from tests.unit.test_service import NOW, Harness
 
@@ -71,14 +71,14 @@ def _send(request: object, error_code: int, lease: GroupLease) -> None:
     async def answered(self: object, request: object) -> _Response:
         return _Response(error_code)
 
-    original = faust_internals._AIOKAFKA_SEND_REQ
-    faust_internals._AIOKAFKA_SEND_REQ = answered
-    faust_internals.watch_group_session("kt", lease)
+    original = group_patches._AIOKAFKA_SEND_REQ
+    group_patches._AIOKAFKA_SEND_REQ = answered
+    group_patches.watch_group_session("kt", lease)
     try:
-        asyncio.run(faust_internals._send_req(_Coordinator(error_code), request))
+        asyncio.run(group_patches._send_req(_Coordinator(error_code), request))
     finally:
-        faust_internals._AIOKAFKA_SEND_REQ = original
-        faust_internals.watch_group_session("kt", None)
+        group_patches._AIOKAFKA_SEND_REQ = original
+        group_patches.watch_group_session("kt", None)
 
 
 def test_answered_heartbeats_and_syncs_renew_the_lease_from_their_send_time() -> None:

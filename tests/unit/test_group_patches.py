@@ -1,7 +1,7 @@
 """The worker's patches to aiokafka's group coordinator, against a fake broker client.
 
 Ported from the research branch ``research-restart`` (the dev broker's departed-leader
-bug: see ``app.worker.faust_internals._send_req``).
+bug: see ``app.worker.faust_internals.group._send_req``).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from aiokafka.protocol.admin import DescribeGroupsRequest
 from aiokafka.protocol.group import JoinGroupRequest, LeaveGroupRequest
 
-from app.worker import faust_internals
-from app.worker.faust_internals import FOLLOWER_LEAVE_DELAY, _maybe_leave_group, _send_req
+from app.worker.faust_internals import group as group_patches
+from app.worker.faust_internals.group import FOLLOWER_LEAVE_DELAY, _maybe_leave_group, _send_req
 
 GROUP = "kt-group"
 PROTOCOLS = [("faust", b"metadata")]
@@ -151,7 +151,7 @@ def test_the_leader_leaves_at_once_and_a_follower_a_moment_later(
     async def sleep(seconds: float) -> None:
         slept.append(seconds)
 
-    monkeypatch.setattr(faust_internals.asyncio, "sleep", sleep)
+    monkeypatch.setattr(group_patches.asyncio, "sleep", sleep)
     asyncio.run(_maybe_leave_group(me))
     assert [type(r) for r in sent] == [LeaveGroupRequest]
     assert slept == ([] if leader else [FOLLOWER_LEAVE_DELAY])

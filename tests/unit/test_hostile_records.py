@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 
 from app.core import protowire
-from app.core.request_format import RawRecord
+from app.core.raw_record import RawRecord
 from tests.support.hostile import (
     BUDGET_BYTES,
     CALLBACK_TOPIC,

@@ -14,7 +14,7 @@ import pytest
 
 from app.core.errors import RejectReason, SystemicFailure
 from app.core.keys import REQUEST_OFFSET
-from app.core.request_format import RawRecord
+from app.core.raw_record import RawRecord
 from app.kafka.records import to_record
 from app.worker import service as service_module
 from app.worker.isolation import is_systemic, rejection_for

@@ -36,7 +36,8 @@ from hypothesis import strategies as st
 
 from app.core.bounds import MAX_SECONDS
 from app.core.errors import RejectedRequest, RejectReason
-from app.core.request_format import RawRecord, parse_request
+from app.core.raw_record import RawRecord
+from app.core.request_format import parse_request
 from app.core.timer import Cancel, Timer
 
 JS_DIR = Path(__file__).resolve().parents[2] / "clients" / "js"

@@ -6,7 +6,7 @@ import json
 
 from app.core import protowire
 from app.core.partitioner import partition_for
-from app.core.request_format import RawRecord
+from app.core.raw_record import RawRecord
 from app.core.routing import HOP_HEADER, without_hop
 from app.ops.migrate import placement
 

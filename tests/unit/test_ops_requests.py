@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from app.core.bounds import MAX_SECONDS
 from app.core.keys import timer_key
 from app.core.late import CatchUp, LatePolicy
+from app.core.raw_record import RawRecord
 from app.core.recurrence import Recurrence
-from app.core.request_format import RawRecord, parse_request
+from app.core.request_format import parse_request
 from app.core.stored import pack_timer
 from app.core.timer import Cancel, Timer
 from app.core.wheel import CancelOutcome, PartitionWheel, Scheduled

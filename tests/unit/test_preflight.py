@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from app.kafka.demand import demand_topic
 from app.kafka.topic_config import CHANGELOG_CONFIG, control_topic, topic_specs
 from app.ops.preflight import (
     ROLES,
@@ -28,6 +29,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs"
 def _all_there() -> tuple[dict[str, int], dict[str, dict[str, str]]]:
     existing = {name: 8 for name in topic_specs(SETTINGS)}
     existing[control_topic(SETTINGS)] = 1
+    existing[demand_topic(SETTINGS)] = 1
     configs = {name: dict(spec.config) for name, spec in topic_specs(SETTINGS).items()}
     return existing, configs
 

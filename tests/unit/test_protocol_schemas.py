@@ -33,7 +33,8 @@ import app.core.proto
 from app.core.errors import KafkaTimersError, RejectedRequest
 from app.core.policy import is_legal_topic
 from app.core.proto import PROTO_FILE
-from app.core.request_format import RawRecord, parse_request
+from app.core.raw_record import RawRecord
+from app.core.request_format import parse_request
 from app.core.timer import Cancel, Timer
 from kafka_timers_client import TimerClient
 from kafka_timers_client.fired import FiredKind, FiredRecord, SkipReason

@@ -1,4 +1,4 @@
-"""A recovery step that cannot finish is retried with bounded backoff, never fatal (issue 23).
+"""A recovery step that cannot finish is retried with bounded backoff, never fatal.
 
 The backoff itself (:mod:`app.core.backoff`), the retry loop of the changelog catch-up
 (:func:`app.worker.partition_store.catch_up_until_done`, with a fake attempt and a fake
@@ -20,7 +20,7 @@ from confluent_kafka import KafkaError, KafkaException
 from faust.tables.recovery import RebalanceAgain, ServiceStopped
 
 from app.core.backoff import CATCH_UP_FETCH_WAITS_MS, Backoff, fetch_wait_ms
-from app.worker import faust_internals
+from app.worker.faust_internals import recovery as recovery_patches
 from app.worker.health import CATCH_UP_STEP, RecoveryStalls, WorkerHealth
 from app.worker.metrics import WorkerMetrics
 from app.worker.partition_store import (
@@ -287,10 +287,10 @@ async def noop() -> None:
 @pytest.fixture
 def recovery_report(monkeypatch: pytest.MonkeyPatch) -> Any:
     report = RecoveryReport()
-    monkeypatch.setattr(faust_internals, "_RECOVERY_BACKOFF", (0.001, 0.002))
-    faust_internals.watch_recovery(report)
+    monkeypatch.setattr(recovery_patches, "_RECOVERY_BACKOFF", (0.001, 0.002))
+    recovery_patches.watch_recovery(report)
     yield report
-    faust_internals.watch_recovery(None)
+    recovery_patches.watch_recovery(None)
 
 
 def test_a_recovery_wait_that_runs_out_starts_the_recovery_over(recovery_report: Any) -> None:
@@ -301,14 +301,14 @@ def test_a_recovery_wait_that_runs_out_starts_the_recovery_over(recovery_report:
     async def scenario() -> None:
         for attempt in (1, 2):
             with pytest.raises(RebalanceAgain):
-                await faust_internals._recovery_wait(recovery, noop(), timeout=90.0)
+                await recovery_patches._recovery_wait(recovery, noop(), timeout=90.0)
             assert recovery.signal_recovery_start.is_set(), "the recovery starts over"
             recovery.signal_recovery_start.clear()
             assert recovery_report.events[-1][:2] == ("stalled", attempt)
         # The recovery's pause before it starts over proves nothing about the broker.
-        await faust_internals._recovery_wait(recovery, noop())
+        await recovery_patches._recovery_wait(recovery, noop())
         assert recovery_report.events[-1][0] == "stalled"
-        await faust_internals._recovery_wait(recovery, noop(), timeout=90.0)
+        await recovery_patches._recovery_wait(recovery, noop(), timeout=90.0)
 
     asyncio.run(scenario())
     assert "no answer within 90.0 s" in recovery_report.events[0][2]
@@ -320,7 +320,7 @@ def test_an_aiokafka_error_starts_the_recovery_over_instead_of_crashing_it(
 ) -> None:
     recovery = FakeRecovery([aiokafka.errors.KafkaConnectionError("refused")])
     with pytest.raises(RebalanceAgain):
-        asyncio.run(faust_internals._recovery_wait(recovery, noop()))
+        asyncio.run(recovery_patches._recovery_wait(recovery, noop()))
     assert "KafkaConnectionError" in recovery_report.events[0][2]
 
 
@@ -328,7 +328,7 @@ def test_a_stopping_worker_stops_its_recovery_as_faust_does(recovery_report: Any
     recovery = FakeRecovery([WaitResults([], stopped=True)])
     recovery.should_stop = True
     with pytest.raises(ServiceStopped):
-        asyncio.run(faust_internals._recovery_wait(recovery, noop()))
+        asyncio.run(recovery_patches._recovery_wait(recovery, noop()))
     assert recovery_report.events == []
 
 
@@ -336,5 +336,5 @@ def test_a_new_rebalance_restarts_the_recovery_without_a_stall(recovery_report: 
     recovery = FakeRecovery([])
     recovery.answers.append(WaitResults([recovery.signal_recovery_start], stopped=False))
     with pytest.raises(RebalanceAgain):
-        asyncio.run(faust_internals._recovery_wait(recovery, noop()))
+        asyncio.run(recovery_patches._recovery_wait(recovery, noop()))
     assert recovery_report.events == []

@@ -14,7 +14,8 @@ import pytest
 
 from app.core import protowire
 from app.core.errors import RejectedRequest
-from app.core.request_format import RawRecord, parse_request
+from app.core.raw_record import RawRecord
+from app.core.request_format import parse_request
 
 NOW_MS = 1_767_225_600_000
 

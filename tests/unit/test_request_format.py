@@ -4,7 +4,8 @@ import pytest
 
 from app.core import protowire
 from app.core.errors import RejectedRequest, RejectReason
-from app.core.request_format import RawRecord, parse_request
+from app.core.raw_record import RawRecord
+from app.core.request_format import parse_request
 from app.core.timer import Cancel, Timer, TokenAction
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from confluent_kafka import TopicPartition
 
-from app.core.request_format import RawRecord
+from app.core.raw_record import RawRecord
 from app.worker.metrics import WorkerMetrics
 from app.worker.request_progress import COMMIT_INTERVAL, COMMIT_REFRESH, RequestProgress
 

@@ -10,7 +10,7 @@ import pytest
 
 from app.core.errors import RejectedRequest
 from app.core.keys import origin_key
-from app.core.request_format import RawRecord
+from app.core.raw_record import RawRecord
 from app.core.routing import (
     HOP_HEADER,
     Origin,

@@ -22,8 +22,9 @@ from app.core.firing import (
     plan,
 )
 from app.core.late import DEFAULT_POLICY, CatchUp, LatePolicy
+from app.core.raw_record import RawRecord
 from app.core.recurrence import ANCHOR_SLACK_SECONDS, Recurrence
-from app.core.request_format import RawRecord, parse_request
+from app.core.request_format import parse_request
 from app.core.timer import Timer
 from spark_audit.reconcile import FireEvent, RequestEvent, Rules, SkipEvent, Status, judge
 

@@ -18,7 +18,7 @@ from app.core.errors import RejectReason
 from app.core.keys import REQUEST_OFFSET, index_key, timer_key
 from app.core.late import LatePolicy
 from app.core.policy import RequestPolicy
-from app.core.request_format import RawRecord
+from app.core.raw_record import RawRecord
 from app.worker.metrics import WorkerMetrics
 from app.worker.output import DeliveryFailure
 from app.worker.service import TimerService

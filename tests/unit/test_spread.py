@@ -20,8 +20,9 @@ from app.core.firing import plan
 from app.core.keys import timer_key
 from app.core.late import DEFAULT_POLICY, LatePolicy
 from app.core.partitioner import partition_for
+from app.core.raw_record import RawRecord
 from app.core.recurrence import Recurrence
-from app.core.request_format import RawRecord, parse_request
+from app.core.request_format import parse_request
 from app.core.spread import MAX_SPREAD_SECONDS, spread_offset, spread_second
 from app.core.stored import NEWEST_LAYOUT, pack_timer, unpack_timer
 from app.core.timer import Cancel, Timer

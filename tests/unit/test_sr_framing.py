@@ -27,8 +27,9 @@ from hypothesis import strategies as st
 from app.core import proto, protowire
 from app.core.errors import RejectedRequest, RejectReason
 from app.core.fired import FiredRecord, fired_json
+from app.core.raw_record import RawRecord
 from app.core.recurrence import Recurrence
-from app.core.request_format import RawRecord, parse_request
+from app.core.request_format import parse_request
 from app.core.sr_framing import MAX_MESSAGE_INDEXES, frame, unframe
 from app.core.stored import pack_timer, unpack_timer
 from app.core.timer import Cancel, Timer

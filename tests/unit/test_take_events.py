@@ -11,7 +11,7 @@ from typing import Any
 
 import faust
 
-from app.worker.faust_internals import take_events_when_ready
+from app.worker.faust_internals.streams import take_events_when_ready
 from tests.support.waiting import wait_until_async
 
 MAX = 3

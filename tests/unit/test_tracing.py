@@ -25,12 +25,18 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from app.core import protowire
 from app.core.errors import ConfigurationError
-from app.core.request_format import RawRecord
+from app.core.raw_record import RawRecord
 from app.core.timer import Timer
 from app.settings import Settings
-from app.worker.otel_spans import FIRE_SPAN, SCHEDULE_SPAN, OtelTracing, _span_context
+from app.worker.otel_spans import (
+    FIRE_SPAN,
+    SCHEDULE_SPAN,
+    TRACEPARENT,
+    OtelTracing,
+    _span_context,
+)
 from app.worker.output import OutputProducer
-from app.worker.tracing import TRACEPARENT, tracing_for
+from app.worker.tracing import tracing_for
 from tests.unit.test_output_audits import _RecordingProducer
 from tests.unit.test_service import NOW, Harness
 

@@ -25,6 +25,21 @@ import {
 
 import { CancelNotAnswered, KafkaTimersError } from "./errors";
 import { ScheduleOptions, cancelRequest, checkedName, scheduleRequest } from "./request";
+export {
+  DEAD_LETTER_REASON_HEADER,
+  DELIVERY_COUNT_HEADER,
+  DELIVERY_ORIGIN_HEADER,
+  Delivery,
+  RedeliveringConsumer,
+  RedeliveryOptions,
+  RedeliveryStats,
+  ackRequest,
+  copyHeaders,
+  copyRequest,
+  deliveriesOf,
+  originOf,
+  timerIdOf,
+} from "./redelivery";
 
 export { CancelNotAnswered, KafkaTimersError } from "./errors";
 export {

@@ -1,4 +1,5 @@
-"""kafka-timers' Python client: schedule, cancel and look up durable timers.
+"""kafka-timers' Python client: schedule, cancel and look up durable timers, and read a
+queue whose messages are acknowledged one by one (:class:`RedeliveringConsumer`).
 
 The client and the service share these modules: what the client computes (a due
 second, a series' first occurrence, a request's partition, the request's bytes) is what
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from kafka_timers_client.late import LatePolicy
     from kafka_timers_client.outcome import CancelOutcome, PauseOutcome
     from kafka_timers_client.recurrence import Recurrence
+    from kafka_timers_client.redelivery import RedeliveringConsumer
 
 __all__ = [
     "BrokerUnavailable",
@@ -36,6 +38,7 @@ __all__ = [
     "LatePolicy",
     "PauseOutcome",
     "Recurrence",
+    "RedeliveringConsumer",
     "ScheduledTimer",
     "TimerClient",
 ]
@@ -51,6 +54,7 @@ _HOMES = {
     "LatePolicy": "late",
     "PauseOutcome": "outcome",
     "Recurrence": "recurrence",
+    "RedeliveringConsumer": "redelivery",
     "ScheduledTimer": "client",
     "TimerClient": "client",
 }

@@ -12,6 +12,8 @@ from typing import Any, Protocol
 
 __all__ = [
     "DEFAULT_MESSAGE_MAX_BYTES",
+    "SASL_MECHANISMS",
+    "SECURITY_PROTOCOLS",
     "ClientConfig",
     "ClientConfigSource",
     "confluent_common",
@@ -21,6 +23,10 @@ __all__ = [
 
 #: librdkafka's own ``message.max.bytes`` default: the largest request sent.
 DEFAULT_MESSAGE_MAX_BYTES = 1_000_000
+#: The ``security.protocol`` values both of the service's Kafka clients accept.
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+#: The ``sasl.mechanism`` values both of the service's Kafka clients accept.
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 
 
 @dataclass(frozen=True)
@@ -38,9 +44,9 @@ class ClientConfig:
     request_topic: str = "timer-request"
     #: The topic the workers write what they did to (a cancel's answer among them).
     fired_topic: str = "timer-fired"
-    #: ``PLAINTEXT``, ``SSL``, ``SASL_PLAINTEXT`` or ``SASL_SSL``.
+    #: One of :data:`SECURITY_PROTOCOLS`.
     security_protocol: str = "PLAINTEXT"
-    #: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (with a SASL protocol).
+    #: One of :data:`SASL_MECHANISMS` (with a SASL protocol).
     sasl_mechanism: str | None = None
     sasl_username: str | None = None
     sasl_password: str | None = None

@@ -1,0 +1,73 @@
+"""A record as read from the request topic, before any interpretation, and its derived id."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.core.timer import Header
+
+__all__ = ["RawRecord", "derived_id"]
+
+
+@dataclass(frozen=True, init=False)
+class RawRecord:
+    """A record as consumed from the request topic, before any interpretation.
+
+    Frozen, with its own ``__init__`` for the reason :class:`~app.core.timer.Timer`
+    has one: the generated one sets each field through ``object.__setattr__``, and every
+    record consumed builds one.
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    #: Record timestamp in epoch milliseconds (CreateTime), the base for relative ``in``.
+    timestamp_ms: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[Header, ...] = ()
+    #: Why the record could not even be read as a record (a header name that is not
+    #: UTF-8, say), or None: such a record is dead-lettered as ``malformed``.
+    defect: str | None = None
+    #: For a copy a worker forwarded to its owner partition: ``(partition, offset)``
+    #: where the request was first read (its ``timer-hop`` header,
+    #: :func:`app.core.routing.without_hop`); None for a record read where it was sent.
+    origin: tuple[int, int] | None = None
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        timestamp_ms: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: tuple[Header, ...] = (),
+        defect: str | None = None,
+        origin: tuple[int, int] | None = None,
+    ) -> None:
+        # Straight into the instance's dict: frozen stops assignment, not construction.
+        self.__dict__.update(
+            topic=topic,
+            partition=partition,
+            offset=offset,
+            timestamp_ms=timestamp_ms,
+            key=key,
+            value=value,
+            headers=headers,
+            defect=defect,
+            origin=origin,
+        )
+
+    def header(self, name: str) -> bytes | None:
+        """The first header called ``name``."""
+        return next((v for k, v in self.headers if k == name), None)
+
+
+def derived_id(record: RawRecord) -> str:
+    """A stable id for a request that names none: ``<topic>-<partition>-<offset>`` of
+    where it was sent, the same for the record and for the copy a worker forwards to
+    the id's owner partition (:attr:`RawRecord.origin`), so the timer is stored where
+    a ``get`` or a ``cancel`` by that id goes."""
+    partition, offset = record.origin or (record.partition, record.offset)
+    return f"{record.topic}-{partition}-{offset}"

@@ -1,0 +1,229 @@
+"""The JSON reader: a request as one JSON object (schedule, cancel, pause or resume)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from decimal import Decimal
+from typing import Any
+
+from app.core.bounds import (
+    MAX_HEADERS,
+)
+from app.core.due import due_second, parse_at, parse_duration
+from app.core.errors import InvalidTimeSpec, RejectedRequest, RejectReason
+from app.core.raw_record import RawRecord, derived_id
+from app.core.recurrence import Recurrence
+from app.core.request_rules import (
+    checked_spread,
+    due_from_key,
+    late_policy,
+    recurrence_of,
+    refuse_reserved,
+    sent_second,
+)
+from app.core.timer import Cancel, Header, Timer, TokenAction
+
+__all__ = ["from_json"]
+
+
+def _json_constant(name: str) -> None:
+    raise RejectedRequest(RejectReason.OUT_OF_BOUNDS, f"{name} is not a number in a request")
+
+
+#: JSON as the standard says: no NaN or Infinity. Numbers are bounded by Python's own
+#: limit on integer digits (4,300: a ``ValueError`` at a bounded cost) and every field
+#: read is bounded again where it is read (a due second, a count). Nesting is bounded by
+#: the decoder's recursion guard (a ``RecursionError`` after about a thousand levels, at
+#: a cost linear in the depth); nothing here walks into nested values, only the
+#: request's top-level fields and its flat ``headers`` object. Hooks for numbers would
+#: bound them earlier but cost a Python call per number (5% of a request).
+_JSON = json.JSONDecoder(parse_constant=_json_constant)
+
+
+def from_json(record: RawRecord, now: float | None) -> Timer | Cancel:
+    """The timer or token request (``cancel``, ``pause``, ``resume``) a JSON object holds;
+    ``now`` as for :func:`app.core.request_format.parse_request`."""
+    assert record.value is not None
+    try:
+        doc = _JSON.decode(record.value.decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RejectedRequest(RejectReason.MALFORMED, f"invalid JSON: {exc}") from exc
+    except ValueError as exc:  # an integer past Python's 4,300 digits
+        raise RejectedRequest(RejectReason.OUT_OF_BOUNDS, "a JSON number too long") from exc
+    except RecursionError as exc:
+        raise RejectedRequest(RejectReason.OUT_OF_BOUNDS, "JSON nested too deep") from exc
+    if not isinstance(doc, dict):
+        raise RejectedRequest(RejectReason.UNKNOWN_FORMAT, "JSON request must be an object")
+    try:
+        if "cancel" in doc:
+            return Cancel(id=_json_str(doc, "cancel"), token=_json_str(doc, "token", ""))
+        if "pause" in doc or "resume" in doc:
+            asked = TokenAction.PAUSE if "pause" in doc else TokenAction.RESUME
+            if "pause" in doc and "resume" in doc:
+                raise TypeError("a request pauses or resumes, not both")
+            return Cancel(
+                id=_json_str(doc, asked.value),
+                token=_json_str(doc, "token", ""),
+                action=asked,
+            )
+        headers = _json_headers(doc)  # first, as for protobuf (request_protobuf.from_protobuf)
+        recurrence = _json_recurrence(doc, sent_second(record, now))
+        late = doc.get("late")
+        if late is not None and not isinstance(late, str):
+            raise TypeError('\'late\' must be a string such as "skip-after 5m" or "all"')
+        if recurrence is not None:
+            assert recurrence.start is not None
+            due = recurrence.start
+        else:
+            due = _json_due(doc, record)
+        return Timer(
+            id=_json_str(doc, "id", "") or derived_id(record),
+            due=due,
+            topic=_json_str(doc, "topic", ""),
+            key=_json_bytes(doc, "key"),
+            value=_json_bytes(doc, "value") or b"",
+            token=_json_str(doc, "token", ""),
+            headers=headers,
+            recurrence=recurrence,
+            seq=1 if recurrence is not None else 0,
+            late=late_policy(late),
+            spread=_json_spread(doc, recurrence) if "spread" in doc else 0,
+        )
+    except (TypeError, ValueError, binascii.Error) as exc:
+        raise RejectedRequest(RejectReason.UNKNOWN_FORMAT, f"bad JSON request: {exc}") from exc
+
+
+def _json_str(doc: dict[str, Any], name: str, default: str | None = None) -> str:
+    """A text field; its UTF-8 and length are checked where it is used (the id and token
+    by :func:`app.core.request_format.parse_request`, the topic by the policy's legal-name
+    check)."""
+    value = doc.get(name, default)
+    if not isinstance(value, str):
+        raise TypeError(f"{name!r} must be a string")
+    return value
+
+
+def _json_bytes(doc: dict[str, Any], name: str) -> bytes | None:
+    """``name`` as UTF-8 text, or ``name_b64`` as base64 for binary payloads."""
+    if f"{name}_b64" in doc:
+        return base64.b64decode(_json_str(doc, f"{name}_b64"), validate=True)
+    value = doc.get(name)
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name!r} must be a string (use {name}_b64 for bytes)")
+    return _encoded(value, repr(name))
+
+
+def _json_headers(doc: dict[str, Any]) -> tuple[Header, ...]:
+    headers = doc.get("headers") or {}
+    if not isinstance(headers, dict) or not all(isinstance(v, str) for v in headers.values()):
+        raise TypeError("'headers' must be an object of strings")
+    if len(headers) > MAX_HEADERS:
+        raise RejectedRequest(
+            RejectReason.OUT_OF_BOUNDS, f"{len(headers)} headers, at most {MAX_HEADERS}"
+        )
+    return refuse_reserved(tuple((k, _encoded(v, "a header value")) for k, v in headers.items()))
+
+
+def _encoded(text: str, name: str) -> bytes:
+    """``text`` encoded, or :class:`RejectedRequest` if it holds a lone surrogate."""
+    try:
+        return text.encode()
+    except UnicodeEncodeError as exc:
+        raise RejectedRequest(
+            RejectReason.OUT_OF_BOUNDS, f"{name} is not valid UTF-8 (a lone surrogate)"
+        ) from exc
+
+
+def _json_due(doc: dict[str, Any], record: RawRecord) -> int:
+    try:
+        if "at" in doc:
+            at = doc["at"]
+            if isinstance(at, bool) or not isinstance(at, (int, float, str)):
+                raise TypeError("'at' must be epoch seconds or an ISO 8601 string")
+            return due_second(parse_at(str(at)))
+        if "in" in doc:
+            delay = parse_duration(str(doc["in"]))
+            return due_second(Decimal(record.timestamp_ms) / 1000 + Decimal(str(delay)))
+    except InvalidTimeSpec as exc:
+        raise RejectedRequest(RejectReason.MISSING_DUE, str(exc)) from exc
+    return due_from_key(record)
+
+
+def _json_recurrence(doc: dict[str, Any], sent_second: int) -> Recurrence | None:
+    """``cron``/``tz`` or ``every`` (a duration), with ``start``/``end`` (epoch seconds or
+    ISO 8601) and ``count``."""
+    every_text = doc.get("every")
+    every: int | None = None
+    try:
+        if every_text is not None:
+            seconds = parse_duration(str(every_text))
+            if seconds != int(seconds):
+                raise RejectedRequest(
+                    RejectReason.INVALID_RECURRENCE,
+                    f"every {every_text!r}: use whole seconds (the service's resolution)",
+                )
+            every = int(seconds)
+            if every < 1:
+                raise RejectedRequest(
+                    RejectReason.INVALID_RECURRENCE, f"every {every_text!r}: at least 1s"
+                )
+        start = _json_instant(doc, "start", up=True)
+        end = _json_instant(doc, "end", up=False)
+    except InvalidTimeSpec as exc:
+        raise RejectedRequest(RejectReason.INVALID_RECURRENCE, str(exc)) from exc
+    count = doc.get("count")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int)):
+        raise TypeError("'count' must be a whole number")
+    cron = doc.get("cron")
+    tz = doc.get("tz")
+    if cron is not None and not isinstance(cron, str):
+        raise TypeError("'cron' must be a string such as \"0 0 9 * * MON-FRI\"")
+    if tz is not None and not isinstance(tz, str):
+        raise TypeError("'tz' must be an IANA time zone name such as \"Europe/Paris\"")
+    return recurrence_of(
+        sent_second,
+        cron=cron,
+        tz=tz,
+        every=every,
+        start=start,
+        end=end,
+        count=count,
+        has_due="at" in doc or "in" in doc,
+    )
+
+
+def _json_instant(doc: dict[str, Any], name: str, *, up: bool) -> int | None:
+    """An epoch second from epoch seconds or ISO 8601: rounded up for a start (never
+    early), down for an end (never past it)."""
+    value = doc.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TypeError(f"{name!r} must be epoch seconds or an ISO 8601 string")
+    moment = parse_at(str(value))
+    return due_second(moment) if up else int(moment.to_integral_value(rounding="ROUND_FLOOR"))
+
+
+def _json_spread(doc: dict[str, Any], recurrence: Recurrence | None) -> int:
+    """``"spread"``: a duration (``"60s"``, ``"5m"``) or a number of seconds, whole."""
+    value = doc.get("spread")
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise RejectedRequest(
+            RejectReason.INVALID_SPREAD, 'spread must be a duration such as "60s" or seconds'
+        )
+    try:
+        seconds = parse_duration(str(value))
+    except InvalidTimeSpec as exc:
+        raise RejectedRequest(RejectReason.INVALID_SPREAD, str(exc)) from exc
+    if seconds != int(seconds):
+        raise RejectedRequest(
+            RejectReason.INVALID_SPREAD,
+            f"spread {str(value)[:40]!r}: use whole seconds (the service's resolution)",
+        )
+    return checked_spread(int(seconds), recurrence)

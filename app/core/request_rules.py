@@ -1,0 +1,134 @@
+"""The rules every request format shares (due second, series, spread, late policy, headers).
+
+Each reader (:mod:`app.core.request_json`, :mod:`app.core.request_protobuf`,
+:mod:`app.core.request_etf1`) reads its own syntax and hands the values to these, so a
+rule holds the same whatever format a request came in.
+"""
+
+from __future__ import annotations
+
+from app.core.bounds import (
+    MAX_SPEC_CHARS,
+    RESERVED_HEADER_PREFIXES,
+    checked_text,
+)
+from app.core.due import due_second, parse_epoch
+from app.core.errors import InvalidTimeSpec, RejectedRequest, RejectReason
+from app.core.late import LatePolicy
+from app.core.raw_record import RawRecord
+from app.core.recurrence import ANCHOR_SLACK_SECONDS, Recurrence
+from app.core.spread import MAX_SPREAD_SECONDS
+from app.core.timer import Header
+
+__all__ = [
+    "checked_spread",
+    "due_from_key",
+    "late_policy",
+    "recurrence_of",
+    "refuse_reserved",
+    "sent_second",
+]
+
+
+def due_from_key(record: RawRecord) -> int:
+    """The due second of a request that gives none: its key, read as an epoch second."""
+    text = record.key.decode(errors="replace") if record.key else ""
+    try:
+        return due_second(parse_epoch(text))
+    except InvalidTimeSpec as exc:
+        raise RejectedRequest(
+            RejectReason.MISSING_DUE,
+            f"no due time in the request and the key {text[:40]!r} is not an epoch second",
+        ) from exc
+
+
+def checked_spread(seconds: int, recurrence: Recurrence | None) -> int:
+    """``seconds`` if it is a spread the service takes: from 0 to
+    :data:`~app.core.spread.MAX_SPREAD_SECONDS`, and for an interval series less than
+    its interval (so that its occurrences still fire in order, each in its own window)."""
+    if not 0 <= seconds <= MAX_SPREAD_SECONDS:
+        raise RejectedRequest(
+            RejectReason.INVALID_SPREAD,
+            f"spread {seconds}s: from 0 to {MAX_SPREAD_SECONDS}s (a day)",
+        )
+    if recurrence is not None and recurrence.every is not None and seconds >= recurrence.every:
+        raise RejectedRequest(
+            RejectReason.INVALID_SPREAD,
+            f"spread {seconds}s: less than the series' interval ({recurrence.every}s)",
+        )
+    return seconds
+
+
+def late_policy(text: str | None) -> LatePolicy | None:
+    if not text:
+        return None
+    checked_text(text, "late", MAX_SPEC_CHARS)
+    policy = LatePolicy.parse(text)
+    return None if policy.is_empty else policy
+
+
+def sent_second(record: RawRecord, now: float | None = None) -> int:
+    """Where a series starts: the second the request was sent (its timestamp, rounded
+    up), but no earlier than ``now`` (the worker's clock) less the anchor slack."""
+    sent = -(-record.timestamp_ms // 1000)
+    if now is None:
+        return sent
+    return max(sent, int(now // 1) - ANCHOR_SLACK_SECONDS)
+
+
+def recurrence_of(
+    sent_second: int,
+    *,
+    cron: str | None,
+    tz: str | None,
+    every: int | None,
+    start: int | None,
+    end: int | None,
+    count: int | None,
+    has_due: bool,
+) -> Recurrence | None:
+    """The request's recurrence, anchored at its first occurrence; ``None`` for a one-shot."""
+    if cron is None and every is None:
+        if tz is not None or start is not None or end is not None or count is not None:
+            raise RejectedRequest(
+                RejectReason.INVALID_RECURRENCE,
+                "tz, start, end and count need a recurrence (cron or every)",
+            )
+        return None
+    if cron is not None and every is not None:
+        raise RejectedRequest(RejectReason.INVALID_RECURRENCE, "give cron or every, not both")
+    if cron is not None:
+        checked_text(cron, "cron", MAX_SPEC_CHARS)
+    if tz is not None:
+        checked_text(tz, "tz", MAX_SPEC_CHARS)
+    if has_due:
+        raise RejectedRequest(
+            RejectReason.INVALID_RECURRENCE,
+            "a recurring timer takes start/end/count, not a due time (at, in, due)",
+        )
+    if cron is not None:
+        recurrence = Recurrence.cron_series(cron, tz, start=start, end=end, count=count)
+    else:
+        if tz is not None:
+            raise RejectedRequest(
+                RejectReason.INVALID_RECURRENCE, "tz applies to cron, not to every"
+            )
+        assert every is not None
+        recurrence = Recurrence.interval(every, start=start, end=end, count=count)
+    return recurrence.anchored(sent_second)
+
+
+def refuse_reserved(headers: tuple[Header, ...]) -> tuple[Header, ...]:
+    """``headers`` unless one is named like a header the service writes on callbacks.
+
+    Refused, not dropped: a producer that sets one is forging or confused, and either
+    way should hear of it (``reserved_header``); the callback then carries exactly one
+    of each of the service's headers.
+    """
+    for name, _ in headers:
+        if name[:10].lower().startswith(RESERVED_HEADER_PREFIXES):
+            raise RejectedRequest(
+                RejectReason.RESERVED_HEADER,
+                f"header {name[:80]!r}: timer-* and scheduler-* are the service's own",
+            )
+    return headers
