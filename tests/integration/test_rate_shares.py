@@ -98,10 +98,15 @@ def _drain(stack: Stack, topic: str, due: int, count: int) -> Iterator[list[Reco
         yield reader.records
 
 
-def _judge(records: list[Record], due: int, count: int, what: str) -> Counter[int]:
+def _judge(
+    records: list[Record], due: int, count: int, what: str, *, once: bool = True
+) -> Counter[int]:
+    """Every callback came, none early, no second above the bound; ``once``: none twice
+    (a kill -9 is at least once: the round in flight when it died may come again)."""
     counts = Counter(r.value for r in records)
     assert len(counts) == count, f"{what}: lost or unknown callbacks"
-    assert max(counts.values()) == 1, f"{what}: a callback came twice"
+    if once:
+        assert max(counts.values()) == 1, f"{what}: a callback came twice"
     stamps = sorted(r.timestamp_ms for r in records)
     assert stamps[0] >= due * 1000, f"{what}: a callback came early"
     per_second = Counter(ms // 1000 - due for ms in stamps)
@@ -156,7 +161,7 @@ def test_a_survivor_takes_the_whole_rate_when_a_worker_dies_mid_drain(stack: Sta
             workers["w-2"].kill()
             killed_at = time.time()
     assert killed_at is not None
-    per_second = _judge(records, due, count, "kill -9 mid-drain")
+    per_second = _judge(records, due, count, "kill -9 mid-drain", once=False)
     # The first whole second after the kill in which the survivor delivered at least
     # 90% of the limit: within the session timeout + 2 s of the kill.
     after = sorted(s for s in per_second if due + s >= killed_at)
