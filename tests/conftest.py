@@ -86,7 +86,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def pytest_runtest_makereport(item: pytest.Item) -> Generator[None, Any, None]:
     outcome = yield
     report: TestReport = outcome.get_result()
-    if report.skipped and item.config.getoption("refuse_skips"):
+    # An xfail names a known open defect with its reason: reported, not refused.
+    expected_failure = hasattr(report, "wasxfail")
+    if report.skipped and not expected_failure and item.config.getoption("refuse_skips"):
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
         report.outcome = "failed"
         report.longrepr = f"skip refused (--refuse-skips): {reason}"
