@@ -74,6 +74,9 @@ KEY_KINDS = ("pending", "remembered", "bookkeeping")
 #: Work one request unit may do before it ends and lets the event loop run (ticks,
 #: heartbeats, HTTP): the rest of the batch follows in the next unit.
 UNIT_BUDGET_SECONDS = 0.02
+#: How long a partition's ticks wait for the re-read of the requests it applied before a
+#: crash (:attr:`_Partition.rereading`); a re-read is one unit's worth of records.
+REREAD_PATIENCE_SECONDS = 120
 #: Callback topics with a label of their own in ``kafka_timers_fired_total`` by default.
 DEFAULT_MAX_TOPIC_LABELS = 100
 #: The ``callback_topic`` label of every topic past them.
@@ -138,9 +141,39 @@ class _Partition:
         }
         #: Requests up to this offset read again are a re-read after a crash: the last
         #: offset of the unit that was being applied when the store was loaded (the
-        #: ``A`` key, app.core.keys), or -1.
+        #: ``A`` key, app.core.keys), or -1 once nothing is left to re-read (reading
+        #: resumes past it). Until the re-read reaches it the store may hold an older
+        #: version of an id beside the effects of newer ones, so the partition fires
+        #: nothing meanwhile (:attr:`rereading`).
         applying = kv.get(APPLYING)
-        self.reread_through = int(applying) if applying is not None else -1
+        resumed = kv.get(REQUEST_OFFSET)
+        through = int(applying) if applying is not None else -1
+        if resumed is not None and int(resumed) >= through:
+            through = -1
+        self.reread_through = through
+        self._reread_until = time.monotonic() + REREAD_PATIENCE_SECONDS
+
+    @property
+    def rereading(self) -> bool:
+        """Whether requests applied before a crash are still being read again: the store
+        is then between two states (an id's re-read older version may stand where its
+        newer one will be put back a few records on), and a tick in between would fire
+        the older version: a reschedule undone. Its ticks wait; the next one after the
+        re-read fires everything due up to its second. If the re-read never reaches its
+        end (the records were deleted from the request topic meanwhile), the partition
+        fires again after :data:`REREAD_PATIENCE_SECONDS`: late, never lost."""
+        if self.reread_through < 0:
+            return False
+        if time.monotonic() < self._reread_until:
+            return True
+        log.warning(
+            "requests up to offset %d applied before a crash were not read again within "
+            "%d s: firing without them",
+            self.reread_through,
+            REREAD_PATIENCE_SECONDS,
+        )
+        self.reread_through = -1
+        return False
 
 
 class TimerService:
@@ -401,6 +434,12 @@ class TimerService:
                     await self._let_the_loop_run(unit)
                     deadline = time.perf_counter() + UNIT_BUDGET_SECONDS
                 part = parts[record.partition]
+                reread_through = part.reread_through
+                if reread_through >= 0 and record.offset >= reread_through:
+                    # The last request applied before the crash: the store is whole
+                    # again after it, and this partition's ticks fire again.
+                    part.reread_through = -1
+                reread = record.offset <= reread_through
                 # Everything one record causes happens inside this try: whatever it
                 # raises, the record is dead-lettered and the next one is read, unless
                 # the system itself is failing (app.worker.isolation draws the line).
@@ -432,9 +471,7 @@ class TimerService:
                     # after it: a request whose second passed waits for the next tick
                     # instead of firing at once, so a newer version later in the re-read
                     # replaces it again rather than following a fire of the old one.
-                    accepted = part.wheel.schedule(
-                        request, reread=record.offset <= part.reread_through
-                    )
+                    accepted = part.wheel.schedule(request, reread=reread)
                     if accepted.outcome is Scheduled.STORED:
                         scheduled += 1
                         if not accepted.replaced:
@@ -747,6 +784,8 @@ class TimerService:
         gated = self.gates.gated
         for partition, second in newest.items():
             part = await self._partition(partition)
+            if part.rereading:
+                continue  # a later tick fires it all (_Partition.rereading)
             timers = part.wheel.begin_tick(second, hold=gated, since=self._clock())
             if timers is not None:
                 if gated or part.wheel.holding:  # one check per round without limits
@@ -821,7 +860,9 @@ class TimerService:
             ready = [
                 (p, part)
                 for p, part in self._partitions.items()
-                if part.wheel.holding and part.wheel.fired_through is not None
+                if part.wheel.holding
+                and part.wheel.fired_through is not None
+                and not part.rereading
             ]
             if not ready:
                 return 0

@@ -531,3 +531,47 @@ def test_a_re_read_after_a_crash_never_fires_a_version_a_later_request_replaced(
         ("b", NOW + 3),
         ("a", NOW + 50),
     ]
+
+
+def _crashed_mid_unit(h: Harness) -> tuple[RawRecord, RawRecord]:
+    """Schedule ``a`` (due NOW + 5) and reschedule it (NOW + 50) in one unit whose flush
+    fails: the store holds the newer version, the resume offset is before both."""
+    h.tick(NOW + 1)
+    first, second = h.schedule("a", NOW + 5), h.schedule("a", NOW + 50)
+    h.output.fail_flush = True
+    with pytest.raises(DeliveryFailure):
+        h.requests(first, second)
+    h.output.fail_flush = False
+    h.service.forget_partitions([0])  # the restart, on its own data
+    return first, second
+
+
+def test_a_re_read_split_by_a_tick_never_fires_the_older_version() -> None:
+    """The re-read may come in several batches (or a unit pauses for the event loop),
+    and a tick may run between the older version and the newer one: the partition fires
+    nothing until the re-read reaches the last request applied before the crash."""
+    h = Harness()
+    first, second = _crashed_mid_unit(h)
+    h.requests(first)  # the re-read's first batch: the older version stands again
+    assert h.tick(NOW + 11) == 0  # it would fire here, its second passed
+    h.requests(second)  # the re-read's end
+    h.requests(h.schedule("b", NOW + 3))  # read for the first time: fires at once
+    for second_ in range(NOW + 12, NOW + 51):
+        h.tick(second_)
+    assert [(t.id, t.due) for t, _ in h.output.durable.callbacks] == [
+        ("b", NOW + 3),
+        ("a", NOW + 50),
+    ]
+
+
+def test_a_re_read_that_never_comes_delays_firing_without_losing_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Records deleted from the request topic while the worker was down are never read
+    again: after the patience, the partition fires what it holds (late, not lost)."""
+    monkeypatch.setattr("app.worker.service.REREAD_PATIENCE_SECONDS", 0)
+    h = Harness()
+    _crashed_mid_unit(h)
+    for second_ in range(NOW + 11, NOW + 51):
+        h.tick(second_)
+    assert [(t.id, t.due) for t, _ in h.output.durable.callbacks] == [("a", NOW + 50)]
