@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.broker import broker_line
-from bench.report import Figure, verdict, render_markdown
+from bench.report import Figure, render_markdown, verdict
 
 __all__ = [
     "BEGIN",

@@ -17,12 +17,12 @@ __all__ = [
     "Figure",
     "fmt_bytes",
     "fmt_count",
-    "verdict",
     "fmt_ms",
     "fmt_rate",
     "fmt_seconds",
     "render",
     "render_markdown",
+    "verdict",
 ]
 
 
