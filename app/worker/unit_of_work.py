@@ -41,6 +41,7 @@ class Unit:
         self._resume: list[tuple[PartitionStore, bytes]] = []
         for store in self._stores:
             store.defer_local_writes()
+            store.mark_unconfirmed()
 
     def apply_local(self) -> None:
         """Write the unit's held-back local writes now (one batch a store)."""
