@@ -16,7 +16,7 @@ from app.core.errors import RejectReason, SystemicFailure
 from app.core.keys import REQUEST_OFFSET
 from app.core.raw_record import RawRecord
 from app.kafka.records import to_record
-from app.worker import service as service_module
+from app.worker import service_requests as service_module
 from app.worker.isolation import is_systemic, rejection_for
 from app.worker.output import DeliveryFailure
 from app.worker.service import TimerService

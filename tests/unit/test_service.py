@@ -569,7 +569,7 @@ def test_a_re_read_that_never_comes_delays_firing_without_losing_it(
 ) -> None:
     """Records deleted from the request topic while the worker was down are never read
     again: after the patience, the partition fires what it holds (late, not lost)."""
-    monkeypatch.setattr("app.worker.service.REREAD_PATIENCE_SECONDS", 0)
+    monkeypatch.setattr("app.worker.service_state.REREAD_PATIENCE_SECONDS", 0)
     h = Harness()
     _crashed_mid_unit(h)
     for second_ in range(NOW + 11, NOW + 51):
