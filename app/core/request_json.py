@@ -207,11 +207,11 @@ def _json_calendar(doc: dict[str, Any]) -> Calendar | None:
     if holidays is None and dates is None and policy is None:
         return None
     if holidays is not None and not isinstance(holidays, str):
-        raise TypeError("'skip_holidays' must be a string such as \"FR\" or \"US-CA\"")
+        raise TypeError('\'skip_holidays\' must be a string such as "FR" or "US-CA"')
     if dates is not None and not isinstance(dates, list):
         raise TypeError("'skip_dates' must be a list of dates such as [\"2026-12-24\"]")
     if policy is not None and not isinstance(policy, str):
-        raise TypeError("'skip_policy' must be \"skip\" or \"next\"")
+        raise TypeError('\'skip_policy\' must be "skip" or "next"')
     return Calendar.build(holidays, dates or (), policy)
 
 

@@ -12,9 +12,9 @@ from app.core.bounds import (
     RESERVED_HEADER_PREFIXES,
     checked_text,
 )
+from app.core.calendars import Calendar
 from app.core.due import due_second, parse_epoch
 from app.core.errors import InvalidTimeSpec, RejectedRequest, RejectReason
-from app.core.calendars import Calendar
 from app.core.late import LatePolicy
 from app.core.raw_record import RawRecord
 from app.core.recurrence import ANCHOR_SLACK_SECONDS, Recurrence

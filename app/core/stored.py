@@ -236,7 +236,7 @@ def _calendar_end(data: bytes, pos: int) -> int:
     for _ in range(2):  # tz and holidays
         (length,) = _LEN.unpack_from(data, pos)
         pos += 4 + max(length, 0)
-    return pos + 4 * count
+    return pos + 4 * int(count)
 
 
 def pack_next_occurrence(stored: bytes, successor: Timer) -> bytes:

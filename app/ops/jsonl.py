@@ -110,7 +110,7 @@ def _calendar(doc: dict[str, Any]) -> Calendar | None:
     if not isinstance(dates, list):
         raise LineError("'skip_dates' must be a list of dates such as [\"2026-12-24\"]")
     if policy is not None and not isinstance(policy, str):
-        raise LineError("'skip_policy' must be \"skip\" or \"next\"")
+        raise LineError('\'skip_policy\' must be "skip" or "next"')
     try:
         return Calendar.build(holidays, dates, policy)
     except KafkaTimersError as exc:

@@ -310,7 +310,7 @@ def _as_list(value: Any) -> list[Any]:
 def _covered(start: date, end: date) -> list[date]:
     """The dates from ``start`` to ``end``: an all-day end is exclusive; a timed event
     covers each date it touches (a zero-length one its start date)."""
-    if isinstance(start, datetime):
+    if isinstance(start, datetime) and isinstance(end, datetime):
         first = start.date()
         last = (end - timedelta(microseconds=1)).date() if end > start else first
     else:

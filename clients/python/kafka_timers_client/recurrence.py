@@ -387,13 +387,15 @@ class Recurrence:
                     break
                 last = item
             return last
-        steps = (through - due) // self.every
+        every = self.every
+        assert every is not None
+        steps = (through - due) // every
         if self.count is not None:
             steps = min(steps, self.count - seq)
         if self.end is not None:
-            steps = min(steps, (self.end - due) // self.every)
+            steps = min(steps, (self.end - due) // every)
         steps = max(steps, 0)
-        return seq + steps, due + steps * self.every
+        return seq + steps, due + steps * every
 
     def before(self, due: int, steps: int, floor: int, *, limit: int = 100_000) -> int | None:
         """Due second of the occurrence ``steps`` before the one due at ``due``, counting
