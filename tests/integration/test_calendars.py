@@ -16,6 +16,7 @@ from pathlib import Path
 
 from app.client import TimerClient
 from app.dev.stack import wait_until_firing
+from app.kafka.records import Record
 from kafka_timers_client.outcome import CancelOutcome
 from tests.support.cli import run_cli
 from tests.support.stack import Stack, fired_ids
@@ -115,3 +116,65 @@ def test_a_series_excluded_today_fires_nothing_while_its_control_fires(
         )
     }
     assert set(answers.values()) == {CancelOutcome.CANCELLED}, answers
+
+
+#: Seconds before a (moved) midnight UTC the processes start at: time to join and fire
+#: (usually 10-30 s here) with the series running for a while before the day changes.
+BEFORE_MIDNIGHT = 75
+
+
+def test_the_worker_s_successors_skip_the_excluded_day_across_midnight(stack: Stack) -> None:
+    """The worker's own successors, across a day boundary: worker and oscillator run on
+    clocks moved to just before a midnight UTC; a series every second that excludes the
+    day after fires, occurrence by occurrence, until the last second of its day, then
+    nothing while its control fires on into the excluded day; it is pending, due the
+    day after that."""
+    excluded = datetime.now(timezone.utc).date() + timedelta(days=10)
+    midnight = int(datetime.combine(excluded, datetime.min.time(), timezone.utc).timestamp())
+    offset = midnight - BEFORE_MIDNIGHT - int(datetime.now(timezone.utc).timestamp())
+    topic = stack.callback_topic("calendar-midnight-callbacks")
+    stack.oscillator(clock_offset=offset)
+    stack.worker(clock_offset=offset)
+
+    def moved_now() -> float:
+        return datetime.now(timezone.utc).timestamp() + offset
+
+    client = TimerClient(stack.settings, clock=moved_now)
+    probe = client.schedule(topic, b"probe", at=moved_now())
+    client.flush()
+    with stack.reader(topic) as reader:
+        reader.wait_for(lambda rs: probe.id in fired_ids(rs), STARTUP_TIMEOUT)
+    start = int(moved_now()) + 3
+    assert start < midnight - 5, "the stack took too long to start: no second before midnight"
+    skipping = client.schedule(
+        topic, b"skip", every="1s", start=start, skip_dates=[excluded], timer_id="cal-mid"
+    )
+    control = client.schedule(topic, b"ctl", every="1s", start=start, timer_id="cal-mid-ctl")
+    client.flush()
+    assert skipping.due == control.due == start
+
+    def dues(records: list[Record], timer_id: str) -> list[int]:
+        return [
+            int(r.header("timer-due") or 0)
+            for r in records
+            if r.header("timer-id") == timer_id.encode()
+        ]
+
+    deadline = BEFORE_MIDNIGHT + FIRE_TIMEOUT
+    with stack.reader(topic) as reader:
+        reader.wait_for(
+            lambda rs: len([d for d in dues(rs, "cal-mid-ctl") if d >= midnight]) >= 5,
+            deadline,
+        )
+        records = reader.records
+    skipped, controlled = dues(records, "cal-mid"), dues(records, "cal-mid-ctl")
+    print(
+        f"before midnight: series {len([d for d in skipped if d < midnight])}, control "
+        f"{len([d for d in controlled if d < midnight])} fires; after: series "
+        f"{len([d for d in skipped if d >= midnight])}, control "
+        f"{len([d for d in controlled if d >= midnight])}"
+    )
+    assert skipped == list(range(start, midnight)), "every second of its day, then none"
+    assert controlled[: midnight - start] == list(range(start, midnight))
+    answer = client.cancel("cal-mid", skipping.token, wait=FIRE_TIMEOUT)
+    assert answer is CancelOutcome.CANCELLED, "the series is pending (due the day after)"
