@@ -12,7 +12,8 @@ What an occurrence on an excluded date does is the calendar's :class:`SkipPolicy
 
 The holidays are those the ``holidays`` package installed beside the worker knows when
 an occurrence is computed: a release of the package that adds a holiday applies it to
-series already stored.
+series already stored. The package knows no holiday past its own last year (2100 in
+its releases of 2025-2026): a series runs on through them as on ordinary dates.
 """
 
 from __future__ import annotations
