@@ -302,16 +302,10 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         headers.append((name, value.encode()))
     at: Decimal | None = parse_at(args.at) if args.at is not None else None
     delay = parse_duration(args.in_) if args.in_ is not None else None
-    calendar = calendar_options(args)
+    calendar, cal = calendar_options(args)
     if args.cron is not None or args.every is not None:  # refused before any broker is asked
         TimerClient.build_recurrence(
-            args.cron,
-            args.tz,
-            args.every,
-            args.start,
-            args.end,
-            args.count,
-            calendar=TimerClient.build_calendar(**calendar),
+            args.cron, args.tz, args.every, args.start, args.end, args.count, calendar=cal
         )
     if args.late is not None:
         LatePolicy.parse(args.late)

@@ -15,7 +15,10 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kafka_timers_client.calendars import Calendar
 
 __all__ = ["add_calendar_options", "add_preview_command", "calendar_options", "cmd_preview"]
 
@@ -49,9 +52,10 @@ def add_calendar_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def calendar_options(args: argparse.Namespace) -> dict[str, Any]:
+def calendar_options(args: argparse.Namespace) -> tuple[dict[str, Any], Calendar | None]:
     """The keyword arguments of :meth:`TimerClient.schedule` the calendar options give,
-    checked (and the iCalendar files read) before any broker is asked."""
+    and the calendar they make: checked (and the iCalendar files read) before any broker
+    is asked."""
     from app.client import TimerClient
 
     dates: list[Any] = list(args.skip_date or [])
@@ -63,8 +67,7 @@ def calendar_options(args: argparse.Namespace) -> dict[str, Any]:
         "skip_dates": dates,
         "skip_policy": args.skip_policy,
     }
-    TimerClient.build_calendar(args.skip_holidays, dates, None, args.skip_policy)
-    return options
+    return options, TimerClient.build_calendar(args.skip_holidays, dates, None, args.skip_policy)
 
 
 def add_preview_command(command: Callable[..., argparse.ArgumentParser]) -> None:
@@ -99,7 +102,7 @@ def add_preview_command(command: Callable[..., argparse.ArgumentParser]) -> None
 def cmd_preview(args: argparse.Namespace) -> int:
     from kafka_timers_client.series_preview import preview
 
-    calendar = calendar_options(args)
+    calendar, _ = calendar_options(args)
     occurrences = preview(
         cron=args.cron,
         every=args.every,
