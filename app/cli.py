@@ -18,6 +18,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, NoReturn
 
+from app.cli_preview import add_calendar_options, add_preview_command, calendar_options
 from app.core.errors import ConfigurationError, KafkaTimersError
 from app.core.printable import printable
 from app.settings import Settings
@@ -301,9 +302,10 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         headers.append((name, value.encode()))
     at: Decimal | None = parse_at(args.at) if args.at is not None else None
     delay = parse_duration(args.in_) if args.in_ is not None else None
+    calendar, cal = calendar_options(args)
     if args.cron is not None or args.every is not None:  # refused before any broker is asked
         TimerClient.build_recurrence(
-            args.cron, args.tz, args.every, args.start, args.end, args.count
+            args.cron, args.tz, args.every, args.start, args.end, args.count, calendar=cal
         )
     if args.late is not None:
         LatePolicy.parse(args.late)
@@ -335,6 +337,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         timer_id=args.timer_id,
         token=args.token,
         headers=headers,
+        **calendar,
     )
     client.flush(args.timeout)
     out: dict[str, Any] = {"id": timer.id, "token": timer.token, "due": timer.due}
@@ -1041,6 +1044,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--header", action="append", help="callback header name=value (repeatable)")
     _timeout(p, 10.0, "seconds to reach the broker and send")
     p.set_defaults(func=cmd_schedule)
+    add_calendar_options(p)
+    add_preview_command(command)
 
     p = command(
         "cancel",
