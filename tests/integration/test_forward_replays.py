@@ -167,7 +167,8 @@ def test_kill_9_while_forwarding_undoes_no_reschedule(stack: Stack) -> None:
     dropped += sum(replays_dropped(w) for w in workers.values())
     # When each id's v2 first stood as its pending version, from the owner's changelog.
     missing = sorted(set(everything) - set(v2_fired))
-    history: dict[str, list[str]] = {i: [] for i in missing[:5]}
+    # Every id's story, told for the ids that went wrong: changelog, requests, dead letters.
+    history: dict[str, list[str]] = {i: [] for i in everything}
     v2_stood: dict[str, int] = {}
     with TopicReader(settings, settings.changelog_topic) as changelog:
         for r in changelog.read_to_end(timeout=TIMEOUT):
@@ -176,11 +177,16 @@ def test_kill_9_while_forwarding_undoes_no_reschedule(stack: Stack) -> None:
             if r.key[:1] == b"T":
                 timer_id = r.key[14:].decode()
                 if timer_id in history:
-                    history[timer_id].append(f"{r.key[:13]!r}={r.value is not None}")
+                    history[timer_id].append(
+                        f"cl {r.partition}@{r.offset} {r.key[:13]!r}={r.value is not None}"
+                        f"@{r.timestamp_ms}"
+                    )
                 continue
             timer_id = r.key[1:].decode()
             if timer_id in history:
-                history[timer_id].append(f"I={(r.value or b'-')[:13]!r}@{r.timestamp_ms}")
+                history[timer_id].append(
+                    f"cl {r.partition}@{r.offset} I={(r.value or b'-')[:13]!r}@{r.timestamp_ms}"
+                )
             burst_of = everything.get(timer_id)
             if (
                 burst_of is not None
@@ -205,14 +211,16 @@ def test_kill_9_while_forwarding_undoes_no_reschedule(stack: Stack) -> None:
             timer_id = (r.key or b"").decode()
             if timer_id in history:
                 history[timer_id].append(f"dlq {r.header('dlq-reason')!r}")
-    for timer_id, events in history.items():
-        fired = v1_fired.get(timer_id)
-        print(f"missing {timer_id} (v1 fired at {fired}): {events}")
     undone = sorted(
         timer_id
         for timer_id, fires in v1_fired.items()
         if timer_id in v2_stood and max(fires) > v2_stood[timer_id]
     )
+    for what, ids in (("missing", missing[:5]), ("undone", undone[:5])):
+        for timer_id in ids:
+            fired = v1_fired.get(timer_id)
+            print(f"{what} {timer_id} (v1 fired at {fired}): {history[timer_id]}")
+    print(f"kills at {[b.kills for b in bursts]}; worker logs in {stack.base_dir}")
     report = (
         f"[kill -9 while forwarding] {BURSTS} bursts of {BURST_IDS:,} ids rescheduled "
         f"({sum(b.forwards for b in bursts):,} of {4 * BURST_IDS:,} requests forwarded), "
