@@ -131,32 +131,26 @@ def judge(
         )
         if fire.fired_at_ms < due_ms:
             violations.append(
-                Violation(
+                Violation.of_fire(
                     ViolationKind.EARLY,
-                    fire.token,
-                    fire.due,
-                    fire.fired_at_ms,
+                    fire,
                     f"fired {due_ms - fire.fired_at_ms} ms before its due second",
                 )
             )
         if replay.final is None:
             violations.append(
-                Violation(
+                Violation.of_fire(
                     ViolationKind.UNREQUESTED,
-                    fire.token,
-                    fire.due,
-                    fire.fired_at_ms,
+                    fire,
                     "no schedule request for this id",
                 )
             )
             continue
         if since is None:
             violations.append(
-                Violation(
+                Violation.of_fire(
                     ViolationKind.UNREQUESTED,
-                    fire.token,
-                    fire.due,
-                    fire.fired_at_ms,
+                    fire,
                     "this version (token, due) was never requested"
                     if fire.seq is None
                     else "no series with this token was requested",
@@ -167,11 +161,9 @@ def judge(
         if span is not None:
             what = "cancelled" if span.kind is ViolationKind.FIRE_AFTER_CANCEL else "replaced"
             violations.append(
-                Violation(
+                Violation.of_fire(
                     span.kind,
-                    fire.token,
-                    fire.due,
-                    fire.fired_at_ms,
+                    fire,
                     f"fired {fire.fired_at_ms - span.start} ms after it was {what}",
                 )
             )

@@ -78,11 +78,9 @@ def judge_series(
         got = fired.get(seq)
         if got is not None and got.due != due:
             wrong.append(
-                Violation(
+                Violation.of_fire(
                     ViolationKind.UNREQUESTED,
-                    got.token,
-                    got.due,
-                    got.fired_at_ms,
+                    got,
                     f"occurrence {seq} is due at {utc_text(due * 1000)}, not "
                     f"{utc_text(got.due * 1000)}",
                 )
@@ -111,11 +109,9 @@ def judge_series(
     beyond = [f for s, f in fired.items() if s > walked]
     for fire in beyond if ended else ():
         wrong.append(
-            Violation(
+            Violation.of_fire(
                 ViolationKind.UNREQUESTED,
-                fire.token,
-                fire.due,
-                fire.fired_at_ms,
+                fire,
                 f"occurrence {fire.seq}: the series has only {walked}",
             )
         )

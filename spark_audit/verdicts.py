@@ -153,6 +153,11 @@ class Violation:
     at_ms: int | None
     detail: str
 
+    @classmethod
+    def of_fire(cls, kind: ViolationKind, fire: FireEvent, detail: str) -> Violation:
+        """A finding about one fire: its token, due second and time."""
+        return cls(kind, fire.token, fire.due, fire.fired_at_ms, detail)
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "kind": self.kind.value,
