@@ -48,17 +48,17 @@ def register(command: AddCommand) -> None:
         "topics",
         "create the service topics (all with one partition count)",
         "kafka-timers topics --bootstrap-server kafka:9092 --command-config admin.properties",
+        func=cmd_topics,
     )
     timeout_flag(p, 15.0, "seconds to reach the broker")
-    p.set_defaults(func=cmd_topics)
 
     p = command(
         "config",
         "list every setting: its variable, its value from the environment and its default "
         "(secrets masked); a bad value stops it as it would stop a process",
         "kafka-timers config",
+        func=cmd_config,
     )
-    p.set_defaults(func=cmd_config)
 
     p = command(
         "preflight",
@@ -68,6 +68,7 @@ def register(command: AddCommand) -> None:
         "kafka-timers preflight --bootstrap-server kafka:9092 --command-config worker.properties",
         "kafka-timers preflight --role producer --command-config producer.properties",
         "kafka-timers preflight --callback-topic payments-retry --callback-topic 'reminders-*'",
+        func=cmd_preflight,
     )
     p.add_argument(
         "--role",
@@ -84,4 +85,3 @@ def register(command: AddCommand) -> None:
     )
     p.add_argument("--json", action="store_true", help="print every check as a JSON line")
     timeout_flag(p, 15.0, "seconds to reach the broker")
-    p.set_defaults(func=cmd_preflight)

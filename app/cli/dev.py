@@ -45,6 +45,7 @@ def register(command: AddCommand) -> None:
         "dev broker + 2 oscillators + 2 workers on this machine; watch timers fire",
         "kafka-timers demo",
         "kafka-timers demo --timers 100 --duration 30",
+        func=cmd_demo,
     )
     p.add_argument("--timers", type=int, default=36, help="timers the demo schedules")
     p.add_argument(
@@ -55,13 +56,12 @@ def register(command: AddCommand) -> None:
         help="stop after this many seconds once all fired (default: run until Ctrl-C)",
     )
     p.add_argument("--partitions", type=int, default=8, help="partitions of each service topic")
-    p.set_defaults(func=cmd_demo)
 
     p = command(
         "broker",
         "run the embedded dev broker (Tansu) in the foreground",
         "kafka-timers broker --port 9092",
+        func=cmd_broker,
     )
     p.add_argument("--port", type=int, default=9092, help="port to listen on")
     p.add_argument("--verbose", action="store_true", help="show the broker's own log")
-    p.set_defaults(func=cmd_broker)

@@ -145,6 +145,7 @@ def register(command: AddCommand) -> None:
         "kafka-timers status",
         "kafka-timers status --url http://w1:6066 --url http://w2:6066 --json",
         "kafka-timers status --next 10",
+        func=cmd_status,
     )
     p.add_argument(
         "--url", action="append", help="worker web URL (repeatable; default: a running demo's)"
@@ -153,12 +154,12 @@ def register(command: AddCommand) -> None:
     p.add_argument("--id", dest="timer", metavar="ID", help="look one timer up on every worker")
     hidden_alias(p, "--timer", "timer", metavar="ID")
     p.add_argument("--next", type=int, metavar="N", help="the next N due timers over all workers")
-    p.set_defaults(func=cmd_status)
 
     p = command(
         "get",
         "one timer's state: pending (next due second), fired (when) or cancelled",
         "kafka-timers get --id remind-42",
+        func=cmd_get,
     )
     p.add_argument("--id", dest="timer_id", required=True, help="timer id")
     p.add_argument(
@@ -170,7 +171,6 @@ def register(command: AddCommand) -> None:
         help="how far back to search the fired topic when no worker gives a due second",
     )
     timeout_flag(p, 30.0, "seconds for reading the fired topic")
-    p.set_defaults(func=cmd_get)
 
     p = command(
         "list",
@@ -178,6 +178,7 @@ def register(command: AddCommand) -> None:
         "without tokens or payloads (needs KAFKA_TIMERS_OPERATOR_TOKEN, or a running demo)",
         "kafka-timers list --topic reminders",
         "kafka-timers list --key-prefix customer-42/ --count-only",
+        func=cmd_list,
     )
     p.add_argument(
         "--url", action="append", help="worker web URL (repeatable; default: a running demo's)"
@@ -187,7 +188,6 @@ def register(command: AddCommand) -> None:
         "--count-only", dest="count_only", action="store_true", help="print only how many match"
     )
     hidden_alias(p, "--count", "count_only", action="store_true")
-    p.set_defaults(func=cmd_list)
 
     p = command(
         "cancel-bulk",
@@ -195,6 +195,7 @@ def register(command: AddCommand) -> None:
         "control topic; prints how many (--dry-run: only counts)",
         "kafka-timers cancel-bulk --topic reminders --key-prefix customer-42/ --dry-run",
         "kafka-timers cancel-bulk --topic reminders --due-to 2027-01-01T00:00:00Z",
+        func=cmd_cancel_bulk,
     )
     filter_flags(p)
     p.add_argument("--dry-run", action="store_true", help="count what would be cancelled")
@@ -206,4 +207,3 @@ def register(command: AddCommand) -> None:
         help="seconds to wait for every partition's answer (exit 3 past it)",
     )
     timeout_flag(p, 10.0, "seconds to reach the broker")
-    p.set_defaults(func=cmd_cancel_bulk)

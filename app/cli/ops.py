@@ -135,16 +135,17 @@ def register(command: AddCommand) -> None:
         "export",
         "write every pending timer (one-shot and series) as JSON lines",
         "kafka-timers export -o timers.jsonl",
+        func=cmd_export,
     )
     p.add_argument("--app-id", help="the deployment's app id (default: $KAFKA_TIMERS_APP_ID)")
     p.add_argument("--output", "-o", help="file to write (default: stdout)")
     timeout_flag(p, 120.0, "seconds to read the changelog")
-    p.set_defaults(func=cmd_export)
 
     p = command(
         "import",
         "send the timers of an export to a deployment (idempotent)",
         "kafka-timers import -i timers.jsonl --request-topic timer-request",
+        func=cmd_import,
     )
     p.add_argument("--input", "-i", help="export file to read (default: stdin)")
     p.add_argument(
@@ -152,7 +153,6 @@ def register(command: AddCommand) -> None:
         help="the deployment's request topic (default: $KAFKA_TIMERS_REQUEST_TOPIC)",
     )
     timeout_flag(p, 30.0, "seconds to reach the broker and send")
-    p.set_defaults(func=cmd_import)
 
     p = command(
         "migrate",
@@ -160,6 +160,7 @@ def register(command: AddCommand) -> None:
         "cluster), then bridge the old request topic to the new one until stopped",
         "kafka-timers migrate --to-request-topic timer-request-v2 --idle-exit 300",
         "kafka-timers migrate --to-request-topic timer-request --to-bootstrap-server new:9092",
+        func=cmd_migrate,
     )
     p.add_argument(
         "--from-app-id", help="the old deployment's app id (default: $KAFKA_TIMERS_APP_ID)"
@@ -189,7 +190,6 @@ def register(command: AddCommand) -> None:
         help="go on although the old workers' consumer group has members",
     )
     timeout_flag(p, 120.0, "seconds for each step")
-    p.set_defaults(func=cmd_migrate)
 
     # Everything after "audit" (flags included) belongs to the audit's own parser, which
     # takes --bootstrap-server and --command-config too.
@@ -198,6 +198,6 @@ def register(command: AddCommand) -> None:
         "PySpark audit of requested vs fired timers",
         add_help=False,
         prefix_chars="\x00",
+        func=cmd_audit,
     )
     p.add_argument("audit_args", nargs=argparse.REMAINDER, help="see kafka-timers audit --help")
-    p.set_defaults(func=cmd_audit)

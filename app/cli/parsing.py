@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import Any, NoReturn, Protocol
 
 __all__ = [
@@ -137,21 +138,33 @@ KAFKA_COMMANDS = (
 
 
 class AddCommand(Protocol):
-    """Adds one subcommand and returns its parser, for its flags and ``func``.
+    """Adds one subcommand and returns its parser, for its flags.
 
     ``help_text`` is the line in ``kafka-timers --help`` and, capitalised, the
     subcommand's description; ``examples`` make its epilog. A subcommand named in
-    :data:`KAFKA_COMMANDS` takes ``--bootstrap-server`` and ``--command-config`` too."""
+    :data:`KAFKA_COMMANDS` takes ``--bootstrap-server`` and ``--command-config`` too.
+    ``func`` runs it: it takes the parsed arguments and returns the exit status."""
 
     def __call__(
-        self, name: str, help_text: str, *examples: str, **kwargs: Any
+        self,
+        name: str,
+        help_text: str,
+        *examples: str,
+        func: Callable[[argparse.Namespace], int],
+        **kwargs: Any,
     ) -> argparse.ArgumentParser: ...
 
 
 def subcommand_adder(sub: argparse._SubParsersAction[Any]) -> AddCommand:
     """The :class:`AddCommand` that adds subcommands to ``sub``."""
 
-    def command(name: str, help_text: str, *examples: str, **kwargs: Any) -> Any:
+    def command(
+        name: str,
+        help_text: str,
+        *examples: str,
+        func: Callable[[argparse.Namespace], int],
+        **kwargs: Any,
+    ) -> Any:
         p = sub.add_parser(
             name,
             help=help_text,
@@ -162,6 +175,7 @@ def subcommand_adder(sub: argparse._SubParsersAction[Any]) -> AddCommand:
         )
         if name in KAFKA_COMMANDS and name != "audit":
             kafka_options(p)
+        p.set_defaults(func=func)
         return p
 
     return command

@@ -107,12 +107,11 @@ def _process(
 ) -> None:
     """One process's subcommand: its id flag (``--id`` kept for scripts), its own
     ``flags``, and how long it waits for the broker at start."""
-    p = command(name, help_text, example)
+    p = command(name, help_text, example, func=func)
     p.add_argument(id_flag, dest="worker_id", help=id_help)
     hidden_alias(p, "--id", "worker_id")
     flags(p)
     timeout_flag(p, 15.0, timeout_help)
-    p.set_defaults(func=func)
 
 
 def register(command: AddCommand) -> None:

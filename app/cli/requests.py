@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -173,7 +174,21 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return 0
 
 
-def _pause_arguments(p: argparse.ArgumentParser, done: str, refused: str) -> None:
+def _pause_command(
+    command: AddCommand,
+    name: str,
+    help_text: str,
+    done: str,
+    func: Callable[[argparse.Namespace], int],
+) -> None:
+    """``pause`` or ``resume``: the same flags, ``done`` the answer when it worked."""
+    p = command(
+        name,
+        help_text,
+        f"kafka-timers {name} --topic reminders",
+        f"kafka-timers {name} --id remind-42 --token s3cret --wait",
+        func=func,
+    )
     p.add_argument("--topic", help="callback topic (an operator: every timer to it)")
     p.add_argument("--id", dest="timer_id", help="one timer or series (its owner)")
     p.add_argument("--token", help="with --id: the token it was scheduled with")
@@ -183,8 +198,8 @@ def _pause_arguments(p: argparse.ArgumentParser, done: str, refused: str) -> Non
         type=positive_seconds,
         const=DEFAULT_CANCEL_WAIT,
         metavar="SECONDS",
-        help=f"with --id: wait for the answer and print it: {done}, {refused} "
-        f"(default {DEFAULT_CANCEL_WAIT:g} s; exit 3 if none came)",
+        help=f"with --id: wait for the answer and print it: {done}, wrong_token, "
+        f"already_fired or not_found (default {DEFAULT_CANCEL_WAIT:g} s; exit 3 if none came)",
     )
     p.add_argument(
         "--timeout", type=positive_seconds, default=10.0, help="seconds to reach the broker"
@@ -230,6 +245,7 @@ def register(command: AddCommand) -> None:
         "--id remind-42 --token s3cret",
         "kafka-timers schedule --topic digest --cron '0 0 9 * * MON-FRI' --tz Europe/Paris",
         "kafka-timers schedule --topic heartbeat --every 30s --count 100 --late 'skip-after 10s'",
+        func=cmd_schedule,
     )
     p.add_argument("--topic", required=True, help="callback topic")
     p.add_argument("--key", help="callback key (default: none)")
@@ -266,13 +282,13 @@ def register(command: AddCommand) -> None:
     p.add_argument("--token", help="cancellation token (default: random)")
     p.add_argument("--header", action="append", help="callback header name=value (repeatable)")
     timeout_flag(p, 10.0, "seconds to reach the broker and send")
-    p.set_defaults(func=cmd_schedule)
 
     p = command(
         "cancel",
         "cancel a timer by id and token; --wait prints what the worker did",
         "kafka-timers cancel --id remind-42 --token s3cret --wait",
         "kafka-timers cancel --id remind-42 --tombstone",
+        func=cmd_cancel,
     )
     p.add_argument("--id", dest="timer_id", required=True, help="timer id")
     authority = p.add_mutually_exclusive_group(required=True)
@@ -293,34 +309,31 @@ def register(command: AddCommand) -> None:
         "exit 3 if none came)",
     )
     timeout_flag(p, 10.0, "seconds to reach the broker")
-    p.set_defaults(func=cmd_cancel)
 
-    p = command(
+    _pause_command(
+        command,
         "pause",
         "hold callbacks: --topic every callback to a topic (an operator, through the control "
         "topic; records are signed with KAFKA_TIMERS_CONTROL_SECRET), or --id --token one "
         "timer or series (its owner)",
-        "kafka-timers pause --topic reminders",
-        "kafka-timers pause --id remind-42 --token s3cret --wait",
+        "paused",
+        cmd_pause,
     )
-    _pause_arguments(p, "paused", "wrong_token, already_fired or not_found")
-    p.set_defaults(func=cmd_pause)
-
-    p = command(
+    _pause_command(
+        command,
         "resume",
         "deliver a paused topic (--topic) or timer (--id --token) again: what came due "
         "meanwhile goes out first, by its late policy",
-        "kafka-timers resume --topic reminders",
-        "kafka-timers resume --id remind-42 --token s3cret --wait",
+        "resumed",
+        cmd_resume,
     )
-    _pause_arguments(p, "resumed", "wrong_token, already_fired or not_found")
-    p.set_defaults(func=cmd_resume)
 
     p = command(
         "rate",
         "set a callback topic's rate limit while the service runs (control topic)",
         "kafka-timers rate --topic reminders --limit 500/s",
         "kafka-timers rate --topic reminders --clear",
+        func=cmd_rate,
     )
     p.add_argument("--topic", required=True, help="callback topic")
     limit = p.add_mutually_exclusive_group(required=True)
@@ -333,4 +346,3 @@ def register(command: AddCommand) -> None:
         help="back to KAFKA_TIMERS_TOPIC_RATE_LIMITS's limit for the topic (or none)",
     )
     timeout_flag(p, 10.0, "seconds to reach the broker")
-    p.set_defaults(func=cmd_rate)
