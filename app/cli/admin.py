@@ -43,7 +43,7 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def register(command: AddCommand) -> None:
-    """Add the subcommands of the deployment's setup and settings."""
+    """Add ``topics``, ``config`` and ``preflight``, in this order."""
     p = command(
         "topics",
         "create the service topics (all with one partition count)",

@@ -39,7 +39,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def register(command: AddCommand) -> None:
-    """Add the subcommands of the dev stack on this machine."""
+    """Add ``demo`` and ``broker``, in this order."""
     p = command(
         "demo",
         "dev broker + 2 oscillators + 2 workers on this machine; watch timers fire",

@@ -138,7 +138,7 @@ def filter_flags(p: argparse.ArgumentParser) -> None:
 
 
 def register(command: AddCommand) -> None:
-    """Add the subcommands of what the running workers hold."""
+    """Add ``status``, ``get``, ``list`` and ``cancel-bulk``, in this order."""
     p = command(
         "status",
         "pending, fires, lateness and ticks of running workers",

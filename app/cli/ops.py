@@ -130,7 +130,7 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 
 
 def register(command: AddCommand) -> None:
-    """Add the subcommands of moving and checking a deployment's timers."""
+    """Add ``export``, ``import``, ``migrate`` and ``audit``, in this order."""
     p = command(
         "export",
         "write every pending timer (one-shot and series) as JSON lines",

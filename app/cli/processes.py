@@ -115,7 +115,7 @@ def _process(
 
 
 def register(command: AddCommand) -> None:
-    """Add the subcommands of the service's processes."""
+    """Add ``oscillator`` and ``worker``, in this order."""
     _process(
         command,
         "oscillator",

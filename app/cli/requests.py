@@ -235,7 +235,7 @@ def cmd_rate(args: argparse.Namespace) -> int:
 
 
 def register(command: AddCommand) -> None:
-    """Add the subcommands of a timer's owner and an operator acting on timers and topics."""
+    """Add ``schedule``, ``cancel``, ``pause``, ``resume`` and ``rate``, in this order."""
     p = command(
         "schedule",
         "schedule a timer or a series; print its id, token and (first) due second",
