@@ -23,7 +23,7 @@ from pathlib import Path
 
 from bench import readme
 from bench.broker import broker_line, describe_broker, describe_dev_broker
-from bench.config import FULL, QUICK
+from bench.config import FULL, QUICK, BenchConfig
 from bench.context import RunContext, ScenarioResult
 from bench.machine import describe, summary_line
 from bench.report import Figure, render, render_markdown
@@ -91,6 +91,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         help="the broker to measure (default: KAFKA_BOOTSTRAP_SERVERS; unset: a fresh dev "
         "broker per scenario)",
     )
+    parser.add_argument(
+        "--compare-with",
+        metavar="BOOTSTRAP",
+        help="then run the same scenarios on this broker too (an Apache Kafka, say): one "
+        "results file, both brokers side by side in the published tables",
+    )
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument(
         "--readme",
@@ -123,17 +129,43 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bad --set: {exc}", file=sys.stderr)
         return 2
     machine = describe()
-    try:
-        broker = (
-            describe_broker(args.bootstrap, "named by KAFKA_BOOTSTRAP_SERVERS")
-            if args.bootstrap
-            else describe_dev_broker()
-        )
-    except Exception as exc:
-        where = args.bootstrap or "the dev broker"
-        print(f"cannot describe {where}: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 2
-    ctx = RunContext(config=config, work_dir=args.work_dir.resolve(), bootstrap=args.bootstrap)
+    passes: list[tuple[str | None, str]] = [(args.bootstrap, "named by KAFKA_BOOTSTRAP_SERVERS")]
+    if args.compare_with:
+        passes.append((args.compare_with, "named by --compare-with"))
+    runs: list[dict[str, object]] = []
+    started_at = datetime.now(timezone.utc)
+    for bootstrap, named in passes:
+        try:
+            broker = describe_broker(bootstrap, named) if bootstrap else describe_dev_broker()
+        except Exception as exc:
+            print(
+                f"cannot describe {bootstrap or 'the dev broker'}: {type(exc).__name__}: {exc}",
+                file=sys.stderr,
+            )
+            return 2
+        runs.append(_measure(args, config, names, machine, broker, bootstrap))
+    first, *others = runs
+    figures = first["figures"]
+    assert isinstance(figures, list)
+    path = _write_json(args.results_dir, started_at, config.name, machine, first, others)
+    (args.results_dir / "latest.md").write_text(render_markdown(figures) + "\n")
+    print(f"results: {path}")
+    if args.readme:
+        for changed in readme.publish(path):
+            print(f"updated {changed}")
+    return 0
+
+
+def _measure(
+    args: argparse.Namespace,
+    config: BenchConfig,
+    names: list[str],
+    machine: dict[str, object],
+    broker: dict[str, object],
+    bootstrap: str | None,
+) -> dict[str, object]:
+    """Run ``names`` on one broker and print its table: a run's part of the JSON."""
+    ctx = RunContext(config=config, work_dir=args.work_dir.resolve(), bootstrap=bootstrap)
     ctx.work_dir.mkdir(parents=True, exist_ok=True)
     started_at = datetime.now(timezone.utc)
     ctx.say(f"{config.name} run: {', '.join(names)}")
@@ -170,15 +202,13 @@ def main(argv: list[str] | None = None) -> int:
     missed = [f for f in figures if f.met is False]
     print()
     print(f"{sum(f.met is True for f in figures)} targets met, {len(missed)} missed")
-    path = _write_json(
-        args.results_dir, started_at, config.name, machine, broker, total, figures, scenarios
-    )
-    (args.results_dir / "latest.md").write_text(render_markdown(figures) + "\n")
-    print(f"results: {path}")
-    if args.readme:
-        for changed in readme.publish(path):
-            print(f"updated {changed}")
-    return 0
+    return {
+        "started_at": started_at.isoformat(),
+        "seconds": total,
+        "broker": broker,
+        "figures": figures,
+        "scenarios": scenarios,
+    }
 
 
 def _write_json(
@@ -186,21 +216,26 @@ def _write_json(
     started_at: datetime,
     config_name: str,
     machine: dict[str, object],
-    broker: dict[str, object],
-    total: float,
-    figures: list[Figure],
-    scenarios: dict[str, object],
+    first: dict[str, object],
+    others: list[dict[str, object]],
 ) -> Path:
+    """The run's JSON: the first broker's figures at the top level (what the published
+    table reads), each broker measured after it in ``compared``, in the same sitting."""
     results_dir.mkdir(parents=True, exist_ok=True)
-    document = {
+
+    def part(run: dict[str, object]) -> dict[str, object]:
+        figures = run["figures"]
+        assert isinstance(figures, list)
+        return {**run, "figures": [f.as_dict() for f in figures]}
+
+    document: dict[str, object] = {
+        **part(first),
         "started_at": started_at.isoformat(),
         "config": config_name,
-        "seconds": total,
         "machine": machine,
-        "broker": broker,
-        "figures": [f.as_dict() for f in figures],
-        "scenarios": scenarios,
     }
+    if others:
+        document["compared"] = [part(run) for run in others]
     path = results_dir / f"{started_at:%Y%m%dT%H%M%SZ}-{config_name}.json"
     path.write_text(json.dumps(document, indent=2, default=str) + "\n")
     shutil.copyfile(path, results_dir / "latest.json")

@@ -22,6 +22,7 @@ __all__ = [
     "fmt_seconds",
     "render",
     "render_markdown",
+    "verdict",
 ]
 
 
@@ -80,14 +81,14 @@ def fmt_bytes(n: float) -> str:
     return f"{n / 1e6:,.1f} MB"
 
 
-def _verdict(met: bool | None) -> str:
+def verdict(met: bool | None) -> str:
     return "" if met is None else ("met" if met else "MISSED")
 
 
 def render(figures: Sequence[Figure]) -> str:
     """A fixed-width text table: scenario, figure, result, baseline, target, verdict."""
     header = ("scenario", "figure", "result", "baseline (same run)", "target", "")
-    rows = [(f.scenario, f.name, f.result, f.baseline, f.target, _verdict(f.met)) for f in figures]
+    rows = [(f.scenario, f.name, f.result, f.baseline, f.target, verdict(f.met)) for f in figures]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:
@@ -111,6 +112,6 @@ def render_markdown(figures: Sequence[Figure]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for f in figures:
-        cells = (f.scenario, f.name, f.result, f.baseline, f.target, _verdict(f.met))
+        cells = (f.scenario, f.name, f.result, f.baseline, f.target, verdict(f.met))
         out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return "\n".join(out)

@@ -44,14 +44,7 @@ def judge_series(
         ended_ms = min(refused) if ended_ms is None else min(ended_ms, *refused)
     anchor = _worker_anchor(recurrence, verdict.final_due, live_since, fires, skips)
     if anchor != verdict.final_due:
-        recurrence = Recurrence(
-            recurrence.cron,
-            recurrence.tz,
-            recurrence.every,
-            anchor,
-            recurrence.end,
-            recurrence.count,
-        )
+        recurrence = recurrence.with_start(anchor)  # its calendar too
         verdict.final_due = anchor
     fired: dict[int, FireEvent] = {}
     skipped: set[int] = set()
@@ -178,7 +171,9 @@ def _worker_anchor(
     else:
         try:
             latest = (
-                Recurrence(recurrence.cron, recurrence.tz, start=floor_due)
+                Recurrence(
+                    recurrence.cron, recurrence.tz, start=floor_due, calendar=recurrence.calendar
+                )
                 .anchored(latest_floor)
                 .start
             )

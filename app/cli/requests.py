@@ -16,6 +16,7 @@ from app.cli.common import (
     settings_for,
 )
 from app.cli.parsing import AddCommand, positive_seconds, timeout_flag
+from app.cli.preview import add_calendar_options, calendar_options
 from app.core.errors import KafkaTimersError
 
 __all__ = [
@@ -47,9 +48,10 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         headers.append((name, value.encode()))
     at: Decimal | None = parse_at(args.at) if args.at is not None else None
     delay = parse_duration(args.in_) if args.in_ is not None else None
+    calendar, cal = calendar_options(args)
     if args.cron is not None or args.every is not None:  # refused before any broker is asked
         TimerClient.build_recurrence(
-            args.cron, args.tz, args.every, args.start, args.end, args.count
+            args.cron, args.tz, args.every, args.start, args.end, args.count, calendar=cal
         )
     if args.late is not None:
         LatePolicy.parse(args.late)
@@ -81,6 +83,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         timer_id=args.timer_id,
         token=args.token,
         headers=headers,
+        **calendar,
     )
     client.flush(args.timeout)
     out: dict[str, Any] = {"id": timer.id, "token": timer.token, "due": timer.due}
@@ -282,6 +285,7 @@ def register(command: AddCommand) -> None:
     p.add_argument("--token", help="cancellation token (default: random)")
     p.add_argument("--header", action="append", help="callback header name=value (repeatable)")
     timeout_flag(p, 10.0, "seconds to reach the broker and send")
+    add_calendar_options(p)
 
     p = command(
         "cancel",

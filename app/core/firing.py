@@ -55,7 +55,8 @@ __all__ = [
 #: Most occurrences of one series one plan walks (a tick, per series). The rest follow
 #: on the next tick. Each costs a microsecond or two (interval).
 CATCH_UP_PER_TICK = 1000
-#: The same for a cron series, whose every step is a cronsim search (15-60 µs).
+#: The same for a cron series, whose every step is a cronsim search (15-60 µs), and for
+#: any series with a calendar (each step also reads the dates it lands on).
 CRON_WALK_PER_TICK = 100
 #: A series catching up delivers only occurrences due this close before the tick; older
 #: ones are folded (reported ``coalesced``), whatever the policy.
@@ -114,7 +115,7 @@ def plan(
     if timer.recurrence is None:
         return Plan([_judge(timer, now_ms, policy)])
     rec = timer.recurrence
-    if rec.every is None:
+    if not rec.arithmetic:  # a cron series, or any series with a calendar: walked
         budget = min(budget, CRON_WALK_PER_TICK)
     if (
         policy.catch_up is CatchUp.COALESCE
@@ -158,7 +159,8 @@ def _fold_before(timer: Timer, cutoff: int, through: int, budget: int) -> _Folde
     ``None`` if there is nothing to fold."""
     rec = timer.recurrence
     assert rec is not None
-    if rec.every is not None:
+    if rec.arithmetic:
+        assert rec.every is not None
         seq, due = rec.skip_to(timer.due, timer.seq, cutoff - 1)
         newest, _ = rec.skip_to(timer.due, timer.seq, through)
         if seq >= newest:
@@ -198,7 +200,7 @@ def _coalesce(timer: Timer, through: int, now_ms: float, policy: LatePolicy, bud
     """One step for every occurrence due through ``through`` (or as many as ``budget``)."""
     rec = timer.recurrence
     assert rec is not None
-    if rec.every is not None:
+    if rec.arithmetic:
         seq, due = rec.skip_to(timer.due, timer.seq, through)  # O(1): no budget needed
         walked_all = True
     else:

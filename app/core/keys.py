@@ -7,7 +7,12 @@ prefixes. Keys of one kind sort together, so each kind is one ordered range:
     a pending timer (value: :func:`app.core.stored.pack_timer`). Sorted by due second,
     so "everything due up to S" is one range scan.
 ``I<id>``
-    the id index: the newest version of timer ``id`` (see :mod:`app.core.wheel`).
+    the id index: the newest version of timer ``id`` (see :mod:`app.core.wheel`). Its
+    value is ``<state:1><second:012d><token>`` (:class:`IndexEntry`): the state ``P``
+    pending, ``F`` fired or ``C`` cancelled; for a pending timer the second its key is
+    stored under (its slot), for a terminal one its version's due second (0: a cancel
+    that came before its timer, "in advance"); then the token's UTF-8 bytes (empty: none).
+    ``X`` and ``V`` keys hold such values, and ``L`` keys pending ones.
 ``X<expiry:012d>\\0<id>``
     when a fired or cancelled id is forgotten: the value is the exact index entry it
     expires. Sorted by expiry second, so forgetting is a range scan swept as ticks
@@ -65,6 +70,8 @@ changelogs outlive releases.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 __all__ = [
     "APPLYING",
     "BOOKKEEPING",
@@ -77,7 +84,11 @@ __all__ = [
     "EXPIRY_END",
     "FAUST_OFFSET",
     "INDEX",
+    "INDEX_CANCELLED",
     "INDEX_END",
+    "INDEX_FIRED",
+    "INDEX_PENDING",
+    "IN_ADVANCE_PREFIX",
     "ORIGIN",
     "ORIGIN_END",
     "PAUSED",
@@ -85,7 +96,9 @@ __all__ = [
     "PENDING",
     "PENDING_END",
     "REQUEST_OFFSET",
+    "UNCONFIRMED",
     "WATERMARK",
+    "IndexEntry",
     "bucket_floor",
     "delivered_batch_key",
     "delivered_batch_seq",
@@ -93,11 +106,14 @@ __all__ = [
     "expiry_batch_second",
     "expiry_floor",
     "expiry_key",
+    "fired_index_entry",
     "index_key",
     "origin_key",
     "parse_expiry_key",
     "parse_timer_key",
     "paused_key",
+    "pending_index_entry",
+    "pending_index_prefix",
     "timer_key",
     "timer_key_prefix",
     "timer_key_second",
@@ -141,6 +157,10 @@ APPLYING = b"A"
 FAUST_OFFSET = b"__faust\x00offset__"
 #: When the local store was last caught up with its changelog (local RocksDB only).
 CAUGHT_UP = b"__kafka_timers\x00caught_up__"
+#: Present while the local store holds writes not yet known to be in the changelog
+#: (local RocksDB only): a store found with it after a crash is rebuilt from the
+#: changelog (app.worker.partition_store.is_unconfirmed).
+UNCONFIRMED = b"__kafka_timers\x00unconfirmed__"
 #: Every key that is neither a timer nor a remembered id: one of each per partition.
 BOOKKEEPING = (WATERMARK, REQUEST_OFFSET, APPLYING, FAUST_OFFSET, CAUGHT_UP)
 
@@ -178,6 +198,48 @@ def bucket_floor(second: int) -> bytes:
 def index_key(timer_id: str) -> bytes:
     """Key of timer ``timer_id``'s entry in the id index."""
     return INDEX + timer_id.encode()
+
+
+#: States of an index entry (its first byte): pending, fired, cancelled.
+INDEX_PENDING, INDEX_FIRED, INDEX_CANCELLED = b"P", b"F", b"C"
+#: How the index entry of a cancel in advance (no timer seen yet) starts: cancelled, 0.
+IN_ADVANCE_PREFIX = b"C%012d" % 0
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """An id index entry's value, decoded: where the newest version of an id stands."""
+
+    #: :data:`INDEX_PENDING`, :data:`INDEX_FIRED` or :data:`INDEX_CANCELLED`.
+    state: bytes
+    #: Pending: the second its key is stored under. Terminal: its version's due second.
+    due: int
+    #: The version's token ("" for none).
+    token: str
+
+    def encode(self) -> bytes:
+        return self.state + b"%012d" % self.due + self.token.encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> IndexEntry:
+        return cls(state=raw[:1], due=int(raw[1:13]), token=raw[13:].decode())
+
+
+def pending_index_prefix(slot: int) -> bytes:
+    """What every pending index entry of ``slot`` starts with: for code that builds many
+    entries of one second (the token's bytes follow)."""
+    return b"P%012d" % slot
+
+
+def pending_index_entry(slot: int, token: str) -> bytes:
+    """``IndexEntry(INDEX_PENDING, slot, token).encode()`` without building the dataclass:
+    the hot paths write and compare these bytes once a timer."""
+    return b"P%012d" % slot + token.encode()
+
+
+def fired_index_entry(version_due: int, token: str) -> bytes:
+    """``IndexEntry(INDEX_FIRED, version_due, token).encode()``, likewise."""
+    return b"F%012d" % version_due + token.encode()
 
 
 def origin_key(partition: int) -> bytes:

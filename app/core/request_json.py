@@ -11,6 +11,7 @@ from typing import Any
 from app.core.bounds import (
     MAX_HEADERS,
 )
+from app.core.calendars import Calendar
 from app.core.due import due_second, parse_at, parse_duration
 from app.core.errors import InvalidTimeSpec, RejectedRequest, RejectReason
 from app.core.raw_record import RawRecord, derived_id
@@ -155,7 +156,7 @@ def _json_due(doc: dict[str, Any], record: RawRecord) -> int:
 
 def _json_recurrence(doc: dict[str, Any], sent_second: int) -> Recurrence | None:
     """``cron``/``tz`` or ``every`` (a duration), with ``start``/``end`` (epoch seconds or
-    ISO 8601) and ``count``."""
+    ISO 8601), ``count`` and a calendar (:func:`_json_calendar`)."""
     every_text = doc.get("every")
     every: int | None = None
     try:
@@ -193,7 +194,25 @@ def _json_recurrence(doc: dict[str, Any], sent_second: int) -> Recurrence | None
         end=end,
         count=count,
         has_due="at" in doc or "in" in doc,
+        calendar=_json_calendar(doc),
     )
+
+
+def _json_calendar(doc: dict[str, Any]) -> Calendar | None:
+    """``skip_holidays`` (``"FR"``, ``"US-CA"``), ``skip_dates`` (``["2026-12-24"]``) and
+    ``skip_policy`` (``"skip"`` or ``"next"``)."""
+    holidays = doc.get("skip_holidays")
+    dates = doc.get("skip_dates")
+    policy = doc.get("skip_policy")
+    if holidays is None and dates is None and policy is None:
+        return None
+    if holidays is not None and not isinstance(holidays, str):
+        raise TypeError('\'skip_holidays\' must be a string such as "FR" or "US-CA"')
+    if dates is not None and not isinstance(dates, list):
+        raise TypeError("'skip_dates' must be a list of dates such as [\"2026-12-24\"]")
+    if policy is not None and not isinstance(policy, str):
+        raise TypeError('\'skip_policy\' must be "skip" or "next"')
+    return Calendar.build(holidays, dates or (), policy)
 
 
 def _json_instant(doc: dict[str, Any], name: str, *, up: bool) -> int | None:

@@ -13,6 +13,7 @@ from google.protobuf.message import DecodeError as ProtobufDecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from app.core import proto
+from app.core.calendars import Calendar
 from app.core.errors import RejectedRequest, RejectReason
 from app.core.raw_record import RawRecord, derived_id
 from app.core.request_rules import (
@@ -63,7 +64,18 @@ def from_protobuf(record: RawRecord, now: float | None) -> Timer | Cancel:
     headers = _headers(future.headers) if future.headers else ()
     has = future.HasField
     recurrence = None
-    if has("cron") or has("every") or has("tz") or has("start") or has("end") or has("count"):
+    calendar = None
+    if has("skip_holidays") or future.skip_dates or has("skip_policy"):
+        calendar = Calendar.build(future.skip_holidays, future.skip_dates, future.skip_policy)
+    if (
+        has("cron")
+        or has("every")
+        or has("tz")
+        or has("start")
+        or has("end")
+        or has("count")
+        or calendar is not None
+    ):
         recurrence = recurrence_of(
             sent_second(record, now),
             cron=future.cron if has("cron") else None,
@@ -73,6 +85,7 @@ def from_protobuf(record: RawRecord, now: float | None) -> Timer | Cancel:
             end=future.end if has("end") else None,
             count=future.count if has("count") else None,
             has_due=has("due"),
+            calendar=calendar,
         )
     if recurrence is not None:
         assert recurrence.start is not None

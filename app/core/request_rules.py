@@ -12,6 +12,7 @@ from app.core.bounds import (
     RESERVED_HEADER_PREFIXES,
     checked_text,
 )
+from app.core.calendars import Calendar
 from app.core.due import due_second, parse_epoch
 from app.core.errors import InvalidTimeSpec, RejectedRequest, RejectReason
 from app.core.late import LatePolicy
@@ -86,13 +87,23 @@ def recurrence_of(
     end: int | None,
     count: int | None,
     has_due: bool,
+    calendar: Calendar | None = None,
 ) -> Recurrence | None:
-    """The request's recurrence, anchored at its first occurrence; ``None`` for a one-shot."""
+    """The request's recurrence, anchored at its first occurrence; ``None`` for a one-shot.
+
+    ``calendar``: the dates it skips (:meth:`Calendar.build` of the request's
+    ``skip_holidays``, ``skip_dates`` and ``skip_policy``)."""
     if cron is None and every is None:
-        if tz is not None or start is not None or end is not None or count is not None:
+        if (
+            tz is not None
+            or start is not None
+            or end is not None
+            or count is not None
+            or calendar is not None
+        ):
             raise RejectedRequest(
                 RejectReason.INVALID_RECURRENCE,
-                "tz, start, end and count need a recurrence (cron or every)",
+                "tz, start, end, count and skip_* need a recurrence (cron or every)",
             )
         return None
     if cron is not None and every is not None:
@@ -107,14 +118,19 @@ def recurrence_of(
             "a recurring timer takes start/end/count, not a due time (at, in, due)",
         )
     if cron is not None:
-        recurrence = Recurrence.cron_series(cron, tz, start=start, end=end, count=count)
+        recurrence = Recurrence.cron_series(
+            cron, tz, start=start, end=end, count=count, calendar=calendar
+        )
     else:
-        if tz is not None:
+        if tz is not None and calendar is None:
             raise RejectedRequest(
-                RejectReason.INVALID_RECURRENCE, "tz applies to cron, not to every"
+                RejectReason.INVALID_RECURRENCE,
+                "tz applies to cron, or to every with skip_holidays or skip_dates",
             )
         assert every is not None
-        recurrence = Recurrence.interval(every, start=start, end=end, count=count)
+        recurrence = Recurrence.interval(
+            every, start=start, end=end, count=count, calendar=calendar, tz=tz
+        )
     return recurrence.anchored(sent_second)
 
 

@@ -9,6 +9,13 @@ late-fire policy. A timer that has none of those is still written as version 1, 
 stores of one-shot timers stay readable by releases before version 2; both versions
 are read.
 
+Version 3 is version 2 with a series' **calendar** (:mod:`app.core.calendars`) after
+its recurrence: its skip policy, its zone, its holidays code and its excluded dates.
+Only a series with a calendar is written in version 3, so a store without one stays
+readable by the releases before it; a release before it meets a version-3 timer and
+refuses to go on (the rule below), rather than fire the series on the dates it skips.
+A version-2 series reads as a series without a calendar.
+
 A timer with a **spread** (:mod:`app.core.spread`) is written in the same layout (1, or
 2 if it needs it) followed by the *spread extension*: its spread and its offset, the
 seconds from its due second to the second it fires at. Its head holds that fire second,
@@ -35,7 +42,10 @@ timer: a layout change is readable by the release before it, or that release ref
 from __future__ import annotations
 
 import struct
+from datetime import date
+from functools import lru_cache
 
+from app.core.calendars import Calendar, SkipPolicy
 from app.core.errors import SystemicFailure
 from app.core.late import CatchUp, LatePolicy
 from app.core.recurrence import Recurrence
@@ -51,9 +61,9 @@ __all__ = [
     "unpack_timer",
 ]
 
-_V1, _V2 = 1, 2
+_V1, _V2, _V3 = 1, 2, 3
 #: The newest stored layout this release reads (and writes).
-NEWEST_LAYOUT = _V2
+NEWEST_LAYOUT = _V3
 _HEAD = struct.Struct(">Bq")
 _LEN = struct.Struct(">i")
 #: The length of an absent key or value.
@@ -70,6 +80,12 @@ _NUMBERS = struct.Struct(">qqqqq")
 _SPREAD = struct.Struct(">qq")
 #: The schema extension, after the spread extension: the request's schema id.
 _SCHEMA = struct.Struct(">q")
+#: The calendar (layout 3, after the recurrence): its policy (0 skip, 1 next) and the
+#: number of its dates; then its zone and holidays code (length-prefixed, -1 for none)
+#: and its dates, each a proleptic Gregorian ordinal (``date.toordinal()``), int32.
+_CALENDAR = struct.Struct(">Bi")
+_POLICY_CODES = {SkipPolicy.SKIP: 0, SkipPolicy.NEXT: 1}
+_POLICIES = {code: policy for policy, code in _POLICY_CODES.items()}
 _RECURRENCE_NONE, _RECURRENCE_CRON, _RECURRENCE_INTERVAL = 0, 1, 2
 #: Makes a Timer without calling its __init__ (unpack_timer fills its fields).
 _new_timer = object.__new__
@@ -124,6 +140,9 @@ def pack_timer(timer: Timer) -> bytes:
     """Serialize ``timer`` for storage (version 1 unless it needs version 2; a spread
     timer with the spread extension after it)."""
     plain = timer.recurrence is None and timer.seq == 0 and timer.late is None
+    version = _V1 if plain else _V2
+    if timer.recurrence is not None and timer.recurrence.calendar is not None:
+        version = _V3
     spread = timer.spread
     fire_at = timer.fire_at if spread else timer.due
     # The five leading fields inline, not through _put (every request stored packs one).
@@ -131,7 +150,7 @@ def pack_timer(timer: Timer) -> bytes:
     timer_id, token, topic = timer.id.encode(), timer.token.encode(), timer.topic.encode()
     key, value = timer.key, timer.value
     parts = [
-        _HEAD.pack(_V1 if plain else _V2, fire_at),
+        _HEAD.pack(version, fire_at),
         pack_len(len(timer_id)),
         timer_id,
         pack_len(len(token)),
@@ -180,6 +199,44 @@ def _pack_series(parts: list[bytes], timer: Timer) -> None:
         assert rec is not None and rec.cron is not None
         _put(parts, rec.cron.encode())
         _put(parts, rec.tz.encode())
+    if rec is not None and rec.calendar is not None:
+        _pack_calendar(parts, rec.tz, rec.calendar)
+
+
+def _pack_calendar(parts: list[bytes], tz: str, calendar: Calendar) -> None:
+    parts.append(_CALENDAR.pack(_POLICY_CODES[calendar.policy], len(calendar.dates)))
+    _put(parts, tz.encode())
+    _put(parts, None if calendar.holidays is None else calendar.holidays.encode())
+    parts.append(struct.pack(f">{len(calendar.dates)}i", *(d.toordinal() for d in calendar.dates)))
+
+
+@lru_cache(maxsize=1024)
+def _calendar_of(block: bytes) -> tuple[str, Calendar]:
+    """The zone and calendar a packed calendar block holds: cached by its bytes, since
+    every occurrence of a series read from the store carries the same block (a thousand
+    dates would otherwise be sorted anew for each)."""
+    code, count = _CALENDAR.unpack_from(block, 0)
+    if code not in _POLICIES:  # bytes no pack_timer wrote: refused, never misread
+        raise ValueError(f"stored timer has unknown skip policy code {code}")
+    tz, pos = _take(block, _CALENDAR.size)
+    holidays, pos = _take(block, pos)
+    ordinals = struct.unpack_from(f">{count}i", block, pos)
+    calendar = Calendar(
+        None if holidays is None else holidays.decode(),
+        (date.fromordinal(n) for n in ordinals),
+        _POLICIES[code],
+    )
+    return (tz or b"UTC").decode(), calendar
+
+
+def _calendar_end(data: bytes, pos: int) -> int:
+    """Where the calendar block that starts at ``pos`` ends."""
+    _, count = _CALENDAR.unpack_from(data, pos)
+    pos += _CALENDAR.size
+    for _ in range(2):  # tz and holidays
+        (length,) = _LEN.unpack_from(data, pos)
+        pos += 4 + max(length, 0)
+    return pos + 4 * int(count)
 
 
 def pack_next_occurrence(stored: bytes, successor: Timer) -> bytes:
@@ -191,12 +248,16 @@ def pack_next_occurrence(stored: bytes, successor: Timer) -> bytes:
 
     Why: every series occurrence fired stores its successor in the same unit, and packing
     it anew was two fifths of what a series' fire costs more than a one-shot timer's
-    (bytecode counted). ``stored`` must be the layout-2 bytes of an occurrence of the same
-    series (the fired one: :func:`app.core.firing.next_occurrence` keeps every field but
-    those three), as the tick's scan read them; other bytes are packed anew.
+    (bytecode counted). ``stored`` must be the layout-2 bytes (layout 3 with a calendar)
+    of an occurrence of the same series (the fired one:
+    :func:`app.core.firing.next_occurrence` keeps every field but those three), as the
+    tick's scan read them; other bytes are packed anew.
     """
     rec = successor.recurrence
-    if rec is None or not stored or stored[0] != _V2:
+    if rec is None or not stored:
+        return pack_timer(successor)
+    version = stored[0]
+    if version != (_V2 if rec.calendar is None else _V3):
         return pack_timer(successor)
     # Where the series fields start: after the head, the five length-prefixed leading
     # fields and the headers. Their lengths are the successor's own (the same fields);
@@ -221,12 +282,14 @@ def pack_next_occurrence(stored: bytes, successor: Timer) -> bytes:
         for _ in range(2):  # cron and tz
             (length,) = _LEN.unpack_from(stored, end)
             end += 4 + max(length, 0)
+    if version == _V3:
+        end = _calendar_end(stored, end)
     due = successor.due
     fire_at = successor.fire_at if successor.spread else due
     if end == len(stored):
         return b"".join(
             (
-                _HEAD.pack(_V2, fire_at),
+                _HEAD.pack(version, fire_at),
                 stored[_HEAD.size : series],
                 _OCCURRENCE.pack(successor.seq, successor.fired_before),
                 stored[series + _OCCURRENCE.size :],
@@ -234,7 +297,7 @@ def pack_next_occurrence(stored: bytes, successor: Timer) -> bytes:
         )
     return b"".join(  # the spread extension, then what follows it
         (
-            _HEAD.pack(_V2, fire_at),
+            _HEAD.pack(version, fire_at),
             stored[_HEAD.size : series],
             _OCCURRENCE.pack(successor.seq, successor.fired_before),
             stored[series + _OCCURRENCE.size : end],
@@ -268,7 +331,7 @@ def stored_topic(data: bytes) -> str:
     """The callback topic of a stored timer, read without unpacking the rest: a tick
     holds the timers of a rate-limited or paused topic back by their topic alone, and
     unpacks each once, when it is released (:meth:`PartitionWheel.take_held`)."""
-    if data[0] not in (_V1, _V2):
+    if data[0] not in (_V1, _V2, _V3):
         unpack_timer(data)  # raises what a full read raises
     # Past the id and the token (a length below 0 is "none"), unrolled: this runs for
     # every timer a tick holds back.
@@ -285,7 +348,7 @@ def stored_topic(data: bytes) -> str:
 def unpack_timer(data: bytes) -> Timer:
     """Inverse of :func:`pack_timer`."""
     version, due = _HEAD.unpack_from(data, 0)
-    if version not in (_V1, _V2):
+    if version not in (_V1, _V2, _V3):
         if version > NEWEST_LAYOUT:
             raise StoredLayoutTooNew(version)
         raise ValueError(f"stored timer has unknown layout version {version}")
@@ -339,7 +402,7 @@ def unpack_timer(data: bytes) -> Timer:
     late: LatePolicy | None = None
     spread = 0
     schema_id: int | None = None
-    if version == _V2:
+    if version != _V1:
         seq, fired_before, kind, flags = _SERIES.unpack_from(data, pos)
         pos += _SERIES.size
         every, start, end, count, skip_ms = _NUMBERS.unpack_from(data, pos)
@@ -355,6 +418,19 @@ def unpack_timer(data: bytes) -> Timer:
             tz, pos = _take(data, pos)
             recurrence = Recurrence(
                 (cron or b"").decode(), (tz or b"").decode(), None, start_at, end_at, most
+            )
+        if version == _V3 and recurrence is not None:
+            block_end = _calendar_end(data, pos)
+            zone, calendar = _calendar_of(data[pos:block_end])
+            pos = block_end
+            recurrence = Recurrence(
+                recurrence.cron,
+                zone,
+                recurrence.every,
+                start_at,
+                end_at,
+                most,
+                calendar,
             )
         if flags:
             code = flags >> 1 & 3

@@ -11,7 +11,9 @@ bytes as base64 under ``<name>_b64``; ``"key": null`` is a callback without a ke
 ``headers`` is a list of ``{"name", "value" | "value_b64"}`` (names may repeat, values
 are bytes). ``"spread"`` (seconds) is there for a spread timer. ``"partition"``, where
 the timer was found, is informational and ignored when read back. Fields left out of a
-line (``late``, ``end``, ``count``, ``spread``) are absent.
+line (``late``, ``end``, ``count``, ``spread``) are absent. A series with a calendar has
+``"skip_holidays"``, ``"skip_dates"`` and ``"skip_policy"`` as in a JSON request (and an
+interval series its ``"tz"``).
 
 :func:`encode_timer` and :func:`decode_timer` are exact inverses over every
 :class:`~app.core.timer.Timer` the worker can store.
@@ -25,6 +27,7 @@ import json
 from typing import Any
 
 from app.core.bounds import MAX_SECONDS
+from app.core.calendars import Calendar
 from app.core.errors import KafkaTimersError
 from app.core.late import LatePolicy
 from app.core.recurrence import Recurrence
@@ -75,11 +78,43 @@ def encode_timer(timer: Timer, partition: int | None = None) -> dict[str, Any]:
         for name, number in (("end", rec.end), ("count", rec.count)):
             if number is not None:
                 doc[name] = number
+        if rec.calendar is not None:
+            doc.update(calendar_fields(rec.tz, rec.calendar))
         doc["seq"] = timer.seq
         doc["fired_before"] = timer.fired_before
     if partition is not None:
         doc["partition"] = partition
     return doc
+
+
+def calendar_fields(tz: str, calendar: Calendar) -> dict[str, Any]:
+    """A series' calendar as the JSON request's fields (and ``tz``, which an interval
+    series carries only with a calendar)."""
+    doc: dict[str, Any] = {"tz": tz}
+    if calendar.holidays is not None:
+        doc["skip_holidays"] = calendar.holidays
+    if calendar.dates:
+        doc["skip_dates"] = [day.isoformat() for day in calendar.dates]
+    doc["skip_policy"] = calendar.policy.value
+    return doc
+
+
+def _calendar(doc: dict[str, Any]) -> Calendar | None:
+    holidays, dates, policy = (
+        doc.get("skip_holidays"),
+        doc.get("skip_dates", []),
+        doc.get("skip_policy"),
+    )
+    if holidays is not None and not isinstance(holidays, str):
+        raise LineError("'skip_holidays' must be a string such as \"FR\"")
+    if not isinstance(dates, list):
+        raise LineError("'skip_dates' must be a list of dates such as [\"2026-12-24\"]")
+    if policy is not None and not isinstance(policy, str):
+        raise LineError('\'skip_policy\' must be "skip" or "next"')
+    try:
+        return Calendar.build(holidays, dates, policy)
+    except KafkaTimersError as exc:
+        raise LineError(str(exc)) from exc
 
 
 def encode_line(timer: Timer, partition: int | None = None) -> str:
@@ -169,6 +204,7 @@ def decode_timer(doc: Any) -> Timer:
             raise LineError("a series has 'cron' or 'every', not both")
         start = _second(doc, "start", required=True)
         end, count = _second(doc, "end"), _int(doc, "count")
+        calendar = _calendar(doc)
         if "cron" in doc:
             recurrence = Recurrence(
                 cron=_text(doc, "cron"),
@@ -176,13 +212,21 @@ def decode_timer(doc: Any) -> Timer:
                 start=start,
                 end=end,
                 count=count,
+                calendar=calendar,
             )
         else:
             every = _int(doc, "every", required=True)
             assert every is not None
             if every < 1:
                 raise LineError("'every' must be at least 1 (second)")
-            recurrence = Recurrence(every=every, start=start, end=end, count=count)
+            recurrence = Recurrence(
+                every=every,
+                tz=_text(doc, "tz", "UTC") if calendar is not None else "UTC",
+                start=start,
+                end=end,
+                count=count,
+                calendar=calendar,
+            )
         seq = _int(doc, "seq", required=True) or 0
         fired_before = _int(doc, "fired_before") or 0
         if seq < 1:

@@ -39,7 +39,7 @@ from app.core.raw_record import RawRecord
 from app.core.request_etf1 import ETF1_EPOCH, ETF1_TARGET_KEY, ETF1_TARGET_TOPIC
 from app.core.request_format import parse_request
 from app.core.timer import Header, Timer
-from app.ops.jsonl import LineError
+from app.ops.jsonl import LineError, calendar_fields
 
 __all__ = ["ETF1_PROVENANCE", "RequestRecord", "as_request", "checked_request", "continued"]
 
@@ -125,8 +125,12 @@ def as_request(timer: Timer, now_ms: int) -> RequestRecord:
         future.due = target.due
     else:
         future.cron, future.every = rec.cron, rec.every
-        future.tz = rec.tz if rec.cron is not None else None
+        future.tz = rec.tz if rec.cron is not None or rec.calendar is not None else None
         future.start, future.end, future.count = rec.start, rec.end, rec.count
+        if rec.calendar is not None:
+            future.skip_holidays = rec.calendar.holidays
+            future.skip_dates = [day.isoformat() for day in rec.calendar.dates]
+            future.skip_policy = rec.calendar.policy.value
     return RequestRecord(key, protowire.encode(future), (), timestamp_ms)
 
 
@@ -204,4 +208,6 @@ def _as_json(timer: Timer) -> bytes:
             doc["end"] = rec.end
         if rec.count is not None:
             doc["count"] = rec.count
+        if rec.calendar is not None:
+            doc.update(calendar_fields(rec.tz, rec.calendar))
     return json.dumps(doc, separators=(",", ":")).encode()

@@ -25,7 +25,13 @@ from app.core.routing import HOP_HEADER
 from app.core.timer import Timer
 from app.worker.tracing import Tracing
 
-__all__ = ["DeliveryFailure", "Output", "OutputProducer", "TransactionAborted"]
+__all__ = [
+    "REFUSED_RECORD_ERRORS",
+    "DeliveryFailure",
+    "Output",
+    "OutputProducer",
+    "TransactionAborted",
+]
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +45,36 @@ INIT_TRANSACTIONS_BACKOFF = Backoff(initial=1.0, maximum=30.0, factor=2.0)
 HeaderList = list[tuple[str, str | bytes | None]]
 
 
+#: Produce errors that refuse the record itself: sent again, it would be refused again.
+#: A callback refused so is dead-lettered with the error (``delivery_failed``) and its
+#: timer is done. Any other error (a delivery that timed out while the broker was down
+#: or had no leader, a lost connection) says nothing about the record: the flush fails
+#: (:class:`DeliveryFailure`), the timer stays pending, and it fires again after the
+#: worker's restart, at least once, never dropped because the broker was away.
+REFUSED_RECORD_ERRORS = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.RECORD_LIST_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.INVALID_TIMESTAMP,
+        KafkaError.UNSUPPORTED_FOR_MESSAGE_FORMAT,
+        KafkaError.POLICY_VIOLATION,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.TOPIC_EXCEPTION,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+        KafkaError._UNKNOWN_TOPIC,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError._INVALID_ARG,
+    }
+)
+
+
 class DeliveryFailure(SystemicFailure):
     """Records the worker needs durable were not acknowledged: stop before acking anything.
 
-    Raised when a flush times out or the broker refused a changelog record. The worker
+    Raised when a flush times out, or a changelog record, a forwarded request or a
+    callback was not delivered (a callback refused for what it is is dead-lettered
+    instead: :data:`REFUSED_RECORD_ERRORS`). The worker
     then exits without committing offsets, so a restart re-reads what was not durable.
     """
 
@@ -287,7 +319,10 @@ class OutputProducer:
 
         def delivered(err: KafkaError | None, _msg: Message) -> None:
             if err is not None:
-                self._failed.append((timer, str(err)))
+                if err.code() in REFUSED_RECORD_ERRORS:
+                    self._failed.append((timer, str(err)))
+                else:  # the broker did not answer in time: fire it again, never drop it
+                    self._changelog_errors.append(f"callback of timer {timer.id[:80]!r}: {err}")
 
         # Produced directly, with no kwargs dict or retry loop, unless the queue is full,
         # and every argument positional (partition, callback, on_delivery, timestamp,
@@ -515,7 +550,7 @@ class OutputProducer:
             raise DeliveryFailure(f"{remaining} records not acknowledged within {timeout}s")
         if self._changelog_errors:
             raise DeliveryFailure(
-                f"the broker refused a changelog record or a forwarded request: "
+                f"a changelog record, a forwarded request or a callback was not delivered: "
                 f"{self._changelog_errors[0]}"
             )
 

@@ -45,7 +45,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from rocksdict import Rdict, ReadOptions, WriteBatch
 
 from app.core.backoff import Backoff, fetch_wait_ms
-from app.core.keys import CAUGHT_UP, FAUST_OFFSET
+from app.core.keys import CAUGHT_UP, FAUST_OFFSET, UNCONFIRMED
 from app.worker.output import OutputProducer
 
 __all__ = [
@@ -61,6 +61,7 @@ __all__ = [
     "catch_up_until_done",
     "empty_store",
     "is_stale",
+    "is_unconfirmed",
     "persisted_offset",
     "stale_after",
 ]
@@ -128,6 +129,21 @@ def is_stale(db: Rdict, now: float, max_age: float) -> bool:
     return now - float(raw) > max_age
 
 
+def is_unconfirmed(db: Rdict) -> bool:
+    """Whether ``db`` holds local writes of a unit whose changelog records were not
+    known to be durable when its worker stopped (the :data:`~app.core.keys.UNCONFIRMED`
+    marker: set with a unit's local writes, cleared once its flush is acknowledged).
+
+    Such a store may be ahead of its changelog, and the changelog may since have been
+    written by another owner that applied the same requests otherwise (a request read
+    again after a crash is stored for the next tick, not at its own second). Caught up
+    on top of that, the store would keep writes nobody else has: an older version of a
+    timer at its old second, fired later, a reschedule undone. It is rebuilt instead:
+    reading the changelog costs what is pending, once, after a crash.
+    """
+    return db.get(UNCONFIRMED) is not None
+
+
 def empty_store(db: Rdict) -> None:
     """Remove every key (timers, index, bookkeeping, offsets) from ``db``."""
     batch = WriteBatch(raw_mode=True)
@@ -154,6 +170,11 @@ class ChangeloggedKV:
         self._clock = clock
         #: Local writes held back until the unit's transaction commits (exactly-once mode).
         self._deferred: dict[bytes, bytes | None] | None = None
+        #: Whether local writes were applied since the last acknowledged flush (and the
+        #: store carries the UNCONFIRMED marker).
+        self._unconfirmed = db.get(UNCONFIRMED) is not None
+        #: Whether the next local batches are to carry the marker (mark_unconfirmed).
+        self._marking = False
 
     def get(self, key: bytes) -> bytes | None:
         if self._deferred is not None and key in self._deferred:
@@ -211,10 +232,14 @@ class ChangeloggedKV:
         self._deferred = {}
 
     def apply_deferred(self) -> None:
-        """Write the held-back changes to RocksDB in one batch."""
+        """Write the held-back changes to RocksDB in one batch; after
+        :meth:`mark_unconfirmed`, with the marker of :func:`is_unconfirmed`."""
         deferred, self._deferred = self._deferred or {}, None
         if deferred:
             batch = WriteBatch(raw_mode=True)
+            if self._marking:
+                batch.put(UNCONFIRMED, b"1")
+                self._unconfirmed = True
             for key, value in deferred.items():
                 if value is None:
                     batch.delete(key)
@@ -225,6 +250,14 @@ class ChangeloggedKV:
     def discard_deferred(self) -> None:
         """Drop the held-back changes (their transaction was aborted)."""
         self._deferred = None
+
+    def mark_unconfirmed(self) -> None:
+        """The local writes from now on are a unit of requests', ahead of its changelog:
+        each batch of them carries the :data:`~app.core.keys.UNCONFIRMED` marker, until
+        :meth:`record_persisted` says the changelog holds them. (A tick's writes are not
+        marked: deletes of delivered timers and a series' next occurrence are what
+        any owner would write again, whatever it read.)"""
+        self._marking = True
 
     def scan(self, low: bytes, high: bytes) -> Iterator[tuple[bytes, bytes]]:
         """The keys from ``low`` up to (not including) ``high``, in order, with values.
@@ -242,8 +275,17 @@ class ChangeloggedKV:
         yield from self._db.items(from_key=low, read_opt=options)
 
     def record_persisted(self, offset: int) -> None:
-        """Tell Faust's recovery that changelog records up to ``offset`` are in this DB."""
-        self._db.put(FAUST_OFFSET, str(offset).encode())
+        """Tell Faust's recovery that changelog records up to ``offset`` are in this DB;
+        everything produced so far is acknowledged, so the local writes are confirmed."""
+        self._marking = False
+        if self._unconfirmed:
+            batch = WriteBatch(raw_mode=True)
+            batch.put(FAUST_OFFSET, str(offset).encode())
+            batch.delete(UNCONFIRMED)
+            self._db.write(batch)
+            self._unconfirmed = False
+        else:
+            self._db.put(FAUST_OFFSET, str(offset).encode())
 
     def mark_caught_up(self) -> None:
         """Record (locally) that this store holds everything its changelog holds, now.
@@ -380,6 +422,14 @@ def catch_up_changelogs(
                 p,
                 age,
                 max_age / 86400,
+            )
+            empty_store(db)
+        elif is_unconfirmed(db):
+            log.warning(
+                "store of %s[%d] holds writes of a unit not known to be durable (its "
+                "worker stopped in the middle): rebuilding it from the changelog",
+                topic,
+                p,
             )
             empty_store(db)
     conf = dict(consumer_conf)

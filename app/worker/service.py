@@ -411,6 +411,7 @@ class TimerService:
         # and the wheel reads them back meanwhile. They are applied before the flush,
         # as single writes were, so what a failed flush leaves locally is unchanged.
         unit = self._commits.begin(part.kv for part in parts.values())
+        unit.ahead_of_changelog()
         if not self._output.transactional:
             # Before anything the unit changes, in the changelog as in the store: a store
             # holding any of its effects knows the unit was under way (see reread).

@@ -56,6 +56,11 @@ class PartitionStore(Protocol):
         """Drop the held-back changes (their transaction was aborted)."""
         ...
 
+    def mark_unconfirmed(self) -> None:
+        """The local writes from now on are ahead of the changelog until the next
+        :meth:`record_persisted`: a store stopped in between is rebuilt, not resumed."""
+        ...
+
     def record_persisted(self, offset: int) -> None:
         """The changelog is durable up to ``offset``: recovery may start after it."""
         ...

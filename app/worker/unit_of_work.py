@@ -42,6 +42,14 @@ class Unit:
         for store in self._stores:
             store.defer_local_writes()
 
+    def ahead_of_changelog(self) -> None:
+        """This unit writes locally before its output is durable (a unit of requests:
+        :meth:`apply_local` runs at its pauses and end, before :meth:`commit`): mark its
+        stores so that one stopped in between is rebuilt, not resumed
+        (:meth:`~app.worker.stores.PartitionStore.mark_unconfirmed`)."""
+        for store in self._stores:
+            store.mark_unconfirmed()
+
     def apply_local(self) -> None:
         """Write the unit's held-back local writes now (one batch a store)."""
         for store in self._stores:

@@ -93,11 +93,6 @@ def replays_dropped(worker: Probed) -> float:
     return metric_total(worker.metrics, "kafka_timers_requests_forward_replays")
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="open defect: on a quiet machine one run undid 1 reschedule of 60,000 "
-    "(order-0a2c95-14536); forwarding's replay guard has a residual window under kill -9",
-)
 def test_kill_9_while_forwarding_undoes_no_reschedule(stack: Stack) -> None:
     settings = stack.settings
     assert settings.partitions is not None

@@ -186,6 +186,7 @@ class MemoryStore(MemoryKV):
         self._deferred: dict[bytes, bytes | None] | None = None
         self.persisted_offset: int | None = None
         self.caught_up_marks = 0
+        self.unconfirmed = False
 
     def get(self, key: bytes) -> bytes | None:
         if self._deferred is not None and key in self._deferred:
@@ -228,8 +229,12 @@ class MemoryStore(MemoryKV):
     def discard_deferred(self) -> None:
         self._deferred = None
 
+    def mark_unconfirmed(self) -> None:
+        self.unconfirmed = True
+
     def record_persisted(self, offset: int) -> None:
         self.persisted_offset = offset
+        self.unconfirmed = False
 
     def mark_caught_up(self) -> None:
         self.caught_up_marks += 1

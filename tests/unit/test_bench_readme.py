@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.readme import BEGIN, END, replace_block, table_block
+from bench.readme import BEGIN, END, headline, replace_block, table_block
 from bench.report import Figure
 
 DOCUMENT = {
@@ -73,17 +73,54 @@ def test_missing_or_confused_markers_are_refused(text: str) -> None:
 
 
 def test_every_published_figure_comes_from_the_one_results_file() -> None:
-    """docs/performance.md's table is exactly what bench/published.json gives, and the
-    README shows no table of its own: it links to that page."""
+    """docs/performance.md's table and the README's headline block are exactly what
+    bench/published.json gives; the README links to the page for the rest."""
     import json
 
     from bench.readme import FILES_PATHS, PUBLISHED, ROOT
 
-    block = table_block(json.loads(PUBLISHED.read_text()))
+    document = json.loads(PUBLISHED.read_text())
+    block = table_block(document)
     for path in FILES_PATHS:
         assert block in path.read_text(), f"{path}: run python -m bench.readme"
     readme = (ROOT / "README.md").read_text()
     assert BEGIN not in readme and "docs/performance.md" in readme
+    assert headline(document) in readme, "README.md: run python -m bench.readme"
+
+
+DEV = {
+    "bootstrap": "127.0.0.1:<a free port per scenario>",
+    "kind": "dev broker, a fresh one per scenario",
+    "software": "tansu 0.6.0",
+    "cluster_id": "tansu",
+    "nodes": ["0@127.0.0.1:9092"],
+}
+
+
+def test_two_brokers_of_one_sitting_stand_side_by_side() -> None:
+    """A run with ``--compare-with``: each figure of the first broker with the second's
+    result and baseline beside it, and the README's headline with a column each."""
+    kafka_figures = [
+        Figure("ingest", "requests stored/s", "29,000/s", "raw 700,000/s", "", None).as_dict(),
+        Figure("fire", "a | pipe", "3", target="≤ 2", met=False).as_dict(),
+    ]
+    document = {
+        **DOCUMENT,
+        "broker": DEV,
+        "compared": [{"broker": DOCUMENT["broker"], "seconds": 900.0, "figures": kafka_figures}],
+    }
+    lines = table_block(document).splitlines()
+    assert "Then, in the same sitting: broker 127.0.0.1:19092" in lines[1]
+    assert lines[3].startswith("| scenario | figure | dev broker | baseline (dev broker) |")
+    assert "| Apache Kafka 3.9 | baseline (Apache Kafka 3.9) |" in lines[3]
+    assert (
+        "| ingest | requests stored/s | 30,000/s | raw 600,000/s | MISSED "
+        "| 29,000/s | raw 700,000/s |  | ≥ 100,000/s |"
+    ) in lines
+    assert "| baseline | raw produce | 600,000/s |  |  | - |  |  |  |" in lines  # not on Kafka
+    assert "| fire | a \\| pipe | 1 |  | met | 3 |  | MISSED | ≤ 2 |" in lines
+    head = headline(document).splitlines()
+    assert head[1] == "| figure | dev broker | Apache Kafka 3.9 |"
 
 
 def test_a_run_that_names_no_broker_was_on_the_dev_broker() -> None:

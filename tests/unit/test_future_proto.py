@@ -60,7 +60,8 @@ futures = st.builds(
     headers=st.lists(st.tuples(st.text(max_size=20), st.binary(max_size=40)), max_size=4),
     action=st.one_of(st.sampled_from([0, 1]), INT32),
 )
-#: Every field, the recurring timer's (9-15) and the spread (16) too: for the codec round trips.
+#: Every field, the recurring timer's (9-15), the spread (16) and the calendar's (17-19)
+#: too: for the codec round trips.
 all_fields = st.builds(
     protowire.Future,
     callback_topic=TEXT,
@@ -79,6 +80,9 @@ all_fields = st.builds(
     count=st.one_of(st.none(), st.just(0), INT64),
     late=TEXT,
     spread=st.one_of(st.none(), st.just(0), INT64),
+    skip_holidays=TEXT,
+    skip_dates=st.lists(st.text(max_size=12), max_size=3),
+    skip_policy=TEXT,
 )
 #: Record keys: none, empty, epoch seconds (with fractions), ids, garbage.
 keys = st.one_of(
@@ -118,6 +122,7 @@ def to_generated(module: ModuleType, future: protowire.Future) -> Any:
             setattr(message, field, value)
     for name, value in future.headers:
         message.headers.add(name=name, value=value)
+    message.skip_dates.extend(future.skip_dates)
     message.action = future.action
     return message
 
@@ -126,6 +131,7 @@ def from_generated(message: Any) -> protowire.Future:
     return protowire.Future(
         **{name: getattr(message, f) if message.HasField(f) else None for name, f in FIELDS},
         headers=[(h.name, h.value) for h in message.headers],
+        skip_dates=list(message.skip_dates),
         action=message.action,
     )
 
@@ -145,6 +151,8 @@ FIELDS = [
     ("count", "count"),
     ("late", "late"),
     ("spread", "spread"),
+    ("skip_holidays", "skip_holidays"),
+    ("skip_policy", "skip_policy"),
 ]
 
 
@@ -248,8 +256,8 @@ def test_a_field_of_the_schema_with_the_wrong_wire_type_is_dead_lettered() -> No
     cron_as_varint = bytes([9 << 3 | 0, 1])
     record = RawRecord("timer-request", 0, 0, 0, b"1767225600", article + cron_as_varint)
     assert parsed(record) is RejectReason.MALFORMED
-    # fields 16 (varint) and 17 (fixed32): numbers no version of the schema uses yet
-    newer = article + bytes([0x80, 0x01, 1]) + bytes([0x8D, 0x01]) + b"abcd"
+    # fields 20 (varint) and 21 (fixed32): numbers no version of the schema uses yet
+    newer = article + bytes([0xA0, 0x01, 1]) + bytes([0xAD, 0x01]) + b"abcd"
     record = RawRecord("timer-request", 0, 0, 0, b"1767225600", newer)
     assert isinstance(parsed(record), Timer), "a newer producer's fields are skipped"
 

@@ -24,10 +24,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core import wheel as wheel_module
+from app.core import wheel_behind as wheel_module
 from app.core.keys import DELIVERED, DELIVERED_END, WATERMARK, index_key
+from app.core.keys import pending_index_entry as _pending_entry
 from app.core.timer import Cancel, Timer
-from app.core.wheel import PartitionWheel, PauseOutcome, Scheduled, _pending_entry
+from app.core.wheel import PartitionWheel, PauseOutcome, Scheduled
 from tests.support.memkv import MemoryKV
 
 START = 1_767_225_600

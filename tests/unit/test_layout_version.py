@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.core.calendars import Calendar
 from app.core.errors import SystemicFailure
 from app.core.keys import timer_key
 from app.core.late import CatchUp, LatePolicy
@@ -58,9 +59,17 @@ def newer(data: bytes, version: int = NEWEST_LAYOUT + 1) -> bytes:
     return bytes([version]) + data[1:]
 
 
-def test_this_release_writes_layout_1_for_one_shot_and_2_for_series() -> None:
+def test_this_release_writes_layout_1_for_one_shot_2_for_series_3_with_a_calendar() -> None:
     assert pack_timer(ONE_SHOT)[0] == 1
-    assert pack_timer(SERIES)[0] == 2 == NEWEST_LAYOUT
+    assert pack_timer(SERIES)[0] == 2
+    # Layout 3: only a series with a calendar (the release before refuses it, rather than
+    # fire it on the dates it skips).
+    calendar = Calendar.build("FR", ["2026-12-24"], "next")
+    with_calendar = dataclasses.replace(
+        SERIES, recurrence=Recurrence("0 9 * * *", "Europe/Paris", calendar=calendar)
+    )
+    assert pack_timer(with_calendar)[0] == 3 == NEWEST_LAYOUT
+    assert unpack_timer(pack_timer(with_calendar)) == with_calendar
     assert unpack_timer(pack_timer(SERIES)) == SERIES
     assert unpack_timer(pack_timer(ONE_SHOT)) == ONE_SHOT
     one_shot_with_policy = Timer(

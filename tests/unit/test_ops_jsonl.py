@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.core.calendars import Calendar, SkipPolicy
 from app.core.late import CatchUp, LatePolicy
 from app.core.recurrence import Recurrence
 from app.core.stored import pack_timer, unpack_timer
@@ -39,6 +40,21 @@ recurrences = (
         start=seconds,
         end=st.none() | seconds,
         count=st.none() | st.integers(min_value=1, max_value=10**6),
+    )
+    | st.builds(  # a series with a calendar (stored in layout 3)
+        lambda cron, tz, start, count, calendar: Recurrence(
+            cron, tz, None if cron else 60, start, None, count, calendar
+        ),
+        cron=st.sampled_from([None, "0 0 9 * * MON-FRI"]),
+        tz=st.sampled_from(["UTC", "Europe/Paris"]),
+        start=seconds,
+        count=st.none() | st.integers(min_value=1, max_value=10**6),
+        calendar=st.builds(
+            Calendar,
+            holidays=st.none() | st.sampled_from(["FR", "US-CA"]),
+            dates=st.lists(st.dates(), min_size=1, max_size=5),
+            policy=st.sampled_from(SkipPolicy),
+        ),
     )
 )
 

@@ -575,3 +575,18 @@ def test_a_re_read_that_never_comes_delays_firing_without_losing_it(
     for second_ in range(NOW + 11, NOW + 51):
         h.tick(second_)
     assert [(t.id, t.due) for t, _ in h.output.durable.callbacks] == [("a", NOW + 50)]
+
+
+def test_a_unit_of_requests_marks_its_stores_unconfirmed_until_its_flush() -> None:
+    """A unit's local writes come before its flush: a store whose flush never came back
+    keeps the mark (and is rebuilt, not resumed: app.worker.partition_store)."""
+    h = Harness()
+    h.requests(h.schedule("a", NOW + 10))
+    assert not h.stores.stores[0].unconfirmed
+    h.output.fail_flush = True
+    with pytest.raises(DeliveryFailure):
+        h.requests(h.schedule("b", NOW + 10))
+    assert h.stores.stores[0].unconfirmed
+    h.output.fail_flush = False
+    h.tick(NOW + 1)  # a tick's writes are not a unit of requests': the mark stays
+    assert h.stores.stores[0].unconfirmed

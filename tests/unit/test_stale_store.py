@@ -52,3 +52,50 @@ def test_emptying_removes_every_key(tmp_path: Path) -> None:
         assert db.get(WATERMARK) == b"7"
     finally:
         db.close()
+
+
+class _Changelog:
+    """Where a ChangeloggedKV's changelog records go: kept, not sent."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[bytes, bytes | None]] = []
+
+    def changelog(self, _topic: str, _partition: int, key: bytes, value: bytes | None) -> None:
+        self.records.append((key, value))
+
+
+def test_a_unit_s_local_writes_are_unconfirmed_until_the_changelog_has_them(
+    tmp_path: Path,
+) -> None:
+    """A worker stopped between a unit's local writes and their acknowledgement leaves
+    the marker, and its store is rebuilt rather than caught up on top (is_unconfirmed);
+    a tick's writes, which any owner would make again, leave none."""
+    from app.core.keys import UNCONFIRMED
+    from app.worker.partition_store import ChangeloggedKV, is_unconfirmed
+
+    with open_db(tmp_path / "db") as db:
+        kv = ChangeloggedKV(db, _Changelog(), "changelog", 0)  # type: ignore[arg-type]
+        kv.defer_local_writes()  # a tick's batch
+        kv.put(timer_key(100, "a"), b"v")
+        kv.apply_deferred()
+        assert not is_unconfirmed(db)
+        kv.defer_local_writes()  # a unit of requests
+        kv.mark_unconfirmed()
+        kv.put(timer_key(100, "b"), b"v")
+        kv.apply_deferred()  # written before the flush, as units are
+        assert is_unconfirmed(db) and db.get(timer_key(100, "b")) == b"v"
+        kv.defer_local_writes()  # the unit goes on after a pause: still marked
+        kv.put(timer_key(101, "b"), b"v")
+        kv.apply_deferred()
+        kv.record_persisted(7)  # the flush was acknowledged
+        assert not is_unconfirmed(db) and db.get(FAUST_OFFSET) == b"7"
+        kv.defer_local_writes()
+        kv.mark_unconfirmed()
+        kv.put(timer_key(102, "c"), b"v")
+        kv.apply_deferred()
+    with open_db(tmp_path / "db") as db:  # the worker was killed here
+        assert db.get(UNCONFIRMED) is not None
+        assert is_unconfirmed(db)
+        assert ChangeloggedKV(db, _Changelog(), "changelog", 0)._unconfirmed  # type: ignore[arg-type]
+        empty_store(db)
+        assert not is_unconfirmed(db)

@@ -360,10 +360,10 @@ def test_a_series_stays_pending_while_it_lives_then_is_remembered_and_expires() 
 
 
 def test_pending_index_entry_is_written_byte_for_byte_as_the_entry_encodes() -> None:
-    from app.core.wheel import _IndexEntry, _pending_entry
+    from app.core.keys import IndexEntry, pending_index_entry
 
     for due, token in [(0, ""), (1_767_225_600, "tok"), (999_999_999_999, "ü-ß")]:
-        assert _pending_entry(due, token) == _IndexEntry(b"P", due, token).encode()
+        assert pending_index_entry(due, token) == IndexEntry(b"P", due, token).encode()
 
 
 def test_a_token_protected_timer_is_replaced_only_with_its_token() -> None:

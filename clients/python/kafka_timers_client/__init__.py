@@ -15,6 +15,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from kafka_timers_client.calendars import Calendar, SkipPolicy
     from kafka_timers_client.client import ScheduledTimer, TimerClient
     from kafka_timers_client.config import ClientConfig
     from kafka_timers_client.errors import (
@@ -27,35 +28,44 @@ if TYPE_CHECKING:
     from kafka_timers_client.outcome import CancelOutcome, PauseOutcome
     from kafka_timers_client.recurrence import Recurrence
     from kafka_timers_client.redelivery import RedeliveringConsumer
+    from kafka_timers_client.series_preview import Occurrence, preview
 
 __all__ = [
     "BrokerUnavailable",
+    "Calendar",
     "CancelNotAnswered",
     "CancelOutcome",
     "ClientConfig",
     "FiredRecord",
     "KafkaTimersError",
     "LatePolicy",
+    "Occurrence",
     "PauseOutcome",
     "Recurrence",
     "RedeliveringConsumer",
     "ScheduledTimer",
+    "SkipPolicy",
     "TimerClient",
+    "preview",
 ]
 
 #: Where each public name lives.
 _HOMES = {
     "BrokerUnavailable": "errors",
+    "Calendar": "calendars",
     "CancelNotAnswered": "errors",
     "CancelOutcome": "outcome",
     "ClientConfig": "config",
     "FiredRecord": "fired",
     "KafkaTimersError": "errors",
     "LatePolicy": "late",
+    "Occurrence": "series_preview",
     "PauseOutcome": "outcome",
     "Recurrence": "recurrence",
     "RedeliveringConsumer": "redelivery",
     "ScheduledTimer": "client",
+    "SkipPolicy": "calendars",
+    "preview": "series_preview",
     "TimerClient": "client",
 }
 

@@ -18,6 +18,7 @@ __all__ = [
     "MAX_ID_CHARS",
     "MAX_SECONDS",
     "MAX_SERIES_COUNT",
+    "MAX_SKIP_DATES",
     "MAX_SPEC_CHARS",
     "MAX_TOKEN_CHARS",
     "RESERVED_HEADER_PREFIXES",
@@ -39,6 +40,11 @@ MAX_SPEC_CHARS = 256
 MAX_SECONDS = 10**12 - 1
 #: Most occurrences a series may ask for.
 MAX_SERIES_COUNT = 10**12
+#: Most excluded dates a series request may carry (``skip_dates``): about three years of
+#: every day, or a few decades of a company's closing days. The request carries the
+#: dates themselves (the worker reads no file), so this bounds its size (11 bytes a date
+#: in JSON) and what each occurrence's check costs to store.
+MAX_SKIP_DATES = 1000
 #: Header names the service writes on callbacks (``timer-id``, ``timer-token``,
 #: ``timer-due``, ``timer-seq``..., and etf1's ``scheduler-key``...), compared without
 #: case: a request that carries one is refused (``reserved_header``).

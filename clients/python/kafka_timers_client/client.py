@@ -16,7 +16,9 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import date
 from decimal import Decimal
+from pathlib import Path
 from types import TracebackType
 from typing import Any, overload
 
@@ -32,6 +34,7 @@ from kafka_timers_client.bounds import (
     RESERVED_HEADER_PREFIXES,
     checked_text,
 )
+from kafka_timers_client.calendars import Calendar, SkipPolicy, dates_from_ics
 from kafka_timers_client.config import (
     ClientConfig,
     ClientConfigSource,
@@ -207,6 +210,10 @@ class TimerClient:
         timer_id: str | None = None,
         token: str | None = None,
         headers: Mapping[str, str | bytes] | Iterable[tuple[str, bytes]] | None = None,
+        skip_holidays: str | None = None,
+        skip_dates: Iterable[date | str] = (),
+        skip_ics: str | Path | bytes | None = None,
+        skip_policy: SkipPolicy | str | None = None,
     ) -> ScheduledTimer:
         """Ask for ``value`` to reach ``topic`` (with ``key``) at ``at`` or after ``delay``,
         or on every occurrence of a recurrence.
@@ -222,6 +229,16 @@ class TimerClient:
         fire at a second in ``[due, due + spread]`` fixed by the timer id (and, for a
         series, each occurrence's number): never early, the same second every time the
         same request is sent; ``due`` and ``timer-due`` stay the requested second.
+
+        A series may skip dates, read in its zone (``tz``, which an ``every`` series
+        then takes too): ``skip_holidays`` (a country or country-subdivision code of the
+        ``holidays`` package: ``"FR"``, ``"US-CA"``), ``skip_dates`` (dates or
+        ``YYYY-MM-DD``) and ``skip_ics`` (an iCalendar file's path or bytes: the dates
+        its events cover, read here; the request carries the dates). ``skip_policy``:
+        ``"skip"`` (the default: that occurrence is dropped) or, for ``cron``,
+        ``"next"`` (moved to the same local time on the next date not skipped; see
+        :class:`~kafka_timers_client.calendars.SkipPolicy`). Needs the ``[calendars]``
+        extra.
 
         A due time with a fraction of a second is rounded up: a timer never fires early.
         Scheduling again with the same ``timer_id`` and the pending version's ``token``
@@ -250,9 +267,12 @@ class TimerClient:
             late=policy or None,
             spread=spread_seconds or None,
         )
+        calendar = self.build_calendar(skip_holidays, skip_dates, skip_ics, skip_policy)
         if cron is None and every is None:
             if start is not None or end is not None or count is not None or tz is not None:
                 raise KafkaTimersError("start, end, count and tz need cron= or every=")
+            if calendar is not None:
+                raise KafkaTimersError("skip_* need cron= or every=")
             if (at is None) == (delay is None):
                 raise KafkaTimersError("give exactly one of at=, delay=, cron= or every=")
             future.due = self._due_second(at, delay)
@@ -260,14 +280,18 @@ class TimerClient:
             return ScheduledTimer(id=timer_id, token=token, due=future.due, spread=spread_seconds)
         if at is not None or delay is not None:
             raise KafkaTimersError("a recurring timer takes start=, not at= or delay=")
-        recurrence = self.build_recurrence(cron, tz, every, start, end, count)
+        recurrence = self.build_recurrence(cron, tz, every, start, end, count, calendar=calendar)
         # The worker anchors the series at the request's timestamp: set it, and anchor
         # here from the same millisecond, so both find the same first occurrence.
         sent_ms = int(self._clock() * 1000)
         anchored = recurrence.anchored(-(-sent_ms // 1000))
         future.cron, future.every = recurrence.cron, recurrence.every
-        future.tz = recurrence.tz if recurrence.cron else None
+        future.tz = recurrence.tz if recurrence.cron or calendar is not None else None
         future.start, future.end, future.count = recurrence.start, recurrence.end, count
+        if calendar is not None:
+            future.skip_holidays = calendar.holidays
+            future.skip_dates = [day.isoformat() for day in calendar.dates]
+            future.skip_policy = calendar.policy.value
         self._send(timer_id, protowire.encode(future), timestamp_ms=sent_ms)
         assert anchored.start is not None
         return ScheduledTimer(
@@ -320,6 +344,27 @@ class TimerClient:
         return int(seconds)
 
     @staticmethod
+    def build_calendar(
+        skip_holidays: str | None = None,
+        skip_dates: Iterable[date | str] = (),
+        skip_ics: str | Path | bytes | None = None,
+        skip_policy: SkipPolicy | str | None = None,
+    ) -> Calendar | None:
+        """The calendar :meth:`schedule` sends (``None``: none); ``skip_ics`` is read
+        here. Raises :class:`KafkaTimersError` with one line if it is not valid."""
+        dates = list(skip_dates)
+        if skip_ics is not None:
+            if isinstance(skip_ics, bytes):
+                data = skip_ics
+            else:
+                try:
+                    data = Path(skip_ics).read_bytes()
+                except OSError as exc:
+                    raise KafkaTimersError(f"cannot read {skip_ics}: {exc.strerror}") from exc
+            dates.extend(dates_from_ics(data))
+        return Calendar.build(skip_holidays, dates, skip_policy)
+
+    @staticmethod
     def build_recurrence(
         cron: str | None,
         tz: str | None,
@@ -327,6 +372,8 @@ class TimerClient:
         start: float | Decimal | str | None,
         end: float | Decimal | str | None,
         count: int | None,
+        *,
+        calendar: Calendar | None = None,
     ) -> Recurrence:
         """The recurrence :meth:`schedule` sends (not yet anchored); raises
         :class:`KafkaTimersError` with one line if it is not valid."""
@@ -335,13 +382,17 @@ class TimerClient:
         first = None if start is None else due_second(parse_at(str(start)))
         last = None if end is None else int(parse_at(str(end)) // 1)
         if cron is not None:
-            return Recurrence.cron_series(cron, tz, start=first, end=last, count=count)
-        if tz is not None:
-            raise KafkaTimersError("tz= applies to cron=, not to every=")
+            return Recurrence.cron_series(
+                cron, tz, start=first, end=last, count=count, calendar=calendar
+            )
+        if tz is not None and calendar is None:
+            raise KafkaTimersError("tz= applies to cron=, or to every= with a calendar")
         seconds = parse_duration(every) if isinstance(every, str) else float(every or 0)
         if seconds != int(seconds):
             raise KafkaTimersError(f"every={every!r}: use whole seconds")
-        return Recurrence.interval(int(seconds), start=first, end=last, count=count)
+        return Recurrence.interval(
+            int(seconds), start=first, end=last, count=count, calendar=calendar, tz=tz
+        )
 
     @overload
     def cancel(self, timer_id: str, token: str, wait: None = None) -> None: ...

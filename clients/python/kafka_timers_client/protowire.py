@@ -3,7 +3,7 @@
 The schema of record is ``app/core/proto/kafka_timers/v1/future.proto`` (shipped with the
 package; see docs/protocol.md): fields 1-3 are the original article's
 ``Future``, fields 4-8 ours, 9-15 recurring timers and the late-fire policy, 16 the
-spread. This codec
+spread, 17-19 a series' calendar. This codec
 follows it exactly, ``None`` standing for an absent field, and
 tests/unit/test_future_proto.py checks it against code generated from that file in
 both directions. The worker decodes requests with the protobuf runtime
@@ -60,6 +60,9 @@ class Future:
     count: int | None = None
     late: str | None = None
     spread: int | None = None
+    skip_holidays: str | None = None
+    skip_dates: list[str] = field(default_factory=list)
+    skip_policy: str | None = None
 
 
 def encode_varint(value: int) -> bytes:
@@ -124,6 +127,12 @@ def encode(future: Future) -> bytes:
         parts.append(_len_field(15, future.late.encode()))
     if future.spread is not None:
         parts.append(_tag(16, _VARINT) + encode_varint(future.spread))
+    if future.skip_holidays is not None:
+        parts.append(_len_field(17, future.skip_holidays.encode()))
+    for day in future.skip_dates:
+        parts.append(_len_field(18, day.encode()))
+    if future.skip_policy is not None:
+        parts.append(_len_field(19, future.skip_policy.encode()))
     return b"".join(parts)
 
 
@@ -233,4 +242,10 @@ def decode(data: bytes) -> Future:
             future.late = _text(value, "late")
         elif number == 16:
             future.spread = _signed(value, wire_type, "spread", 64)
+        elif number == 17:
+            future.skip_holidays = _text(value, "skip_holidays")
+        elif number == 18:
+            future.skip_dates.append(_text(value, "skip_dates"))
+        elif number == 19:
+            future.skip_policy = _text(value, "skip_policy")
     return future

@@ -31,6 +31,17 @@ rules for the hours a daylight-saving change skips or repeats:
 
 An **interval** series is pure epoch arithmetic: occurrence *n* is due at
 ``start + (n - 1) * every``, whatever the time zone or daylight saving does.
+
+A series may have a **calendar** (:class:`~kafka_timers_client.calendars.Calendar`): local
+dates, in the series' zone, on which it does not fire (public holidays, explicit dates).
+Its *slots* are the times above; its *occurrences* are the slots on allowed dates, and,
+with the ``next`` policy, the first slot of each run of excluded dates moved to the same
+local time on the first allowed date after the run. Occurrences are numbered, counted
+(``count``) and bounded (``end``) after the calendar is applied: ``count=10`` is ten
+occurrences that fire. An interval series with a calendar takes a ``tz`` (the zone its
+dates are read in; UTC by default); its grid stays ``start + k * every``, and it takes
+only the ``skip`` policy. A series whose next allowed occurrence lies more than
+:data:`MAX_EXCLUDED_RUNS` runs of excluded dates ahead (or past the year 9999) ends.
 """
 
 from __future__ import annotations
@@ -38,16 +49,17 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import date, datetime, timedelta, timezone
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
 from kafka_timers_client.bounds import MAX_SECONDS, MAX_SERIES_COUNT
+from kafka_timers_client.calendars import Calendar, SkipPolicy
 from kafka_timers_client.errors import RejectedRequest, RejectReason
 
-__all__ = ["ANCHOR_SLACK_SECONDS", "MAX_EVERY_SECONDS", "Recurrence"]
+__all__ = ["ANCHOR_SLACK_SECONDS", "MAX_EVERY_SECONDS", "MAX_EXCLUDED_RUNS", "Recurrence"]
 
 #: Longest interval accepted: about 100 years (longer is not a series).
 MAX_EVERY_SECONDS = 100 * 366 * 86400
@@ -60,6 +72,11 @@ MAX_EVERY_SECONDS = 100 * 366 * 86400
 #: after it was sent (an outage longer than an hour) starts this long before it was
 #: read: the occurrences before that were never scheduled, and are not reported.
 ANCHOR_SLACK_SECONDS = 3600
+#: Most runs of excluded dates one step of a series with a calendar walks over before
+#: it gives up (the series ends there): a cron expression that matches only holidays
+#: (``0 9 1 1 *`` with ``FR``) ends instead of searching forever.
+MAX_EXCLUDED_RUNS = 1000
+_DAY = timedelta(days=1)
 _UTC = timezone.utc
 
 
@@ -129,6 +146,21 @@ def _wall_to_epoch(wall: datetime, zone: ZoneInfo) -> int:
     return high
 
 
+def _local_date(second: int, zone: ZoneInfo) -> date:
+    return datetime.fromtimestamp(second, zone).date()
+
+
+def _midnight(day: date, zone: ZoneInfo) -> int:
+    """The first instant of local date ``day`` (after the gap, if midnight is skipped)."""
+    return _wall_to_epoch(datetime(day.year, day.month, day.day), zone)
+
+
+def _moved(second: int, day: date, zone: ZoneInfo) -> int:
+    """The instant of ``second``'s local wall-clock time on local date ``day``."""
+    wall = datetime.fromtimestamp(second, zone).replace(tzinfo=None)
+    return _wall_to_epoch(datetime.combine(day, wall.time()), zone)
+
+
 @dataclass(frozen=True)
 class Recurrence:
     """When a series' occurrences are due: a cron expression or a fixed interval.
@@ -150,6 +182,8 @@ class Recurrence:
     end: int | None = None
     #: At most this many occurrences (``None``: no limit).
     count: int | None = None
+    #: Dates the series skips, in ``tz`` (``None``: none).
+    calendar: Calendar | None = None
 
     def __init__(
         self,
@@ -159,12 +193,27 @@ class Recurrence:
         start: int | None = None,
         end: int | None = None,
         count: int | None = None,
+        calendar: Calendar | None = None,
     ) -> None:
         # Straight into the instance's dict, as the dataclass's own would with six
         # object.__setattr__ calls (frozen stops assignment, not construction): a worker
         # builds one per series occurrence it reads from its store, a third of what
         # reading the occurrence costs more than reading a one-shot timer.
-        self.__dict__.update(cron=cron, tz=tz, every=every, start=start, end=end, count=count)
+        self.__dict__.update(
+            cron=cron, tz=tz, every=every, start=start, end=end, count=count, calendar=calendar
+        )
+
+    @property
+    def arithmetic(self) -> bool:
+        """Whether occurrences are pure epoch arithmetic (an interval series without a
+        calendar): callers may then jump over any number of them at O(1)."""
+        return self.every is not None and self.calendar is None
+
+    def with_start(self, start: int | None) -> Recurrence:
+        """This recurrence with another ``start`` (everything else kept)."""
+        return Recurrence(
+            self.cron, self.tz, self.every, start, self.end, self.count, self.calendar
+        )
 
     # -- building ---------------------------------------------------------------------
 
@@ -177,11 +226,19 @@ class Recurrence:
         start: int | None = None,
         end: int | None = None,
         count: int | None = None,
+        calendar: Calendar | None = None,
     ) -> Recurrence:
         """A cron series; raise :class:`RejectedRequest` if the expression or zone is bad."""
         zone = tz or "UTC"
         _zone(zone)
-        recurrence = cls(cron=_checked_cron(expr), tz=zone, start=start, end=end, count=count)
+        recurrence = cls(
+            cron=_checked_cron(expr),
+            tz=zone,
+            start=start,
+            end=end,
+            count=count,
+            calendar=calendar,
+        )
         recurrence._check_bounds()
         return recurrence
 
@@ -193,14 +250,31 @@ class Recurrence:
         start: int | None = None,
         end: int | None = None,
         count: int | None = None,
+        calendar: Calendar | None = None,
+        tz: str | None = None,
     ) -> Recurrence:
-        """An interval series of ``every`` seconds (whole seconds, at least 1)."""
+        """An interval series of ``every`` seconds (whole seconds, at least 1); ``tz``
+        (the zone its calendar's dates are read in) only with a ``calendar``."""
         if every < 1 or every > MAX_EVERY_SECONDS:
             raise RejectedRequest(
                 RejectReason.INVALID_RECURRENCE,
                 f"interval {every}s: use whole seconds from 1s to about 100 years",
             )
-        recurrence = cls(every=int(every), start=start, end=end, count=count)
+        if tz is not None and calendar is None:
+            raise RejectedRequest(
+                RejectReason.INVALID_RECURRENCE,
+                "tz applies to cron, or to an interval series with a calendar",
+            )
+        if calendar is not None and calendar.policy is SkipPolicy.NEXT:
+            raise RejectedRequest(
+                RejectReason.INVALID_RECURRENCE,
+                "skip_policy next is for cron series: an interval series skips",
+            )
+        zone = tz or "UTC"
+        _zone(zone)
+        recurrence = cls(
+            every=int(every), tz=zone, start=start, end=end, count=count, calendar=calendar
+        )
         recurrence._check_bounds()
         return recurrence
 
@@ -253,13 +327,25 @@ class Recurrence:
                     RejectReason.NO_OCCURRENCE, f"cron {self.cron!r} never matches a future time"
                 )
             first = found
+        if self.calendar is not None:
+            # The first slot is the grid's origin (an interval series) and the floor of
+            # the slots counted; the first occurrence is the first the calendar allows.
+            found = self.with_start(first)._match_after(first - 1)
+            if found is None:
+                raise RejectedRequest(
+                    RejectReason.NO_OCCURRENCE,
+                    f"no occurrence from {floor} on a date the calendar allows",
+                )
+            first = found
         if self.end is not None and first > self.end:
             raise RejectedRequest(
                 RejectReason.NO_OCCURRENCE,
                 f"no occurrence between {floor} and the end {self.end}",
             )
         # The constructor, not dataclasses.replace: this runs once per request (5x faster).
-        return Recurrence(self.cron, self.tz, self.every, first, self.end, self.count)
+        return Recurrence(
+            self.cron, self.tz, self.every, first, self.end, self.count, self.calendar
+        )
 
     # -- occurrences ------------------------------------------------------------------
 
@@ -268,8 +354,10 @@ class Recurrence:
         ``None`` when the series ends there (count reached, or past its end)."""
         if self.count is not None and seq >= self.count:
             return None
-        if self.every is not None:
-            nxt: int | None = due + self.every
+        if self.calendar is not None:
+            nxt: int | None = self._match_after(due)
+        elif self.every is not None:
+            nxt = due + self.every
         else:
             nxt = self._cron_after(due)
         if nxt is None or (self.end is not None and nxt > self.end):
@@ -288,23 +376,26 @@ class Recurrence:
         """``(seq, due)`` of the last occurrence at or before ``through``, walking from
         occurrence ``seq`` (due at ``due``, itself at or before ``through``).
 
-        O(1) for an interval series; a cron series is walked one occurrence at a time
-        (callers bound how far, see :mod:`app.core.firing`).
+        O(1) for an interval series without a calendar (:attr:`arithmetic`); any other
+        is walked one occurrence at a time (callers bound how far, see
+        :mod:`app.core.firing`).
         """
-        if self.every is None:
+        if not self.arithmetic:
             last = (seq, due)
             for item in self.occurrences(due, seq):
                 if item[1] > through:
                     break
                 last = item
             return last
-        steps = (through - due) // self.every
+        every = self.every
+        assert every is not None
+        steps = (through - due) // every
         if self.count is not None:
             steps = min(steps, self.count - seq)
         if self.end is not None:
-            steps = min(steps, (self.end - due) // self.every)
+            steps = min(steps, (self.end - due) // every)
         steps = max(steps, 0)
-        return seq + steps, due + steps * self.every
+        return seq + steps, due + steps * every
 
     def before(self, due: int, steps: int, floor: int, *, limit: int = 100_000) -> int | None:
         """Due second of the occurrence ``steps`` before the one due at ``due``, counting
@@ -317,24 +408,103 @@ class Recurrence:
         """
         if steps <= 0:
             return due
-        if self.every is not None:
+        if self.arithmetic:
+            assert self.every is not None
             first = due - steps * self.every
             return first if first >= floor else None
         window = 64
         while True:
             low = max(floor, due - window)
             found: list[int] = []
-            current = self._cron_after(low - 1)
+            current = self._next_slot(low - 1)
             while current is not None and current < due:
                 found.append(current)
                 if len(found) > limit:
                     return None
-                current = self._cron_after(current)
+                current = self._next_slot(current)
             if len(found) >= steps:
                 return found[-steps]
             if low == floor or window > MAX_EVERY_SECONDS:
                 return None
             window *= 8
+
+    def _next_slot(self, second: int) -> int | None:
+        """The first occurrence strictly after ``second`` by the schedule and the
+        calendar (the count and the end aside): what :meth:`before` walks."""
+        if self.calendar is not None:
+            return self._match_after(second)
+        if self.every is not None:
+            return self._slot_after(second)
+        return self._cron_after(second)
+
+    def _slot_after(self, second: int) -> int | None:
+        """The first slot (calendar aside) strictly after ``second``: an interval
+        series' grid point from its ``start``, a cron series' match."""
+        if self.every is None:
+            return self._cron_after(second)
+        origin = second + 1 if self.start is None else self.start
+        if second < origin:
+            return origin
+        return origin + ((second - origin) // self.every + 1) * self.every
+
+    def _match_after(self, second: int) -> int | None:
+        """The first occurrence strictly after ``second`` under the calendar (the count
+        and the end aside), by the rules of the module doc and :class:`SkipPolicy`.
+
+        The slots counted start at ``start`` (a run of excluded dates before it moves
+        nothing). ``None`` when there is none within :data:`MAX_EXCLUDED_RUNS` runs.
+        """
+        calendar = self.calendar
+        assert calendar is not None
+        zone = _zone(self.tz)
+        try:
+            return self._calendar_after(second, calendar, zone)
+        except (ValueError, OverflowError, OSError):  # past datetime's year 9999
+            return None
+
+    def _calendar_after(self, second: int, calendar: Calendar, zone: ZoneInfo) -> int | None:
+        moving = calendar.policy is SkipPolicy.NEXT
+        best: int | None = None
+        resume = second
+        if moving:
+            # A run of excluded dates holding ``second``, or ending the day before it,
+            # delivers its first slot moved to the day after the run: maybe after
+            # ``second`` (an earlier slot of that day fired, or ``second`` is in the run).
+            day = _local_date(second, zone)
+            probe = day if calendar.excludes(day) else day - _DAY
+            if calendar.excludes(probe):
+                last = calendar.run_end(probe)
+                if last is None:
+                    return None
+                first_day = calendar.run_start(probe)
+                after_run = _midnight(last + _DAY, zone)
+                floor = second + 1 if self.start is None else self.start
+                slot = self._slot_after(max(floor - 1, _midnight(first_day, zone) - 1))
+                if slot is not None and slot < after_run:
+                    moved = _moved(slot, last + _DAY, zone)
+                    if moved > second:
+                        best = moved
+                resume = max(second, after_run - 1)
+        current = self._slot_after(resume)
+        for _ in range(MAX_EXCLUDED_RUNS):
+            if current is None:
+                return best
+            day = _local_date(current, zone)
+            if not calendar.excludes(day):
+                return current if best is None else min(best, current)
+            last = calendar.run_end(day)
+            if last is None:
+                return best
+            after_run = _midnight(last + _DAY, zone)
+            if moving:  # this run's first slot, moved; or a slot of the day after, if earlier
+                moved = _moved(current, last + _DAY, zone)
+                best = moved if best is None else min(best, moved)
+                following = self._slot_after(after_run - 1)
+                if following is None or calendar.excludes(_local_date(following, zone)):
+                    return best
+                return min(best, following)
+            current = self._slot_after(after_run - 1)
+        return None
 
     def _cron_after(self, second: int) -> int | None:
         """The first second strictly after ``second`` whose local time matches the cron."""
@@ -363,4 +533,8 @@ class Recurrence:
             what += f" until {datetime.fromtimestamp(self.end, _UTC):%Y-%m-%dT%H:%M:%SZ}"
         if self.count is not None:
             what += f", {self.count} times"
+        if self.calendar is not None:
+            if self.cron is None and self.tz != "UTC":
+                what += f" {self.tz}"
+            what += f", {self.calendar.describe()}"
         return what

@@ -1,0 +1,286 @@
+"""A tick: the scan of what is due, and the forgetting of what was delivered.
+
+:meth:`TickJob.begin_tick` finds every pending timer due up to the tick's second with
+one range scan that starts where the last one ended (timers sort by the second they are
+keyed under, their *slot*); the service delivers them; :meth:`TickJob.finish_tick`
+forgets them (each one-shot timer's key goes, its index entry becomes fired and is
+remembered for the window), stores the next occurrence of each series that goes on,
+sweeps expired ids (:mod:`app.core.expiry_sweep`), and moves the *watermark*: the
+persisted second (``W``) below which everything has fired and been forgotten, kept
+below every timer still held, parked or behind, so that a reload scans those again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
+from itertools import repeat
+
+from app.core import expiry_batch
+from app.core.expiry_sweep import ExpirySweep
+from app.core.held import HeldQueue
+from app.core.keys import (
+    INDEX,
+    WATERMARK,
+    bucket_floor,
+    fired_index_entry,
+    index_key,
+    parse_timer_key,
+    pending_index_entry,
+    timer_key_prefix,
+    timer_key_second,
+)
+from app.core.stored import stored_topic, unpack_timer
+from app.core.timer import Timer
+from app.core.wheel_store import Behind, WheelStore
+
+__all__ = ["WATERMARK_PERSIST_INTERVAL", "TickJob"]
+
+#: An idle tick persists ``fired_through`` only this often (seconds): it bounds how far
+#: back a restarted scan starts, without a changelog write per partition per second.
+WATERMARK_PERSIST_INTERVAL = 60
+
+
+class TickJob(WheelStore):
+    """The wheel's rounds: begin a tick, then finish (forget) or abort it."""
+
+    #: Forgets remembered ids as ticks advance.
+    _expiry: ExpirySweep
+
+    def _init_round(self) -> None:
+        #: Ids of the round in flight (being delivered).
+        self._in_flight = set()
+        #: The series among them: a cancel still stops those.
+        self._in_flight_series = set()
+        #: Keys of in-flight catch-up occurrences stored under a later second than their
+        #: due: ``(id, due) -> second`` (see :meth:`_slot_for`).
+        self._slots = {}
+        #: The stored bytes of the in-flight series occurrences read by the tick's scan, by
+        #: id: each one's successor is packed from them (``pack_next_occurrence``).
+        self._series_stored = {}
+        #: Whether this round took held timers (:meth:`abort_tick` must then rescan).
+        self._taken = False
+        #: The one-shot timers this round took from the held ones: the ones
+        #: :meth:`finish_tick` may leave behind (app.core.wheel_behind).
+        self._taken_ids = set()
+
+    def begin_tick(
+        self, second: int, hold: AbstractSet[str] = frozenset(), since: float = 0.0
+    ) -> list[Timer] | None:
+        """Collect every pending timer due at or before ``second``.
+
+        Returns ``None`` for a tick already seen (duplicates from redundant oscillators,
+        redelivery after a restart). A gap since the last tick is caught up, not skipped:
+        the scan starts right after the last second fully fired. Cost is one seek plus
+        the timers returned, never the number pending.
+
+        Timers whose callback topic is in ``hold`` (rate-limited or paused topics) are
+        held at once, as :meth:`hold` would hold them (``since`` is the time they are
+        held from), and not returned. They are told apart by their topic alone and
+        unpacked once, when :meth:`take_held` releases them: unpacking them here too
+        was a third of a held timer's cost.
+        """
+        if self.ticked_through is not None and second <= self.ticked_through:
+            return None
+        start = 0 if self.fired_through is None else self.fired_through + 1
+        self.ticked_through = second
+        timers = []
+        slots: dict[tuple[str, int], int] = {}
+        series: set[str] = set()
+        series_stored: dict[str, bytes] = {}
+        held, order, behind = self._held, self._held_order, self._behind
+        for key, value in self._kv.scan(bucket_floor(start), bucket_floor(second + 1)):
+            if behind and parse_timer_key(key)[1] in behind:
+                continue  # delivered already (a reload's rescan): forgotten later
+            if hold and (topic := stored_topic(value)) in hold:
+                slot, timer_id = parse_timer_key(key)
+                queue = held.get(topic)  # _held_queue inline: this runs for every timer held
+                if queue is None:
+                    queue = held[topic] = HeldQueue()
+                queue.push((slot, next(order), timer_id, since))
+                continue
+            timer = unpack_timer(value)
+            timers.append(timer)
+            if timer.recurrence is not None or timer.spread:
+                if timer.recurrence is not None:
+                    series.add(timer.id)
+                    series_stored[timer.id] = value
+                slot = timer_key_second(key)
+                if slot != timer.due:  # a catch-up occurrence, or a spread timer, keyed
+                    slots[(timer.id, timer.due)] = slot  # under a later second
+        if self._paused:
+            timers = self._park_paused(timers, slots)
+            series.intersection_update(t.id for t in timers)
+        self._in_flight = {t.id for t in timers}
+        self._in_flight_series = series
+        self._slots = slots
+        self._series_stored = series_stored
+        return timers
+
+    def finish_tick(
+        self,
+        second: int,
+        fired: list[Timer],
+        successors: Mapping[str, Timer] | None = None,
+        *,
+        forget_taken_later: bool = False,
+    ) -> None:
+        """Forget ``fired`` (all delivered) and advance ``fired_through`` to ``second``.
+
+        ``successors`` holds, by id, the next occurrence of each fired series that goes
+        on: it replaces the fired one (and its index entry stays ``P``). A series
+        without one has ended.
+
+        ``forget_taken_later``: the one-shot timers this round took from the held ones
+        may be left for :meth:`forget_behind` (up to :data:`BEHIND_MAX`), so that a
+        limited topic's rounds deliver at the limit while the forgetting (a delete and
+        two writes each: 38 µs of a limited timer's 90 µs of worker CPU, measured)
+        follows in the rounds' spare time, as a tick's burst delivers all its
+        callbacks before forgetting any. Only where a crash may deliver twice anyway
+        (at-least-once mode).
+        """
+        if forget_taken_later and self._taken_ids:
+            fired = self._leave_behind(fired)
+        if self._stale_delivered:
+            for key in self._stale_delivered:
+                self._kv.delete(key)
+            self._stale_delivered = []
+        self._forget(fired, self._slots, successors, second)
+        self._expiry.sweep(second)
+        if self.forecast is not None:
+            self.forecast.advance(second, self._kv.scan)
+        persisted = self._persisted_through
+        # Held timers stay pending below the scan: the persisted watermark stays under the
+        # oldest of them, so a reload (a restart, a new owner) scans them again.
+        waiting = self._oldest_waiting() if self._held or self._parked or self._behind else None
+        mark = second if waiting is None else min(second, waiting - 1)
+        if mark != persisted and (
+            fired or persisted is None or mark - persisted >= WATERMARK_PERSIST_INTERVAL
+        ):
+            self._kv.put(WATERMARK, b"%d" % mark)
+            self._persisted_through = mark
+        self.fired_through = second
+        self._end_round()
+
+    def abort_tick(self) -> None:
+        """Delivery failed: keep it all pending; the next tick retries from ``fired_through``.
+
+        With timers held (or taken from the held ones this round, or delivered and left
+        behind), the wheel forgets them and the next tick scans again from the persisted
+        watermark, as a reload would: they are all still in the store, above it (those
+        left behind are delivered again: at least once).
+        """
+        if self._held or self._taken or self._behind:
+            self._held = {}
+            self.fired_through = self._persisted_through
+            # What earlier rounds delivered and recorded stays delivered: read back
+            # from their records, as a reload would, and skipped by the rescan.
+            self._load_behind()
+        self._end_round()
+
+    def _oldest_waiting(self) -> int | None:
+        """The oldest slot a held, parked or delivered but not forgotten timer is stored
+        under, or None."""
+        oldest = self._oldest_held() if self._held else None
+        parked = self._oldest_parked()
+        if parked is not None and (oldest is None or parked < oldest):
+            oldest = parked
+        if self._behind_slots:
+            floor = min(self._behind_slots)
+            if oldest is None or floor < oldest:
+                oldest = floor
+        return oldest
+
+    def _end_round(self) -> None:
+        """Forget what the round in flight took and read (finished or aborted)."""
+        self._taken = False
+        self._taken_ids = set()
+        self._in_flight = set()
+        self._in_flight_series = set()
+        self._slots = {}
+        self._series_stored = {}
+
+    def _forget(
+        self,
+        fired: Sequence[Timer | Behind],
+        slots: Mapping[tuple[str, int], int],
+        successors: Mapping[str, Timer] | None,
+        second: int,
+        *,
+        settled: bool = False,
+    ) -> None:
+        """Remove the delivered ``fired`` from the store: each one-shot timer's key goes,
+        its index entry becomes fired and is remembered; a series with a successor in
+        ``successors`` stores it in place of the fired occurrence (keyed after
+        ``second``). ``slots``: the key second of those stored under another than their
+        due (see :meth:`_slot_for`).
+
+        ``settled``: every one of ``fired`` is known to be still the pending version its
+        index entry names, so the entries are not read. True of timers left behind
+        (:meth:`forget_behind`): whatever would change an id's index entry first reads
+        it through :meth:`_index` or :meth:`schedule`, and both forget a timer left
+        behind before they go on. That read was a random one per timer (ids hash all
+        over the index), the costliest step of forgetting: 18% of a worker's samples
+        while it forgot a limited burst (py-spy, 300,000 timers)."""
+        kv = self._kv
+        forecast = self.forecast
+        # Every fired timer's index entry in one multi-get (each id is fired once in a
+        # round, and the loop writes only the index entries of ids it has read already).
+        if settled:
+            entries: Iterable[bytes | None] = repeat(None, len(fired))
+        else:
+            entries = kv.get_many([index_key(timer.id) for timer in fired]) if fired else []
+        # Each id is encoded once for its keys. The ids that end here are remembered in
+        # expiry batches, written after the loop (app.core.expiry_batch).
+        ids = [timer.id.encode() for timer in fired]
+        ended_entries: list[expiry_batch.Entry] = []
+        paused, put, delete = self._paused, kv.put, kv.delete
+        last_slot, slot_prefix = None, b""
+        for timer, id_bytes, indexed in zip(fired, ids, entries, strict=True):
+            due = timer.due
+            slot = slots.get((timer.id, due), due) if slots else due
+            if slot != last_slot:  # a round's timers share one second, or a few
+                last_slot, slot_prefix = slot, timer_key_prefix(slot)
+            key = slot_prefix + id_bytes
+            # Still the entry this occurrence was stored with, compared as bytes (the
+            # entry is always written by pending_index_entry): no decode per fired timer.
+            current = settled or indexed == pending_index_entry(slot, timer.token)
+            # else a reschedule or cancel while it was being delivered already removed it
+            successor = successors.get(timer.id) if current and successors else None
+            if forecast is not None:  # its key goes now (unless a cancel took it already)
+                if current:
+                    forecast.remove(slot, timer.id, timer.topic)
+                else:
+                    forecast.discard(slot, timer.id, kv.get)
+            if successor is not None:
+                # A series goes on: its next occurrence replaces this one, the index entry
+                # stays pending (and is never remembered or expired while the series lives).
+                self._store_occurrence(
+                    successor,
+                    max(successor.fire_at, second + 1),
+                    self._series_stored.get(timer.id),
+                )
+                delete(key)  # after its successor is written: never neither
+                continue
+            delete(key)
+            if current:
+                # A one-shot timer, or a series that ended: terminal, remembered for the
+                # window under its version's due second, then expired. What _terminal
+                # does for an entry that was pending, inline: this runs once a timer
+                # (its key counts are added up after the loop).
+                if paused and timer.id in paused:  # a paused timer's key goes with it
+                    self._unpause(timer.id)
+                encoded = fired_index_entry(timer.version_due, timer.token)
+                put(INDEX + id_bytes, encoded)
+                ended_entries.append((id_bytes, encoded))
+        if ended_entries:
+            ended = len(ended_entries)
+            counts = self.counts
+            counts.timers -= ended
+            counts.pending -= 2 * ended
+            counts.remembered += ended + self._put_expiry_batches(ended_entries)
+
+    def _put_expiry_batches(self, entries: Sequence[expiry_batch.Entry]) -> int:
+        """Remember ``entries`` (ids that end now, with their terminal index entries) for
+        the window, in expiry batches; return how many batch keys were written."""
+        return self._expiry.remember(entries, self._now() + self._memory)
