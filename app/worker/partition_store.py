@@ -7,8 +7,7 @@ revocation. Writing through ``table[key] = value`` costs a full Faust round per 
 the RocksDB put and the changelog record on the mirrored partition — through librdkafka,
 in batches. Faust's recovery reads those changelog records exactly like its own.
 
-Before a store is used it is read up to its changelog's true end: :mod:`app.worker.catch_up`
-(whose names are imported from here too).
+Before a store is used it is read up to its changelog's true end: :mod:`app.worker.catch_up`.
 """
 
 from __future__ import annotations
@@ -25,37 +24,12 @@ from app.core.keys import CAUGHT_UP, FAUST_OFFSET, UNCONFIRMED
 from app.worker.catch_up import (
     CATCH_UP_BACKOFF,
     DEFAULT_STALL_SECONDS,
-    CatchUpAbandoned,
-    CatchUpIncomplete,
     CatchUpReport,
-    catch_up_changelog,
-    catch_up_changelogs,
     catch_up_until_done,
-    empty_store,
-    is_stale,
-    is_unconfirmed,
-    persisted_offset,
-    stale_after,
 )
 from app.worker.output import OutputProducer
 
-__all__ = [
-    "CATCH_UP_BACKOFF",
-    "DEFAULT_STALL_SECONDS",
-    "CatchUpAbandoned",
-    "CatchUpIncomplete",
-    "CatchUpReport",
-    "ChangeloggedKV",
-    "RocksDBStores",
-    "catch_up_changelog",
-    "catch_up_changelogs",
-    "catch_up_until_done",
-    "empty_store",
-    "is_stale",
-    "is_unconfirmed",
-    "persisted_offset",
-    "stale_after",
-]
+__all__ = ["ChangeloggedKV", "RocksDBStores"]
 
 
 class ChangeloggedKV:
@@ -139,7 +113,7 @@ class ChangeloggedKV:
 
     def apply_deferred(self) -> None:
         """Write the held-back changes to RocksDB in one batch; after
-        :meth:`mark_unconfirmed`, with the marker of :func:`is_unconfirmed`."""
+        :meth:`mark_unconfirmed`, with the marker of :func:`~app.worker.catch_up.is_unconfirmed`."""
         deferred, self._deferred = self._deferred or {}, None
         if deferred:
             batch = WriteBatch(raw_mode=True)
@@ -210,8 +184,8 @@ class RocksDBStores:
     nothing). Should Faust replay old records over the store, it also brings it forward.
 
     Every catch-up (:meth:`catch_up`, and the one in :meth:`open`) retries until it
-    completes (:func:`catch_up_until_done`), one at a time: two catch-ups of one store
-    at once could leave it at the shorter one's end.
+    completes (:func:`~app.worker.catch_up.catch_up_until_done`), one at a time: two
+    catch-ups of one store at once could leave it at the shorter one's end.
     """
 
     def __init__(
@@ -244,7 +218,7 @@ class RocksDBStores:
         """Bring ``dbs`` (opened by the caller, by partition) to their changelog's end.
 
         Blocks until done, retrying with backoff (run it in a thread); raises
-        :class:`CatchUpAbandoned` if the worker stops first.
+        :class:`~app.worker.catch_up.CatchUpAbandoned` if the worker stops first.
         """
         with self._lock:
             return catch_up_until_done(
