@@ -31,7 +31,7 @@ from spark_audit.judging import (
     judge_one,
 )
 from spark_audit.parsing import RECONCILED_KINDS, ParsedColumns, judge_request, policy_for
-from spark_audit.reconcile import Rules
+from spark_audit.verdicts import Rules
 
 __all__ = ["BaselineResult", "reconcile_in_process"]
 

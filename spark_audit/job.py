@@ -24,9 +24,9 @@ from spark_audit.options import AuditOptions
 from spark_audit.parsing import policy_for
 from spark_audit.pipeline import judge_timers, parse_fired, parse_requests, timer_events
 from spark_audit.reading import SourceKind, read_parsed_topic, read_topic
-from spark_audit.reconcile import Rules
 from spark_audit.results import write_summary
 from spark_audit.summary import AuditSummary, ReadCounts
+from spark_audit.verdicts import Rules
 
 __all__ = [
     "audit_settings",

@@ -16,7 +16,8 @@ from typing import Any
 import pyarrow as pa
 
 from spark_audit.parsing import internal_error, series_from_json
-from spark_audit.reconcile import CancelReport, FireEvent, RequestEvent, Rules, SkipEvent, judge
+from spark_audit.reconcile import judge
+from spark_audit.verdicts import CancelReport, FireEvent, RequestEvent, Rules, SkipEvent
 
 __all__ = [
     "EVENT_FIELDS",
@@ -76,7 +77,7 @@ _VIOLATION_TYPE = pa.struct(
         ("detail", pa.string()),
     ]
 )
-#: One verdict (see :class:`spark_audit.reconcile.Verdict`).
+#: One verdict (see :class:`spark_audit.verdicts.Verdict`).
 VERDICT_TYPE = pa.struct(
     [
         ("status", pa.string()),

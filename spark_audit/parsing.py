@@ -5,7 +5,7 @@ The audit must read requests exactly as the worker does, so it calls the worker'
 record rather than re-implementing the formats. Records either refuses are skipped:
 the worker dead-lettered them, so they never became timers. Requests are parsed without
 the worker's clock, so a series is anchored at its record's timestamp, the earliest the
-worker can have anchored it; :mod:`spark_audit.reconcile` finds where it really did.
+worker can have anchored it; :mod:`spark_audit.series` finds where it really did.
 
 These functions take and return Arrow arrays, so Spark hands them thousands of records
 per call (an Arrow UDF) instead of one Python call per row.

@@ -32,7 +32,7 @@ from spark_audit.judging import (
     judge_arrays,
 )
 from spark_audit.parsing import PARSED_REQUEST_DDL, RECONCILED_KINDS, parse_request_arrays
-from spark_audit.reconcile import Rules
+from spark_audit.verdicts import Rules
 
 __all__ = ["FIRED_JSON_DDL", "judge_timers", "parse_fired", "parse_requests", "timer_events"]
 

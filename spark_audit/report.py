@@ -7,8 +7,8 @@ from html import escape
 from typing import Any
 
 from spark_audit.charts import bar_chart
-from spark_audit.reconcile import ViolationKind, utc_text
 from spark_audit.summary import AuditSummary, LatenessRow
+from spark_audit.verdicts import ViolationKind, utc_text
 
 __all__ = ["console_summary", "fire_rate_bars", "html_report", "verdict_line"]
 

@@ -28,7 +28,7 @@ from app.core.fired import FiredRecord
 from app.core.timer import Timer
 from app.kafka.topics import ensure_topics
 from app.settings import Settings, TopicNames
-from spark_audit.reconcile import Rules
+from spark_audit.verdicts import Rules
 
 __all__ = ["generate_history", "main"]
 

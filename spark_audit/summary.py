@@ -10,7 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from spark_audit.judging import NOT_JUDGED
-from spark_audit.reconcile import ViolationKind
+from spark_audit.verdicts import ViolationKind
 
 __all__ = ["AuditSummary", "LatenessRow", "ReadCounts"]
 
@@ -52,9 +52,9 @@ class AuditSummary:
     allow_duplicates: bool
     reads: ReadCounts
     timers: int
-    #: Timers per :class:`spark_audit.reconcile.Status` value.
+    #: Timers per :class:`spark_audit.verdicts.Status` value.
     statuses: dict[str, int]
-    #: Violations per :class:`spark_audit.reconcile.ViolationKind` value.
+    #: Violations per :class:`spark_audit.verdicts.ViolationKind` value.
     violation_counts: dict[str, int]
     #: The first violations (by kind, then timer id), at most ``violations_limit``.
     violations: list[dict[str, Any]]

@@ -159,7 +159,7 @@ FAUST_OFFSET = b"__faust\x00offset__"
 CAUGHT_UP = b"__kafka_timers\x00caught_up__"
 #: Present while the local store holds writes not yet known to be in the changelog
 #: (local RocksDB only): a store found with it after a crash is rebuilt from the
-#: changelog (app.worker.partition_store.is_unconfirmed).
+#: changelog (app.worker.catch_up.is_unconfirmed).
 UNCONFIRMED = b"__kafka_timers\x00unconfirmed__"
 #: Every key that is neither a timer nor a remembered id: one of each per partition.
 BOOKKEEPING = (WATERMARK, REQUEST_OFFSET, APPLYING, FAUST_OFFSET, CAUGHT_UP)

@@ -27,9 +27,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from app.kafka.config import confluent_common, confluent_consumer, confluent_producer
+from app.kafka.config import confluent_consumer, confluent_producer
 from app.settings import Settings
 
 __all__ = [
@@ -40,7 +39,6 @@ __all__ = [
     "DemandPublisher",
     "DemandTable",
     "demand_topic",
-    "ensure_demand_topic",
 ]
 
 log = logging.getLogger(__name__)
@@ -64,25 +62,6 @@ DEMAND_CONFIG = {
 def demand_topic(settings: Settings) -> str:
     """``<app id>-timer-demand``: under the app id's prefix, refused as a callback topic."""
     return f"{settings.app_id}-timer-demand"
-
-
-def ensure_demand_topic(settings: Settings, timeout: float = 15.0) -> str:
-    """Create the demand topic if it is missing (one partition); return its name."""
-    name = demand_topic(settings)
-    conf: dict[str, Any] = {**confluent_common(settings), "logger": _LIBRDKAFKA_LOG}
-    admin = AdminClient(conf)
-    if name in admin.list_topics(timeout=timeout).topics:
-        return name
-    future = admin.create_topics(
-        [NewTopic(name, 1, settings.replication_factor, config=dict(DEMAND_CONFIG))],
-        request_timeout=timeout,
-    )[name]
-    try:
-        future.result(timeout)
-    except KafkaException as exc:
-        if "TOPIC_ALREADY_EXISTS" not in str(exc) and "already exists" not in str(exc):
-            raise
-    return name
 
 
 class DemandPublisher:

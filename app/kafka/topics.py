@@ -18,7 +18,7 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -33,7 +33,7 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
 
 from app.core.errors import BrokerUnavailable, ConfigurationError
 from app.kafka.config import confluent_common
-from app.kafka.demand import ensure_demand_topic
+from app.kafka.demand import DEMAND_CONFIG, demand_topic
 from app.kafka.topic_config import (
     CONTROL_CONFIG,
     CONTROL_PARTITIONS,
@@ -48,6 +48,7 @@ from app.settings import DEFAULT_PARTITIONS, Settings
 __all__ = [
     "describe_topic_configs",
     "ensure_control_topic",
+    "ensure_demand_topic",
     "ensure_topics",
     "partition_count",
     "resolve_partitions",
@@ -123,6 +124,42 @@ def _existing(admin: AdminClient, timeout: float) -> dict[str, int]:
         for name, info in topics.items()
         if info.error is None and info.partitions
     }
+
+
+def _create(
+    admin: AdminClient,
+    settings: Settings,
+    topics: Mapping[str, tuple[int, Mapping[str, str]]],
+    timeout: float,
+) -> None:
+    """Create ``topics`` (name: partition count and configuration); one created meanwhile
+    by another process is no error. Raise :class:`BrokerUnavailable` when the broker does
+    not answer in time, :class:`ConfigurationError` when it refuses (one line each)."""
+    futures = admin.create_topics(
+        [
+            NewTopic(name, partitions, settings.replication_factor, config=dict(config))
+            for name, (partitions, config) in topics.items()
+        ],
+        operation_timeout=timeout,
+    )
+    for name, future in futures.items():
+        try:
+            future.result(timeout)
+        except (KafkaException, concurrent.futures.TimeoutError) as exc:
+            if _broker_failed(exc):
+                raise BrokerUnavailable(f"creating topic {name!r}: {exc!r}") from exc
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise ConfigurationError(f"cannot create topic {name!r}: {exc}") from exc
+
+
+def _listed(admin: AdminClient, name: str, timeout: float) -> None:
+    """Return once ``name`` shows in the broker's metadata (it can lag a creation for a
+    moment); raise :class:`BrokerUnavailable` if it does not within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while name not in _existing(admin, timeout):
+        if time.monotonic() >= deadline:
+            raise BrokerUnavailable(f"topic {name!r} does not show in the broker's metadata")
+        time.sleep(0.05)
 
 
 def partition_count(settings: Settings, topic: str, timeout: float = 10.0) -> int | None:
@@ -219,7 +256,7 @@ def ensure_topics(
     configuration of each service topic among ``names``: as described if it existed,
     as created otherwise. Without ``names`` (every service topic), the control topic
     and the demand topic too (:func:`ensure_control_topic`,
-    :func:`app.kafka.demand.ensure_demand_topic`).
+    :func:`ensure_demand_topic`).
     """
     if names is None:
         ensure_control_topic(settings, timeout)
@@ -239,26 +276,8 @@ def ensure_topics(
         log.warning("%s", warning)
     missing = [n for n in wanted if n not in existing]
     if missing:
-        futures = admin.create_topics(
-            [
-                NewTopic(
-                    n,
-                    partitions,
-                    settings.replication_factor,
-                    config=dict(specs[n].config) if n in specs else {},
-                )
-                for n in missing
-            ],
-            operation_timeout=timeout,
-        )
-        for name, future in futures.items():
-            try:
-                future.result(timeout)
-            except (KafkaException, concurrent.futures.TimeoutError) as exc:
-                if _broker_failed(exc):
-                    raise BrokerUnavailable(f"creating topic {name!r}: {exc!r}") from exc
-                if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                    raise ConfigurationError(f"cannot create topic {name!r}: {exc}") from exc
+        created = {n: (partitions, specs[n].config if n in specs else {}) for n in missing}
+        _create(admin, settings, created, timeout)
         configs.update({n: DescribedConfig(specs[n].config) for n in missing if n in specs})
     deadline = time.monotonic() + timeout
     counts = _existing(admin, timeout)
@@ -303,27 +322,17 @@ def ensure_control_topic(settings: Settings, timeout: float = 15.0) -> str:
                 fix_command(settings, name, "cleanup.policy=compact"),
             )
         return name
-    future = admin.create_topics(
-        [
-            NewTopic(
-                name,
-                CONTROL_PARTITIONS,
-                settings.replication_factor,
-                config=dict(CONTROL_CONFIG),
-            )
-        ],
-        operation_timeout=timeout,
-    )[name]
-    try:
-        future.result(timeout)
-    except (KafkaException, concurrent.futures.TimeoutError) as exc:
-        if _broker_failed(exc):
-            raise BrokerUnavailable(f"creating topic {name!r}: {exc!r}") from exc
-        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise ConfigurationError(f"cannot create topic {name!r}: {exc}") from exc
-    deadline = time.monotonic() + timeout
-    while name not in _existing(admin, timeout):
-        if time.monotonic() >= deadline:
-            raise BrokerUnavailable(f"topic {name!r} does not show in the broker's metadata")
-        time.sleep(0.05)
+    _create(admin, settings, {name: (CONTROL_PARTITIONS, CONTROL_CONFIG)}, timeout)
+    _listed(admin, name, timeout)
+    return name
+
+
+def ensure_demand_topic(settings: Settings, timeout: float = 15.0) -> str:
+    """Create the workers' demand topic if missing (one partition, compacted and
+    deleted: see :mod:`app.kafka.demand`); return its name."""
+    name = demand_topic(settings)
+    admin = _admin(settings)
+    if name not in _existing(admin, timeout):
+        _create(admin, settings, {name: (1, DEMAND_CONFIG)}, timeout)
+        _listed(admin, name, timeout)
     return name

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from app.core.errors import ConfigurationError
 from app.settings import kinds
 from app.settings.limits import PREFIX
-from app.settings.table import setting
+from app.settings.table import setting, specs
 from kafka_timers_client.config import SASL_MECHANISMS
 from kafka_timers_client.config import SECURITY_PROTOCOLS as PROTOCOLS
 
@@ -40,6 +40,18 @@ class TopicNames:
 
     def all(self) -> tuple[str, ...]:
         return (self.ticks, self.requests, self.fired, self.dlq)
+
+    def check(self) -> None:
+        """Refuse two service topics with one name: each needs its own."""
+        seen: dict[str, str] = {}
+        for spec in specs(TopicNames):
+            topic = getattr(self, spec.path)
+            if topic in seen:
+                raise ConfigurationError(
+                    f"{spec.env}={topic!r} is also {seen[topic]}: "
+                    "each service topic needs its own name"
+                )
+            seen[topic] = spec.env
 
 
 @dataclass(frozen=True)

@@ -533,7 +533,7 @@ class Settings:
     def check(self) -> None:
         """Refuse what each variable alone cannot say is wrong: two settings at odds, a
         late policy or allow-list that does not compile."""
-        _check_distinct(self.topics)
+        self.topics.check()
         if self.heartbeat_interval >= self.session_timeout:
             raise ConfigurationError(
                 f"{P}HEARTBEAT_INTERVAL={self.heartbeat_interval:g} must be shorter than "
@@ -542,15 +542,3 @@ class Settings:
         self.default_late_policy()  # a typo is refused at start, not at the first fire
         self.security.check()
         self.request_policy()  # compiles the allow-list: RE2 refusals stop the start
-
-
-def _check_distinct(topics: TopicNames) -> None:
-    names = ("TICK_TOPIC", "REQUEST_TOPIC", "FIRED_TOPIC", "DLQ_TOPIC")
-    seen: dict[str, str] = {}
-    for name, topic in zip(names, topics.all(), strict=True):
-        if topic in seen:
-            raise ConfigurationError(
-                f"{P}{name}={topic!r} is also {P}{seen[topic]}: "
-                "each service topic needs its own name"
-            )
-        seen[topic] = name

@@ -30,6 +30,7 @@ from app.kafka.config import confluent_consumer, confluent_producer
 from app.kafka.demand import DemandPublisher, DemandTable
 from app.kafka.topic_config import BROKER_DEFAULT_DELETE_RETENTION_MS
 from app.settings import TABLE_NAME, Settings
+from app.worker.catch_up import CatchUpAbandoned, persisted_offset, stale_after
 from app.worker.control import BulkCanceller, ControlFollower
 from app.worker.demand import DemandExchange
 from app.worker.descriptors import ROCKSDB_MAX_OPEN_FILES
@@ -49,12 +50,7 @@ from app.worker.health import FAUST_RECOVERY_STEP, Phase, RecoveryStalls, Worker
 from app.worker.heap import settle_heap
 from app.worker.metrics import WorkerMetrics
 from app.worker.output import DeliveryFailure, OutputProducer
-from app.worker.partition_store import (
-    CatchUpAbandoned,
-    RocksDBStores,
-    persisted_offset,
-    stale_after,
-)
+from app.worker.partition_store import RocksDBStores
 from app.worker.request_progress import RequestProgress
 from app.worker.request_reader import RequestReader
 from app.worker.service import TimerService
@@ -263,7 +259,7 @@ def build_worker(
 
     max_age = stale_after(tombstone_retention)
     # A catch-up that cannot finish is retried, never fatal: the worker stays up and not
-    # ready, and says why (app.worker.partition_store.catch_up_until_done).
+    # ready, and says why (app.worker.catch_up.catch_up_until_done).
     metrics.not_ready_seconds.set_function(health.not_ready_for)
     stores = RocksDBStores(
         db_for_partition,

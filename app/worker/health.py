@@ -16,7 +16,7 @@ Kubernetes (or any orchestrator) asks two different questions:
 A recovery step that cannot finish (a changelog catch-up that never reaches the end of
 its partitions: a broker that is away, or too slow for the fetch's wait) keeps the
 worker in both answers' "not judged, not ready" state for as long as it lasts: it is
-*stalled*, retried with backoff (:func:`app.worker.partition_store.catch_up_until_done`),
+*stalled*, retried with backoff (:func:`app.worker.catch_up.catch_up_until_done`),
 and ``/readyz`` gives the stall's reason. It stays alive through it: a restart would
 find the same broker and start the same step over. :class:`RecoveryStalls` reports a
 stall to this state and to the metrics (``kafka_timers_recovery_stalled``, the alert
@@ -249,7 +249,7 @@ class WorkerHealth:
 
 class RecoveryStalls:
     """A stalled catch-up, told to readiness and to the metrics
-    (a :class:`~app.worker.partition_store.CatchUpReport`; called from its thread).
+    (a :class:`~app.worker.catch_up.CatchUpReport`; called from its thread).
 
     ``kafka_timers_recovery_stalled{step}`` is 1 from the first failed attempt until the
     step completes; ``kafka_timers_recovery_retries_total{step}`` counts the attempts

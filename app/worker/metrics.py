@@ -247,7 +247,7 @@ class WorkerMetrics:
             ["partition"],
             registry=r,
         )
-        # Recovery that cannot finish (app.worker.partition_store.catch_up_until_done):
+        # Recovery that cannot finish (app.worker.catch_up.catch_up_until_done):
         # the worker stays up, not ready, and retries with backoff.
         self.recovery_stalled = Gauge(
             "kafka_timers_recovery_stalled",

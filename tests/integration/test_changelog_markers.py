@@ -19,8 +19,8 @@ from rocksdict import Options, Rdict
 
 from app.kafka.config import confluent_consumer
 from app.settings import Settings
+from app.worker.catch_up import catch_up_changelogs, persisted_offset
 from app.worker.faust_internals.recovery import _recovery_targets
-from app.worker.partition_store import catch_up_changelogs, persisted_offset
 
 
 def high_watermarks(settings: Settings, topic: str) -> dict[int, int]:

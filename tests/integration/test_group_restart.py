@@ -68,7 +68,7 @@ async def _restart_whole_group(bootstrap: str) -> float | None:
     async def start_later(consumer: AIOKafkaConsumer, delay: float) -> None:
         # Half a second apart, as separate processes would be: requests that reach the
         # broker in the same instant can clear the departed leader by chance.
-        await asyncio.sleep(delay)
+        await asyncio.sleep(delay)  # pacing the starts (the load), not a wait for a result
         await consumer.start()  # returns once it has joined and has partitions
 
     try:

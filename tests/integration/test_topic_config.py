@@ -165,3 +165,22 @@ def test_a_dead_letter_topic_that_takes_smaller_records_than_the_payload_limit_s
     assert "KAFKA_TIMERS_MAX_PAYLOAD_BYTES=934464" in lines[0]
     assert f"topic {dlq!r} takes up to max.message.bytes=200000" in lines[0]
     assert "at most 134364" in lines[0]
+
+
+def test_the_topics_command_creates_the_control_and_demand_topics(broker: BrokerInfo) -> None:
+    """Both are created by the topics module's one creation path, as specified, and
+    found again on a second run."""
+    from app.kafka.demand import DEMAND_CONFIG, demand_topic
+    from app.kafka.topic_config import CONTROL_CONFIG, control_topic
+
+    settings = fresh_settings(broker.bootstrap)
+    for _ in range(2):
+        done = run_cli(settings, "topics")
+        assert done.returncode == 0, done.stderr
+    control, demand = control_topic(settings), demand_topic(settings)
+    assert partition_count(settings, control) == 1
+    assert partition_count(settings, demand) == 1
+    described = describe_topic_configs(settings, [control, demand])
+    for name, config in ((control, CONTROL_CONFIG), (demand, DEMAND_CONFIG)):
+        for key, value in config.items():
+            assert described[name].get(key) == value, f"{name}: {key}"

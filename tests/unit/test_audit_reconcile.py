@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from app.core.recurrence import Recurrence
-from spark_audit.reconcile import (
+from spark_audit.reconcile import judge
+from spark_audit.verdicts import (
     CancelReport,
     FireEvent,
     RequestEvent,
@@ -12,7 +13,6 @@ from spark_audit.reconcile import (
     Status,
     Verdict,
     ViolationKind,
-    judge,
 )
 
 T0 = 1_767_225_600  # requests at T0 (s); timers due at DUE; the audit runs an hour later

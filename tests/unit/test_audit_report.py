@@ -20,10 +20,10 @@ from spark_audit.judging import (
 from spark_audit.options import parse_options
 from spark_audit.parsing import series_json
 from spark_audit.reading import SourceKind
-from spark_audit.reconcile import Rules
 from spark_audit.report import console_summary, fire_rate_bars, html_report, verdict_line
 from spark_audit.stats import histogram_labels
 from spark_audit.summary import AuditSummary, LatenessRow, ReadCounts
+from spark_audit.verdicts import Rules
 
 
 def summary(violations: dict[str, int], allow_duplicates: bool = False) -> AuditSummary:

@@ -12,7 +12,8 @@ from app.core.spread import spread_second
 from app.settings import Settings
 from spark_audit.judging import EVENT_FIELDS, SOURCE_FIRE, SOURCE_REQUEST, judge_one
 from spark_audit.parsing import ParsedColumns, judge_request, policy_for
-from spark_audit.reconcile import FireEvent, RequestEvent, Rules, Status, ViolationKind, judge
+from spark_audit.reconcile import judge
+from spark_audit.verdicts import FireEvent, RequestEvent, Rules, Status, ViolationKind
 
 DUE = 1_800_000_000
 DUE_MS = DUE * 1000

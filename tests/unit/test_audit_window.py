@@ -13,7 +13,8 @@ import pytest
 from app.core.errors import InvalidTimeSpec
 from spark_audit.errors import AuditError
 from spark_audit.options import parse_options
-from spark_audit.reconcile import Rules, Status, ViolationKind, judge
+from spark_audit.reconcile import judge
+from spark_audit.verdicts import Rules, Status, ViolationKind
 from tests.unit.test_audit_reconcile import DUE, T0, cancel, fire, kinds, schedule
 
 DAY_MS = 86_400_000

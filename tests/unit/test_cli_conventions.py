@@ -65,6 +65,19 @@ def test_bootstrap_server_after_every_kafka_subcommand(command: str, spelling: s
     assert config.command_config == "c.properties"
 
 
+def test_every_subcommand_comes_from_one_group_and_runs_a_function() -> None:
+    """A group module adds its subcommands in ``register``; a subcommand named in
+    KAFKA_COMMANDS but added by no group (or added twice) is caught here."""
+    from app.cli import GROUPS
+
+    subparsers = _subparsers()
+    assert set(KAFKA_COMMANDS) <= set(subparsers)
+    for name, sub in subparsers.items():
+        assert callable(sub.get_default("func")), name
+    for group in GROUPS:
+        assert callable(group.register), group.__name__
+
+
 def test_the_audit_takes_them_too() -> None:
     from spark_audit.options import parse_options
 

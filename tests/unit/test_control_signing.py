@@ -232,12 +232,12 @@ def test_bulk_cancels_run_one_at_a_time_deduplicated_bounded_and_withdrawable(
             follower.apply(_bulk(f"r{i}"))
         follower.apply(_bulk("r1"))  # again, while queued: once
         follower.apply(_bulk("r2", clear=True))  # withdrawn before it started
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # one turn of the loop: the first bulk starts
         assert running == ["r0"]
         follower.apply(_bulk("r0"))  # again, while running: once
         assert len(ignored) == 3  # r5, r6 and r7: five waited already (r0 had not started)
         release.set()
-        for _ in range(20):
+        for _ in range(20):  # turns of the loop for the queue to drain, not a time
             await asyncio.sleep(0)
         assert running == ["r0", "r1", "r3", "r4"]
         assert at_once[1] == 1
@@ -257,7 +257,7 @@ def test_a_flood_of_records_is_applied_a_bounded_batch_per_turn_of_the_loop() ->
         asyncio.get_running_loop().call_soon(follower._drain)
         while follower._inbox:
             before = len(follower._inbox)
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # one turn of the loop: what the test counts
             turns += 1
             assert before - len(follower._inbox) <= control_module.APPLY_BATCH
         assert turns >= 3

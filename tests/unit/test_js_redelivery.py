@@ -12,11 +12,7 @@ message. ``make unit`` builds the client first (the Makefile's ``js-client``).
 from __future__ import annotations
 
 import base64
-import json
-import shutil
-import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,48 +24,15 @@ from app.core.raw_record import RawRecord
 from app.core.request_format import parse_request
 from app.core.timer import Cancel, Timer
 from kafka_timers_client.redelivery import copy_headers, schedule_request
+from tests.support.node import NodeScript, node_script
 
-JS_DIR = Path(__file__).resolve().parents[2] / "clients" / "js"
-SCRIPT = JS_DIR / "dist" / "test" / "redelivery_requests.js"
 DUE = 1_900_000_000
 
 
-class Node:
-    """The module in one ``node`` process: a case a line in, an answer a line out."""
-
-    def __init__(self) -> None:
-        node = shutil.which("node")
-        assert node is not None, "node (v18+) is needed: install nodejs"
-        assert SCRIPT.exists(), f"{SCRIPT} is missing: run `make js-client` (npm ci, tsc)"
-        self.process = subprocess.Popen(
-            [node, str(SCRIPT)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-            cwd=JS_DIR,
-        )
-
-    def ask(self, case: dict[str, Any]) -> dict[str, Any]:
-        assert self.process.stdin is not None and self.process.stdout is not None
-        self.process.stdin.write(json.dumps(case) + "\n")
-        self.process.stdin.flush()
-        line = self.process.stdout.readline()
-        assert line, "the request builder stopped"
-        answer: dict[str, Any] = json.loads(line)
-        assert "crash" not in answer, answer
-        return answer
-
-    def close(self) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.close()
-        self.process.wait(10)
-
-
 @pytest.fixture(scope="module")
-def node() -> Iterator[Node]:
-    process = Node()
-    yield process
-    process.close()
+def node() -> Iterator[NodeScript]:
+    with node_script("redelivery_requests.js") as script:
+        yield script
 
 
 def _b64(data: bytes | None) -> str | None:
@@ -94,7 +57,7 @@ names = st.sampled_from(["trace", "tenant", "timer-id", "Timer-Token", "delivery
     count=st.integers(1, 9),
 )
 def test_js_copies_are_the_python_clients(
-    node: Node,
+    node: NodeScript,
     key: bytes | None,
     value: bytes | None,
     headers: list[tuple[str, bytes]],
@@ -134,7 +97,7 @@ def test_js_copies_are_the_python_clients(
     assert dict(timer.headers)["delivery-count"] == str(count).encode()
 
 
-def test_a_js_ack_is_a_cancel_with_the_token(node: Node) -> None:
+def test_a_js_ack_is_a_cancel_with_the_token(node: NodeScript) -> None:
     sent = base64.b64decode(node.ask({"ack": ["g/jobs/3/41", "tok"]})["sent"])
     cancel = _read(sent, "g/jobs/3/41")
     assert isinstance(cancel, Cancel)

@@ -13,7 +13,8 @@ from app.dev.stack import child_env
 from tests.support.clock import OFFSET_VARIABLE, SITE_DIR, moved_clock
 
 DAY = 86_400
-#: The child reads its clock only after this long, as a service does after its imports.
+#: The child reads its clock only after this long, as a service does after its imports
+#: (the child's own pause, part of the scene: the test waits on its output, not a clock).
 LATE_FIRST_READ = 0.5
 CHILD = (
     f"import sys, time; time.sleep({LATE_FIRST_READ}); "

@@ -335,7 +335,7 @@ def test_the_release_loop_delivers_at_the_limit_and_forgets_in_between() -> None
 
     async def sleep(seconds: float) -> None:
         h.clock.now += max(seconds, 0.001)
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the fake clock's sleep: one turn of the loop, no time
 
     def done() -> bool:
         return (

@@ -1,7 +1,7 @@
 """A recovery step that cannot finish is retried with bounded backoff, never fatal.
 
 The backoff itself (:mod:`app.core.backoff`), the retry loop of the changelog catch-up
-(:func:`app.worker.partition_store.catch_up_until_done`, with a fake attempt and a fake
+(:func:`app.worker.catch_up.catch_up_until_done`, with a fake attempt and a fake
 sleep: no broker) and what a stall does to readiness, liveness and the metrics
 (:class:`app.worker.health.RecoveryStalls`). The whole path on real processes, with a
 broker that never lets the catch-up reach the end: ``tests/integration/
@@ -20,15 +20,15 @@ from confluent_kafka import KafkaError, KafkaException
 from faust.tables.recovery import RebalanceAgain, ServiceStopped
 
 from app.core.backoff import CATCH_UP_FETCH_WAITS_MS, Backoff, fetch_wait_ms
-from app.worker.faust_internals import recovery as recovery_patches
-from app.worker.health import CATCH_UP_STEP, RecoveryStalls, WorkerHealth
-from app.worker.metrics import WorkerMetrics
-from app.worker.partition_store import (
+from app.worker.catch_up import (
     CATCH_UP_BACKOFF,
     CatchUpAbandoned,
     CatchUpIncomplete,
     catch_up_until_done,
 )
+from app.worker.faust_internals import recovery as recovery_patches
+from app.worker.health import CATCH_UP_STEP, RecoveryStalls, WorkerHealth
+from app.worker.metrics import WorkerMetrics
 
 # -- the backoff -------------------------------------------------------------------
 

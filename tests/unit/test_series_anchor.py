@@ -26,7 +26,8 @@ from app.core.raw_record import RawRecord
 from app.core.recurrence import ANCHOR_SLACK_SECONDS, Recurrence
 from app.core.request_format import parse_request
 from app.core.timer import Timer
-from spark_audit.reconcile import FireEvent, RequestEvent, Rules, SkipEvent, Status, judge
+from spark_audit.reconcile import judge
+from spark_audit.verdicts import FireEvent, RequestEvent, Rules, SkipEvent, Status
 
 NOW = 1_767_225_600.25  # the worker's clock: 2026-01-01
 FIRE_ALL = LatePolicy(0, CatchUp.ALL)

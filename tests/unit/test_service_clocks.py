@@ -131,7 +131,7 @@ def test_the_release_loop_wakes_at_each_second_while_something_is_held() -> None
     async def sleep(seconds: float) -> None:
         slept.append(seconds)
         h.clock.now += seconds
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # the fake clock's sleep: one turn of the loop, no time
 
     async def scenario() -> None:
         loop_task = asyncio.create_task(h.service.run_tick_release(sleep))
@@ -139,7 +139,7 @@ def test_the_release_loop_wakes_at_each_second_while_something_is_held() -> None
         for _ in range(200):  # yield until the loop has released everything
             if not h.service.held_ticks():
                 break
-            await asyncio.sleep(0)
+            await asyncio.sleep(0)  # a turn of the loop (bounded above), not a time
         assert not loop_task.done()
         loop_task.cancel()
         with pytest.raises(asyncio.CancelledError):

@@ -137,3 +137,17 @@ def test_the_markers_are_in_the_docs_once() -> None:
     text = DOCS.read_text(encoding="utf-8")
     assert text.count(BEGIN) == 1 and text.count(END) == 1
     assert text.index(BEGIN) < text.index(END)
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [("TICK_TOPIC", "DLQ_TOPIC"), ("REQUEST_TOPIC", "FIRED_TOPIC"), ("TICK_TOPIC", "FIRED_TOPIC")],
+)
+def test_two_service_topics_with_one_name_are_refused_naming_both(first: str, second: str) -> None:
+    """The variables named come from the topics' own declarations (``TopicNames``)."""
+    with pytest.raises(ConfigurationError) as caught:
+        Settings.from_env({f"KAFKA_TIMERS_{first}": "same", f"KAFKA_TIMERS_{second}": "same"})
+    assert str(caught.value) == (
+        f"KAFKA_TIMERS_{second}='same' is also KAFKA_TIMERS_{first}: "
+        "each service topic needs its own name"
+    )

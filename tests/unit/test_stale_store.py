@@ -12,7 +12,7 @@ from pathlib import Path
 from rocksdict import Options, Rdict
 
 from app.core.keys import CAUGHT_UP, FAUST_OFFSET, WATERMARK, index_key, timer_key
-from app.worker.partition_store import empty_store, is_stale, stale_after
+from app.worker.catch_up import empty_store, is_stale, stale_after
 
 DAY = 86400.0
 
@@ -71,7 +71,8 @@ def test_a_unit_s_local_writes_are_unconfirmed_until_the_changelog_has_them(
     the marker, and its store is rebuilt rather than caught up on top (is_unconfirmed);
     a tick's writes, which any owner would make again, leave none."""
     from app.core.keys import UNCONFIRMED
-    from app.worker.partition_store import ChangeloggedKV, is_unconfirmed
+    from app.worker.catch_up import is_unconfirmed
+    from app.worker.partition_store import ChangeloggedKV
 
     with open_db(tmp_path / "db") as db:
         kv = ChangeloggedKV(db, _Changelog(), "changelog", 0)  # type: ignore[arg-type]

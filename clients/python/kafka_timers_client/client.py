@@ -26,12 +26,9 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from kafka_timers_client import protowire
 from kafka_timers_client.bounds import (
-    MAX_HEADER_NAME_CHARS,
-    MAX_HEADERS,
     MAX_ID_CHARS,
     MAX_SECONDS,
     MAX_TOKEN_CHARS,
-    RESERVED_HEADER_PREFIXES,
     checked_text,
 )
 from kafka_timers_client.calendars import Calendar, SkipPolicy, dates_from_ics
@@ -48,6 +45,7 @@ from kafka_timers_client.late import LatePolicy
 from kafka_timers_client.outcome import CancelOutcome, PauseOutcome
 from kafka_timers_client.partitioner import partition_for
 from kafka_timers_client.recurrence import Recurrence
+from kafka_timers_client.request_checks import check_named, checked_headers, key_text
 from kafka_timers_client.spread import MAX_SPREAD_SECONDS, spread_second
 
 __all__ = ["CancelOutcome", "ScheduledTimer", "TimerClient"]
@@ -75,53 +73,6 @@ class ScheduledTimer:
         fixes (:mod:`kafka_timers_client.spread`)."""
         seq = 0 if self.recurrence is None else 1
         return spread_second(self.id, seq, self.due, self.spread)
-
-
-def _key_text(key: bytes | str | None) -> str | None:
-    """The callback key as the protobuf request carries it: text (``callBackKey`` is a
-    protobuf string), so bytes must be UTF-8."""
-    if isinstance(key, bytes):
-        try:
-            return key.decode()
-        except UnicodeDecodeError:
-            raise KafkaTimersError(
-                f"key {key[:20]!r}...: a callback key must be UTF-8 (the request carries text)"
-            ) from None
-    if key is not None:
-        checked_text(key, "the key", len(key))  # UTF-8 only: the size budget bounds it
-    return key
-
-
-def _named(timer_id: str, token: str) -> None:
-    """Refuse here what the worker would dead-letter about a request that names a timer
-    (a cancel, pause or resume): no id, or an id or token that is too long or not
-    UTF-8 (which failed to encode with a traceback)."""
-    if not timer_id:
-        raise KafkaTimersError("a timer id is needed to name the timer")
-    checked_text(timer_id, "the id", MAX_ID_CHARS)
-    checked_text(token, "the token", MAX_TOKEN_CHARS)
-
-
-def _checked_headers(
-    headers: Mapping[str, str | bytes] | Iterable[tuple[str, bytes]] | None,
-) -> list[tuple[str, bytes]]:
-    """``headers`` as the request's list, refused here as the worker would refuse them
-    (too many, a name too long or not UTF-8, a service header's name), not
-    dead-lettered later."""
-    pairs = list(headers.items()) if isinstance(headers, Mapping) else list(headers or ())
-    if len(pairs) > MAX_HEADERS:
-        raise KafkaTimersError(f"{len(pairs)} headers, at most {MAX_HEADERS}")
-    out = []
-    for name, value in pairs:
-        checked_text(name, "a header name", MAX_HEADER_NAME_CHARS)
-        if name[:10].lower().startswith(RESERVED_HEADER_PREFIXES):
-            raise KafkaTimersError(
-                f"header {name[:80]!r}: timer-* and scheduler-* are the service's own"
-            )
-        if isinstance(value, str):
-            value = checked_text(value, "a header value", len(value)).encode()
-        out.append((name, value))
-    return out
 
 
 class TimerClient:
@@ -251,8 +202,8 @@ class TimerClient:
         timer_id = checked_text(timer_id or uuid.uuid4().hex, "the id", MAX_ID_CHARS)
         token = checked_text(token or secrets.token_hex(8), "the token", MAX_TOKEN_CHARS)
         checked_text(topic, "the topic", len(topic))  # UTF-8: the policy judges the name
-        header_list = _checked_headers(headers)
-        key = _key_text(key)
+        header_list = checked_headers(headers)
+        key = key_text(key)
         policy = late.text() if isinstance(late, LatePolicy) else late
         if policy:
             LatePolicy.parse(policy)  # refused here, not dead-lettered later
@@ -413,7 +364,7 @@ class TimerClient:
         came within ``wait`` (the cancel was sent and will still be applied), and
         :class:`BrokerUnavailable` if the broker did not take it.
         """
-        _named(timer_id, token)
+        check_named(timer_id, token)
         future = protowire.Future(id=timer_id, token=token, action=protowire.ACTION_CANCEL)
         return self._cancel(timer_id, protowire.encode(future), wait)
 
@@ -432,7 +383,7 @@ class TimerClient:
         :attr:`CancelOutcome.WRONG_TOKEN`. Answers like :meth:`cancel` otherwise, except
         that an unknown id is :attr:`CancelOutcome.NOT_FOUND` (nothing is remembered).
         """
-        _named(timer_id, "")
+        check_named(timer_id, "")
         return self._cancel(timer_id, None, wait)
 
     @overload
@@ -463,7 +414,7 @@ class TimerClient:
     def _pause_or_resume(
         self, timer_id: str, token: str, action: int, wait: float | None
     ) -> PauseOutcome | None:
-        _named(timer_id, token)
+        check_named(timer_id, token)
         value = protowire.encode(protowire.Future(id=timer_id, token=token, action=action))
         if wait is None:
             self._send(timer_id, value)

@@ -8,7 +8,7 @@ stored series, the worker and the audit agree on occurrence 1. The worker anchor
 earlier than its own clock less :data:`ANCHOR_SLACK_SECONDS`, so a producer clock far
 behind does not replay the series' history; the audit, which has no worker clock,
 recovers that anchor from the series' records on the fired topic
-(:mod:`spark_audit.reconcile`).
+(:mod:`spark_audit.series`).
 
 Cron expressions are parsed and walked by cronsim (Debian cron's syntax: ranges,
 steps, lists, names, ``L``, ``W``, ``#``). Five fields are minute to day of week; six

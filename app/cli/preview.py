@@ -13,14 +13,15 @@ the CLI: the request carries the dates, and the worker reads no file.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
+
+from app.cli.parsing import AddCommand
 
 if TYPE_CHECKING:
     from kafka_timers_client.calendars import Calendar
 
-__all__ = ["add_calendar_options", "add_preview_command", "calendar_options", "cmd_preview"]
+__all__ = ["add_calendar_options", "calendar_options", "cmd_preview", "register"]
 
 
 def add_calendar_options(parser: argparse.ArgumentParser) -> None:
@@ -70,14 +71,15 @@ def calendar_options(args: argparse.Namespace) -> tuple[dict[str, Any], Calendar
     return options, TimerClient.build_calendar(args.skip_holidays, dates, None, args.skip_policy)
 
 
-def add_preview_command(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """Register ``preview`` with ``command``, the CLI's subcommand factory."""
+def register(command: AddCommand) -> None:
+    """Add ``preview``."""
     p = command(
         "preview",
         "print a series' next fires, without a broker",
         "kafka-timers preview --cron '0 0 9 * * MON-FRI' --tz Europe/Paris --skip-holidays FR "
         "--from 2026-12-20T00:00:00Z -n 5",
         "kafka-timers preview --every 1h --tz Europe/Berlin --skip-ics closed.ics -n 48",
+        func=cmd_preview,
     )
     when = p.add_mutually_exclusive_group(required=True)
     when.add_argument("--cron", help="cron, 5 fields or 6 with the seconds first")
@@ -96,7 +98,6 @@ def add_preview_command(command: Callable[..., argparse.ArgumentParser]) -> None
         help="list the fires of a request sent then (ISO 8601 or epoch s; default: now)",
     )
     p.add_argument("-n", type=int, default=10, help="how many occurrences (default 10)")
-    p.set_defaults(func=cmd_preview)
 
 
 def cmd_preview(args: argparse.Namespace) -> int:

@@ -1,0 +1,239 @@
+"""The audit's vocabulary for one timer: the records it reads, its rules, and its verdict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any, NamedTuple
+
+from app.core.recurrence import Recurrence
+
+__all__ = [
+    "CancelReport",
+    "FireEvent",
+    "RequestEvent",
+    "Rules",
+    "SkipEvent",
+    "Status",
+    "Verdict",
+    "Version",
+    "Violation",
+    "ViolationKind",
+    "in_window",
+    "utc_text",
+]
+
+
+#: A version of a timer: its token and due second.
+Version = tuple[str, int]
+
+
+class ViolationKind(str, Enum):
+    """What went wrong; the audit's exit status counts these."""
+
+    #: The final version is due (plus grace), not cancelled, and never fired.
+    MISSING = "missing"
+    #: One version fired more than once (at-least-once delivery allows it).
+    DUPLICATE = "duplicate"
+    #: A fire before its due second.
+    EARLY = "early"
+    #: A fire of a version after a cancel had removed it.
+    FIRE_AFTER_CANCEL = "fire_after_cancel"
+    #: A fire of a version after a newer schedule had replaced it.
+    SUPERSEDED = "superseded_fire"
+    #: A fire no request asked for (unknown id, or a version never requested).
+    UNREQUESTED = "unrequested_fire"
+
+
+class Status(str, Enum):
+    """Where one timer stands at the audit's as-of time."""
+
+    #: The final version fired.
+    FIRED = "fired"
+    #: The final version was cancelled (or dropped by an earlier cancel).
+    CANCELLED = "cancelled"
+    #: Not fired, but not yet due plus grace.
+    PENDING = "pending"
+    #: Due plus grace has passed and it never fired.
+    MISSING = "missing"
+    #: Only cancels were requested for this id.
+    CANCEL_ONLY = "cancel_only"
+    #: The late-fire policy skipped its fire (one-shot timers).
+    SKIPPED = "skipped"
+    #: Fired, but no request is left to judge it by: its request partition lost records
+    #: to retention (the request was probably among them).
+    REQUEST_GONE = "request_gone"
+    #: Fired without any request.
+    UNREQUESTED = "unrequested"
+
+
+class RequestEvent(NamedTuple):
+    """One accepted request record of the timer, as parsed."""
+
+    offset: int
+    #: Record timestamp, epoch ms.
+    ts_ms: int
+    #: ``schedule`` or ``cancel``.
+    kind: str
+    token: str
+    #: Due second (schedules only).
+    due: int | None = None
+    #: Whether a cancel must present the pending version's token (not etf1 tombstones).
+    check_token: bool = True
+    #: Callback topic (schedules only).
+    topic: str | None = None
+    #: The series, for a recurring schedule (its ``start`` is ``due``).
+    recurrence: Recurrence | None = None
+    #: Seconds after its due second the fire may come, on time (schedules only).
+    spread: int = 0
+
+
+class FireEvent(NamedTuple):
+    """One ``fired`` record of the timer from the fired topic."""
+
+    token: str
+    due: int
+    fired_at_ms: int
+    topic: str | None = None
+    worker: str | None = None
+    #: The occurrence's number, for a series.
+    seq: int | None = None
+    #: Earlier occurrences folded into this fire by ``coalesce``.
+    coalesced: int = 0
+
+
+class SkipEvent(NamedTuple):
+    """One ``skipped`` record: a fire the late-fire policy did not deliver."""
+
+    token: str
+    due: int
+    at_ms: int
+    #: ``late`` (skip-after) or ``coalesced``.
+    reason: str
+    seq: int | None = None
+    #: Earlier occurrences this record also stands for.
+    coalesced: int = 0
+
+
+class CancelReport(NamedTuple):
+    """One ``cancel`` outcome record of the timer from the fired topic."""
+
+    #: The token the cancel request presented ("" for etf1 tombstones).
+    token: str
+    #: ``cancelled``, ``wrong_token``, ``already_fired``, ``cancelled_in_advance``, ...
+    outcome: str
+    at_ms: int
+
+
+@dataclass(frozen=True)
+class Rules:
+    """When a timer counts as missing."""
+
+    #: The audit's "now", epoch ms: nothing that happens later is expected.
+    as_of_ms: int
+    #: How long after its due second a fire may come before it is missing, ms.
+    grace_ms: int = 60_000
+    #: Start of the audit window, epoch ms: what happened before it is evidence, not a
+    #: violation (``None``: no window, everything counts).
+    since_ms: int | None = None
+    #: Whether every request ever sent to this timer's partition is still readable (its
+    #: low watermark is 0). If not, a fire without a request is ``request_gone``.
+    requests_complete: bool = True
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One finding about one timer."""
+
+    kind: ViolationKind
+    token: str | None
+    due: int | None
+    #: When it happened (the fire's time; for a missing fire, when it was expected).
+    at_ms: int | None
+    detail: str
+
+    @classmethod
+    def of_fire(cls, kind: ViolationKind, fire: FireEvent, detail: str) -> Violation:
+        """A finding about one fire: its token, due second and time."""
+        return cls(kind, fire.token, fire.due, fire.fired_at_ms, detail)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value,
+            "token": self.token,
+            "due": self.due,
+            "at_ms": self.at_ms,
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class Verdict:
+    """Everything the audit reports about one timer."""
+
+    status: Status
+    #: Request records (schedules and cancels) for this timer.
+    requests: int
+    final_token: str | None = None
+    final_due: int | None = None
+    final_topic: str | None = None
+    #: Since when the final version has been pending (its request's timestamp), ms.
+    final_requested_ms: int | None = None
+    cancelled: bool = False
+    #: When the final version was cancelled, ms.
+    cancel_at_ms: int | None = None
+    #: Fires of the final version, and their times.
+    fire_count: int = 0
+    fire_times: list[int] = field(default_factory=list)
+    #: Every distinct fire of any version, with its lateness and whether it came first.
+    fires: list[dict[str, Any]] = field(default_factory=list)
+    violations: list[Violation] = field(default_factory=list)
+    #: Occurrences (a one-shot timer is one) delivered, skipped by ``skip-after`` and
+    #: folded by ``coalesce``: the policy's work, counted, not violations.
+    occurrences_fired: int = 0
+    occurrences_skipped: int = 0
+    occurrences_coalesced: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status.value,
+            "requests": self.requests,
+            "final_token": self.final_token,
+            "final_due": self.final_due,
+            "final_topic": self.final_topic,
+            "final_requested_ms": self.final_requested_ms,
+            "cancelled": self.cancelled,
+            "cancel_at_ms": self.cancel_at_ms,
+            "fire_count": self.fire_count,
+            "fire_times": self.fire_times,
+            "fires": self.fires,
+            "violations": [v.to_dict() for v in self.violations],
+            "occurrences_fired": self.occurrences_fired,
+            "occurrences_skipped": self.occurrences_skipped,
+            "occurrences_coalesced": self.occurrences_coalesced,
+        }
+
+
+def utc_text(ms: int) -> str:
+    """``1767225600123`` as ``2026-01-01 00:00:00.123Z``: details are read by people."""
+    try:
+        moment = datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} ms"
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def in_window(violations: list[Violation], rules: Rules) -> list[Violation]:
+    """The fire violations that count under ``rules``: in the window, and provable.
+
+    Every kind but ``missing`` is about a fire, and ``at_ms`` is that fire's time.
+    """
+    kept = []
+    for v in violations:
+        if rules.since_ms is not None and v.at_ms is not None and v.at_ms < rules.since_ms:
+            continue
+        if v.kind is ViolationKind.UNREQUESTED and not rules.requests_complete:
+            continue  # the request may be one retention deleted
+        kept.append(v)
+    return kept
