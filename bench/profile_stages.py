@@ -18,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 from bench import fire
@@ -25,11 +26,14 @@ from bench.ingest import cpu_while_storing
 from bench.load import RequestLoad, TimerSpec, timer_ids
 from bench.scan import next_offsets, read_topic, timestamp_ms
 from bench.stack import BenchStack, Worker, wait_until
+from bench.stats import rate
 
 __all__ = ["main"]
 
 
-def _spy(pid: int, out: Path, rate: int, extra: list[str]) -> subprocess.Popen[bytes]:
+def _spy(pid: int, out: Path, rate: int, extra: list[str]) -> subprocess.Popen[bytes] | None:
+    if rate <= 0:  # no profile: the worker's CPU figures alone (an A/B of a change)
+        return None
     exe = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     # Native frames need the process paused while its stacks are read.
     cmd = [exe, "record", "-r", str(rate), "--format", "raw", *(extra or ["--nonblocking"])]
@@ -65,7 +69,9 @@ def _threads_line(before: dict[str, float], after: dict[str, float], count: int)
     return "; ".join(parts)
 
 
-def _stop(spy: subprocess.Popen[bytes]) -> None:
+def _stop(spy: subprocess.Popen[bytes] | None) -> None:
+    if spy is None:
+        return
     spy.send_signal(signal.SIGINT)
     spy.wait(30)
 
@@ -73,8 +79,15 @@ def _stop(spy: subprocess.Popen[bytes]) -> None:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--requests", type=int, default=100_000)
-    parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    parser.add_argument(
+        "--rate", type=int, default=250, help="py-spy samples per second (0: no py-spy)"
+    )
     parser.add_argument("--out", type=Path, default=Path(".kafka-timers/profile"))
+    parser.add_argument(
+        "--crc32",
+        action="store_true",
+        help="place requests as librdkafka's default partitioner does: most are forwarded",
+    )
     parser.add_argument("--native", action="store_true", help="py-spy --native")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -86,7 +99,15 @@ def main(argv: list[str] | None = None) -> None:
         callbacks = stack.topic("profile-callbacks")
         due = int(time.time()) + 2
         load = RequestLoad(stack, callbacks)
-        load.send(TimerSpec(timer_id, due) for timer_id in timer_ids("profile", count))
+        partitions = stack.settings.partition_count
+        load.send(
+            TimerSpec(
+                timer_id,
+                due,
+                partition=zlib.crc32(timer_id.encode()) % partitions if args.crc32 else None,
+            )
+            for timer_id in timer_ids("profile", count)
+        )
         load.flush()
         worker: Worker = stack.worker("worker-1")
         wait_until(lambda: worker.metric("kafka_timers_scheduled_total") > 0, 120, "a request")
@@ -96,10 +117,18 @@ def main(argv: list[str] | None = None) -> None:
         _stop(spy)
         print("ingest threads:", _threads_line(threads, thread_cpu(worker.pid), count))
         print(f"ingest: {cpu / count * 1e6:.1f} µs worker CPU per request", flush=True)
-        records = read_topic(stack.settings, stack.changelog, lambda m: (m.partition() or 0, m.offset() or 0))
+        records = read_topic(
+            stack.settings,
+            stack.changelog,
+            lambda m: (m.partition() or 0, m.offset() or 0, timestamp_ms(m)),
+        )
+        stamps = [t for _, _, t in records]
+        print(f"ingest: {rate(count - 1, (max(stamps) - min(stamps)) / 1000):,.0f} stored/s")
         spy = _spy(worker.pid, args.out / "fire.txt", args.rate, extra)
         threads = thread_cpu(worker.pid)
-        fired = fire.fire_bucket(stack, worker, callbacks, due, count, next_offsets(records))
+        fired = fire.fire_bucket(
+            stack, worker, callbacks, due, count, next_offsets((p, o) for p, o, _ in records)
+        )
         _stop(spy)
         print("fire threads:", _threads_line(threads, thread_cpu(worker.pid), count))
         print(

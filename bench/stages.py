@@ -73,7 +73,10 @@ def main(argv: list[str] | None = None) -> None:
     us = [float(x) for x in args[1:3]] if len(args) >= 3 else [0.0, 0.0]
     for (name, rules), per_unit in zip((("ingest", INGEST), ("fire", FIRE)), us, strict=True):
         stages, total = attribute(folder / f"{name}.txt", rules)
-        print(f"\n{name}: {total} samples" + (f", {per_unit:.1f} µs Python CPU each" if per_unit else ""))
+        print(
+            f"\n{name}: {total} samples"
+            + (f", {per_unit:.1f} µs Python CPU each" if per_unit else "")
+        )
         print("| stage | share | µs |\n|---|---:|---:|")
         for stage, n in stages.most_common():
             share = n / total

@@ -73,6 +73,7 @@ from app.core.budget import fits
 from app.core.errors import RejectedRequest, RejectReason
 from app.core.partitioner import partition_for
 from app.core.raw_record import RawRecord
+from app.core.timer import Header
 
 __all__ = [
     "HOP_HEADER",
@@ -231,8 +232,26 @@ def split_hop(
             )
         )
     ):
-        return replace(record, headers=headers), None
-    return replace(record, headers=headers, origin=origin), Origin(*origin)
+        return _with(record, headers, None), None
+    return _with(record, headers, origin), Origin(*origin)
+
+
+def _with(
+    record: RawRecord, headers: tuple[Header, ...], origin: tuple[int, int] | None
+) -> RawRecord:
+    """``record`` with these headers and origin: ``dataclasses.replace`` without its
+    walk over the fields (a few microseconds, on every forwarded copy read)."""
+    return RawRecord(
+        record.topic,
+        record.partition,
+        record.offset,
+        record.timestamp_ms,
+        record.key,
+        record.value,
+        headers,
+        record.defect,
+        origin,
+    )
 
 
 def is_replayed(origin: Origin, applied: dict[int, int]) -> bool:
