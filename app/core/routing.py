@@ -71,7 +71,7 @@ from typing import NamedTuple
 
 from app.core.budget import fits
 from app.core.errors import RejectedRequest, RejectReason
-from app.core.partitioner import partition_for
+from app.core.partitioner import placement_function
 from app.core.raw_record import RawRecord
 from app.core.timer import Header
 
@@ -112,9 +112,17 @@ class Origin(NamedTuple):
     offset: int
 
 
+#: :func:`~app.core.partitioner.partition_for`'s placement, called directly.
+_place = placement_function()
+
+
 def owner_of(timer_id: str, partitions: int) -> int:
-    """The partition that owns ``timer_id`` among ``partitions``."""
-    return partition_for(timer_id.encode(), partitions)
+    """The partition that owns ``timer_id`` among ``partitions``: the partition
+    :func:`~app.core.partitioner.partition_for` gives its id (a worker asks for every
+    request it reads, and twice for one it forwards)."""
+    if partitions < 1:
+        raise ValueError(f"a topic has at least one partition, not {partitions}")
+    return _place(timer_id.encode(), partitions)
 
 
 def hop_value(record: RawRecord, secret: str | None = None) -> bytes:
