@@ -15,12 +15,16 @@ from pathlib import Path
 
 __all__ = ["FIRE", "INGEST", "attribute", "main"]
 
-#: (stage, frame substrings) in no particular order: the innermost matching frame wins.
+#: (stage, frame substrings): the innermost frame that any names wins, and of the stages
+#: naming it the first listed.
 INGEST: list[tuple[str, tuple[str, ...]]] = [
     ("read: consume, to_record", ("request_reader.py", "app/kafka/records.py")),
     ("parse", ("app/core/request_", "app/core/timer.py", "app/core/bounds.py")),
+    (
+        "forward: sign, check, copy",
+        ("hop_value", "split_hop", "_signature", "check_forwardable", "_with ", "forward "),
+    ),
     ("policy, size, placement", ("policy.py", "budget.py", "routing.py", "partitioner.py")),
-    ("forward", ("_forwarded", "split_hop", "OutputProducer.forward")),
     (
         "store: wheel, RocksDB, WriteBatch",
         ("wheel.py", "partition_store.py", "stored.py", "keys.py", "forecast.py", "unit_of_work"),
