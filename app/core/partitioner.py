@@ -6,9 +6,11 @@ from __future__ import annotations
 from kafka_timers_client.partitioner import (
     murmur2,
     partition_for,
+    placement_function,
 )
 
 __all__ = [
     "murmur2",
     "partition_for",
+    "placement_function",
 ]

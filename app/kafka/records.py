@@ -39,7 +39,16 @@ def header_pairs(raw: Any) -> tuple[tuple[str, bytes], ...]:
     Both Kafka clients hand headers over in this loose shape (a list of pairs, values
     ``str``, ``bytes`` or ``None``); everything downstream wants one shape.
     """
-    return tuple((str(k), v.encode() if isinstance(v, str) else (v or b"")) for k, v in (raw or ()))
+    if not raw:  # the common case: no generator built for nothing (a microsecond)
+        return ()
+    pairs = []
+    for pair in raw:
+        name, value = pair
+        if type(name) is str and type(value) is bytes:
+            pairs.append(pair if type(pair) is tuple else (name, value))
+        else:
+            pairs.append((str(name), value.encode() if isinstance(value, str) else (value or b"")))
+    return tuple(pairs)
 
 
 def to_record(msg: Message) -> Record:

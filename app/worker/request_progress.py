@@ -97,12 +97,15 @@ class RequestProgress:
 
     def applied(self, records: Sequence[RawRecord]) -> None:
         """``records`` are durable: move the positions past them."""
-        for record in records:
-            p = record.partition
-            if p in self._position:
-                self._position[p] = max(self._position[p] or 0, record.offset + 1)
+        # Per partition the last record is its highest offset (a partition's records
+        # come in offset order): one dict store a record, the rest once a partition.
+        last = {record.partition: record for record in records}
+        position = self._position
+        for p, record in last.items():
+            if p in position:
+                position[p] = max(position[p] or 0, record.offset + 1)
                 self._newest_ts[p] = record.timestamp_ms / 1000
-        self._commit({r.partition for r in records})
+        self._commit(set(last))
 
     def update(self, reader: Consumer) -> None:
         """Export each held partition's lag from ``reader`` (cached watermarks: no I/O)."""

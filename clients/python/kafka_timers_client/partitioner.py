@@ -19,7 +19,7 @@ import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
-__all__ = ["murmur2", "partition_for", "placement"]
+__all__ = ["murmur2", "partition_for", "placement", "placement_function"]
 
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
@@ -81,7 +81,8 @@ def _librdkafka_placement() -> Callable[[bytes, int], int] | None:
     fn.restype = ctypes.c_int32
 
     def placement(data: bytes, n: int) -> int:
-        return int(fn(None, data, len(data), n, None, None))
+        result: int = fn(None, data, len(data), n, None, None)  # c_int32: an int already
+        return result
 
     # Kafka's own vector (Java's Utils.murmur2("21") = -973932308): refuse a library
     # that disagrees rather than place a single record elsewhere than Kafka would.
@@ -117,6 +118,17 @@ def placement(data: bytes, n: int) -> int:
     if _native_placement is not None:
         return _native_placement(data, n)
     return (murmur2(data) & 0x7FFFFFFF) % n
+
+
+def _pure_placement(data: bytes, n: int) -> int:
+    return (murmur2(data) & 0x7FFFFFFF) % n
+
+
+def placement_function() -> Callable[[bytes, int], int]:
+    """:func:`placement` itself, native where librdkafka is found: for a caller that
+    places a key per record (the worker, every request), without the two calls in
+    between (about a microsecond of the 2.4 a placement cost)."""
+    return _native_placement or _pure_placement
 
 
 def partition_for(key: bytes, partitions: int) -> int:
