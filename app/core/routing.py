@@ -5,7 +5,7 @@ A timer lives in one partition of the table, and every request about it (the sch
 a reschedule, a cancel, a lookup) must meet it there, in order. The owner of an id is
 the partition Kafka's default partitioner for Java, Faust and this project's own client
 picks for the id as key: ``toPositive(murmur2(id)) % partitions``
-(:func:`app.core.partitioner.partition_for`). Producers do not all place records that
+(:func:`kafka_timers_client.partitioner.partition_for`). Producers do not all place records that
 way: librdkafka's default (confluent-kafka for Python, Go, .NET) hashes with CRC32,
 Sarama with FNV-1a, a producer may key by a business key or name a partition. So the
 worker that reads a request on another partition forwards it, bytes, headers and
@@ -70,9 +70,9 @@ from struct import Struct
 from typing import NamedTuple
 
 from app.core.budget import fits
-from app.core.errors import RejectedRequest, RejectReason
-from app.core.partitioner import partition_for
 from app.core.raw_record import RawRecord
+from kafka_timers_client.errors import RejectedRequest, RejectReason
+from kafka_timers_client.partitioner import partition_for
 
 __all__ = [
     "HOP_HEADER",
