@@ -35,14 +35,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from app.core import proto, protowire, request_format, request_rules
-from app.core.errors import RejectedRequest, RejectReason
+from app.core import proto, request_format, request_rules
 from app.core.raw_record import RawRecord, derived_id
 from app.core.request_format import parse_request
 from app.core.timer import Cancel, Timer
 from bench.load import RequestLoad, TimerSpec, request_record, timer_ids
 from bench.procstat import cpu_seconds
 from bench.stack import BenchStack, wait_serving, wait_until
+from kafka_timers_client import protowire
+from kafka_timers_client.errors import RejectedRequest, RejectReason
 
 __all__ = ["hand_from_protobuf", "ingest_cpu_us", "main", "pools"]
 

@@ -20,13 +20,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from app.client import TimerClient
 from app.dev.broker import DevBroker
 from app.dev.stack import ServiceProcess, start_oscillator, start_worker, wait_until_firing
 from app.kafka.records import TopicReader
 from app.kafka.topics import ensure_topics
 from app.settings import Settings
 from bench.stats import percentile
+from kafka_timers_client.client import TimerClient
 
 __all__ = ["run_acceptance"]
 

@@ -113,8 +113,8 @@ def _pass(
     rocksdb: str | None = None,
     held: bool = False,
 ) -> float:
-    from app.core import protowire
     from app.core.raw_record import RawRecord
+    from kafka_timers_client import protowire
 
     service, clock = _service(limited, rocksdb, held)
     records = []

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 from confluent_kafka import Producer
 
-from app.core import protowire
 from app.settings import Settings
 from bench.stack import BenchStack
+from kafka_timers_client import protowire
 
 __all__ = [
     "CALLBACK_VALUE_BYTES",

@@ -23,12 +23,12 @@ from collections import Counter
 
 from confluent_kafka import Message
 
-from app.core import protowire
 from bench.context import RunContext, ScenarioResult
 from bench.load import CALLBACK_VALUE_BYTES, RequestLoad, timer_ids
 from bench.report import Figure
 from bench.scan import TopicFollower, timestamp_ms
 from bench.stack import wait_serving
+from kafka_timers_client import protowire
 
 __all__ = ["run"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from app.core.errors import KafkaTimersError
+from kafka_timers_client.errors import KafkaTimersError
 
 __all__ = [
     "EXIT_CLEAN",

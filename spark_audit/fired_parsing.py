@@ -17,8 +17,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from app.core.bounds import MAX_ID_CHARS, MAX_SECONDS, MAX_SERIES_COUNT, MAX_TOKEN_CHARS
 from app.core.fired import TOKEN_DIGEST_PREFIX, FiredKind, FiredRecord, token_digest
+from kafka_timers_client.bounds import MAX_ID_CHARS, MAX_SECONDS, MAX_SERIES_COUNT, MAX_TOKEN_CHARS
 from spark_audit.parsing import internal_error, safe_text
 
 __all__ = [

@@ -11,8 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import NoReturn
 
-from app.core.due import parse_at, parse_duration
-from app.core.errors import InvalidTimeSpec
+from kafka_timers_client.due import parse_at, parse_duration
+from kafka_timers_client.errors import InvalidTimeSpec
 from spark_audit.errors import AuditError
 from spark_audit.reading import SourceKind
 

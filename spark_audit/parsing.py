@@ -22,14 +22,14 @@ from typing import Any
 import pyarrow as pa
 
 from app.core.budget import DEFAULT_MAX_RECORD_BYTES, check_fits
-from app.core.errors import RejectedRequest, RejectReason
 from app.core.fired import token_digest
 from app.core.policy import RequestPolicy
 from app.core.raw_record import RawRecord
-from app.core.recurrence import Recurrence
 from app.core.request_format import parse_request
 from app.core.timer import Cancel, TokenAction
 from app.settings import Settings
+from kafka_timers_client.errors import RejectedRequest, RejectReason
+from kafka_timers_client.recurrence import Recurrence
 
 __all__ = [
     "CANCEL",

@@ -44,7 +44,7 @@ coalesced occurrences are counted, not judged. A one-shot timer the policy skipp
 
 A series is numbered from where the worker anchored it: at its request's timestamp,
 unless the worker read the request more than
-:data:`~app.core.recurrence.ANCHOR_SLACK_SECONDS` later (a producer clock far behind, an
+:data:`~kafka_timers_client.recurrence.ANCHOR_SLACK_SECONDS` later (a producer clock far behind, an
 outage), when it starts that long before the read. The audit has no worker clock: it
 takes the timestamp's anchor when the series' first record came within the slack of
 the timestamp (or there is none yet), and otherwise the anchor the records themselves

@@ -6,7 +6,7 @@ from collections import defaultdict, deque
 from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, TypeVar
 
-from app.core.recurrence import Recurrence
+from kafka_timers_client.recurrence import Recurrence
 from spark_audit.verdicts import CancelReport, RequestEvent, Version, ViolationKind
 
 __all__ = ["DeadSpan", "Replay", "without_repeats"]

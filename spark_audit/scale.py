@@ -23,11 +23,11 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from app.core import protowire
 from app.core.fired import FiredRecord
 from app.core.timer import Timer
 from app.kafka.topics import ensure_topics
 from app.settings import Settings, TopicNames
+from kafka_timers_client import protowire
 from spark_audit.verdicts import Rules
 
 __all__ = ["generate_history", "main"]

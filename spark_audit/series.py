@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.core.errors import RejectedRequest
-from app.core.recurrence import ANCHOR_SLACK_SECONDS, Recurrence
+from kafka_timers_client.errors import RejectedRequest
+from kafka_timers_client.recurrence import ANCHOR_SLACK_SECONDS, Recurrence
 from spark_audit.verdicts import (
     FireEvent,
     Rules,
@@ -145,7 +145,7 @@ def _worker_anchor(
 
     The request's timestamp gives ``floor_due``, the earliest the worker can have
     anchored it: it anchors no earlier than its clock, when it read the request, less
-    :data:`~app.core.recurrence.ANCHOR_SLACK_SECONDS`. The audit has no such clock, but
+    :data:`~kafka_timers_client.recurrence.ANCHOR_SLACK_SECONDS`. The audit has no such clock, but
     the worker read the request before it wrote any record of the series: if the first
     came within the slack of the timestamp, the anchor is ``floor_due``. Otherwise it is
     read off the records — the lowest-numbered occurrence, walked back to occurrence 1 —

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, NamedTuple
 
-from app.core.recurrence import Recurrence
+from kafka_timers_client.recurrence import Recurrence
 
 __all__ = [
     "CancelReport",

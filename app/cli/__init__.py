@@ -29,8 +29,8 @@ from app.cli.parsing import (
     release_version,
     subcommand_adder,
 )
-from app.core.errors import KafkaTimersError
 from app.core.printable import printable
+from kafka_timers_client.errors import KafkaTimersError
 
 __all__ = ["GROUPS", "KAFKA_COMMANDS", "build_parser", "main"]
 

@@ -11,8 +11,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from app.core.errors import ConfigurationError, KafkaTimersError
 from app.settings import Settings
+from kafka_timers_client.errors import ConfigurationError, KafkaTimersError
 
 __all__ = [
     "PROCESS_COMMANDS",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from app.cli.common import settings_for, stop_on_signals
 from app.cli.parsing import AddCommand, positive_seconds
-from app.core.errors import KafkaTimersError
+from kafka_timers_client.errors import KafkaTimersError
 
 __all__ = ["cmd_broker", "cmd_demo", "register"]
 

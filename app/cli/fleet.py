@@ -10,7 +10,7 @@ from typing import Any
 
 from app.cli.common import control_settings, operator_name, settings_for, worker_urls
 from app.cli.parsing import AddCommand, hidden_alias, positive_seconds, timeout_flag
-from app.core.errors import KafkaTimersError
+from kafka_timers_client.errors import KafkaTimersError
 
 __all__ = ["DEFAULT_GET_SINCE", "cmd_cancel_bulk", "cmd_get", "cmd_list", "cmd_status", "register"]
 
@@ -36,8 +36,8 @@ def cmd_get(args: argparse.Namespace) -> int:
 def filter_from_args(args: argparse.Namespace) -> Any:
     import math
 
-    from app.core.due import parse_at
     from app.core.timer_filter import TimerFilter
+    from kafka_timers_client.due import parse_at
 
     query: dict[str, str] = {}
     for name in ("topic", "key", "key_prefix", "id_prefix"):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from app.cli.common import settings_for, stop_on_signals
 from app.cli.parsing import AddCommand, hidden_alias, positive_seconds, timeout_flag
-from app.core.errors import KafkaTimersError
 from app.settings import Settings
+from kafka_timers_client.errors import KafkaTimersError
 
 __all__ = ["cmd_audit", "cmd_export", "cmd_import", "cmd_migrate", "register"]
 

@@ -57,7 +57,7 @@ def calendar_options(args: argparse.Namespace) -> tuple[dict[str, Any], Calendar
     """The keyword arguments of :meth:`TimerClient.schedule` the calendar options give,
     and the calendar they make: checked (and the iCalendar files read) before any broker
     is asked."""
-    from app.client import TimerClient
+    from kafka_timers_client.client import TimerClient
 
     dates: list[Any] = list(args.skip_date or [])
     for path in args.skip_ics or []:

@@ -17,7 +17,7 @@ from app.cli.common import (
 )
 from app.cli.parsing import AddCommand, positive_seconds, timeout_flag
 from app.cli.preview import add_calendar_options, calendar_options
-from app.core.errors import KafkaTimersError
+from kafka_timers_client.errors import KafkaTimersError
 
 __all__ = [
     "DEFAULT_CANCEL_WAIT",
@@ -35,9 +35,9 @@ DEFAULT_CANCEL_WAIT = 10.0
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
-    from app.client import TimerClient
-    from app.core.due import parse_at, parse_duration
-    from app.core.late import LatePolicy
+    from kafka_timers_client.client import TimerClient
+    from kafka_timers_client.due import parse_at, parse_duration
+    from kafka_timers_client.late import LatePolicy
 
     settings = settings_for(args)
     headers = []
@@ -96,8 +96,8 @@ def cmd_schedule(args: argparse.Namespace) -> int:
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
-    from app.client import TimerClient
     from app.kafka.topics import wait_for_broker
+    from kafka_timers_client.client import TimerClient
 
     settings = settings_for(args)
     wait_for_broker(settings, timeout=args.timeout)
@@ -123,8 +123,8 @@ def cmd_cancel(args: argparse.Namespace) -> int:
 def _pause_timer(args: argparse.Namespace, action: str) -> int:
     """``pause`` / ``resume --id --token``: the timer's owner, through the request topic
     (answered on the fired topic like a cancel)."""
-    from app.client import TimerClient
     from app.kafka.topics import wait_for_broker
+    from kafka_timers_client.client import TimerClient
 
     if args.token is None:
         raise KafkaTimersError(f"{action} --id needs --token (the token it was scheduled with)")

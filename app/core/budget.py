@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from app.core.bounds import MAX_ID_CHARS, MAX_SPEC_CHARS, MAX_TOKEN_CHARS
-from app.core.errors import RejectedRequest, RejectReason
 from app.core.timer import Timer
+from kafka_timers_client.bounds import MAX_ID_CHARS, MAX_SPEC_CHARS, MAX_TOKEN_CHARS
+from kafka_timers_client.errors import RejectedRequest, RejectReason
 
 __all__ = [
     "DEFAULT_MAX_RECORD_BYTES",
@@ -117,11 +117,11 @@ _BOUNDED_FIELDS_BYTES = (
 
 
 def check_fits(timer: Timer, limit: int) -> None:
-    """Refuse ``timer`` (:attr:`~app.core.errors.RejectReason.RECORD_TOO_LARGE`) if a
+    """Refuse ``timer`` (:attr:`~kafka_timers_client.errors.RejectReason.RECORD_TOO_LARGE`) if a
     record it makes the worker write would be larger than ``limit``: better a dead
     letter now than a ``produce()`` refused halfway through storing or firing it.
 
-    Its id and token have been bounded by then (:mod:`app.core.bounds`): a timer whose
+    Its id and token have been bounded by then (:mod:`kafka_timers_client.bounds`): a timer whose
     key, value and headers leave room for those at their largest is accepted on a few
     lengths (the whole count cost a microsecond, 5% of a request).
     """

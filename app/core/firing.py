@@ -11,7 +11,7 @@ Catch-up after an outage is bounded, whatever the policy:
 
 - in total: a series catches up only the occurrences due in the last
   :data:`MAX_CATCH_UP_SECONDS` before the tick (an hour, the anchor slack of
-  :mod:`app.core.recurrence`: a series requested late starts no earlier than that).
+  :mod:`kafka_timers_client.recurrence`: a series requested late starts no earlier than that).
   Older ones are folded into one ``skipped: coalesced`` record — for an interval series
   in one step however far behind, for a cron series :data:`CRON_WALK_PER_TICK` at a
   time — so ``all`` delivers at most an hour of occurrences, not the whole outage;
@@ -24,7 +24,7 @@ stores it under the next tick's second (it scans only forward), with its true du
 kept in the value and the callback headers, so it fires on the next tick — late as it
 truly is, never early.
 
-A spread timer (:mod:`app.core.spread`) is judged from the second it fires at
+A spread timer (:mod:`kafka_timers_client.spread`) is judged from the second it fires at
 (:attr:`Timer.fire_at`), not its due second: a ``skip-after`` counts from there, and
 ``coalesce`` sees an outage only when that second is more than :data:`MISFIRE_MS` past.
 A series walks on to its next occurrence in the same tick only once that occurrence's
@@ -36,9 +36,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from app.core.late import CatchUp, LatePolicy
-from app.core.recurrence import ANCHOR_SLACK_SECONDS
 from app.core.timer import Timer
+from kafka_timers_client.late import CatchUp, LatePolicy
+from kafka_timers_client.recurrence import ANCHOR_SLACK_SECONDS
 
 __all__ = [
     "CATCH_UP_PER_TICK",

@@ -20,8 +20,8 @@ from typing import Any
 
 import re2  # google-re2: no type stubs (see [tool.mypy] in pyproject.toml)
 
-from app.core.errors import ConfigurationError, RejectedRequest, RejectReason
 from app.core.timer import Timer
+from kafka_timers_client.errors import ConfigurationError, RejectedRequest, RejectReason
 
 __all__ = [
     "CONTROL_SUFFIX",

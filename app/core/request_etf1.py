@@ -7,13 +7,13 @@ cancels the schedule with that key.
 
 from __future__ import annotations
 
-from app.core.due import due_second, parse_epoch
-from app.core.errors import InvalidTimeSpec, RejectedRequest, RejectReason
 from app.core.raw_record import RawRecord
 from app.core.request_rules import (
     refuse_reserved,
 )
 from app.core.timer import Cancel, Timer
+from kafka_timers_client.due import due_second, parse_epoch
+from kafka_timers_client.errors import InvalidTimeSpec, RejectedRequest, RejectReason
 
 __all__ = ["ETF1_EPOCH", "ETF1_TARGET_KEY", "ETF1_TARGET_TOPIC", "etf1_schedule", "etf1_tombstone"]
 

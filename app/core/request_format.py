@@ -24,30 +24,30 @@ protobuf as above, and the frame's schema id kept with the timer
 A JSON or protobuf request may be **recurring**: a cron expression (with a time zone)
 or an interval instead of a due time, with an optional start, end and count. Its first
 occurrence is fixed here, from the start and the record's timestamp, but never more
-than :data:`app.core.recurrence.ANCHOR_SLACK_SECONDS` before the worker's clock (see
-:meth:`app.core.recurrence.Recurrence.anchored` and :func:`parse_request`). A request
-may also carry its own late-fire policy (:mod:`app.core.late`), and a spread
-(:mod:`app.core.spread`): seconds past its due second over which it may fire.
+than :data:`kafka_timers_client.recurrence.ANCHOR_SLACK_SECONDS` before the worker's clock (see
+:meth:`kafka_timers_client.recurrence.Recurrence.anchored` and :func:`parse_request`). A request
+may also carry its own late-fire policy (:mod:`kafka_timers_client.late`), and a spread
+(:mod:`kafka_timers_client.spread`): seconds past its due second over which it may fire.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from app.core.bounds import (
-    MAX_HEADER_NAME_CHARS,
-    MAX_HEADERS,
-    MAX_ID_CHARS,
-    MAX_TOKEN_CHARS,
-    checked_text,
-)
-from app.core.errors import RejectedRequest, RejectReason
 from app.core.raw_record import RawRecord
 from app.core.request_etf1 import ETF1_EPOCH, etf1_schedule, etf1_tombstone
 from app.core.request_json import from_json
 from app.core.request_protobuf import from_protobuf
 from app.core.sr_framing import unframe
 from app.core.timer import Cancel, Timer
+from kafka_timers_client.bounds import (
+    MAX_HEADER_NAME_CHARS,
+    MAX_HEADERS,
+    MAX_ID_CHARS,
+    MAX_TOKEN_CHARS,
+    checked_text,
+)
+from kafka_timers_client.errors import RejectedRequest, RejectReason
 
 __all__ = ["parse_request"]
 
@@ -57,21 +57,22 @@ def parse_request(record: RawRecord, now: float | None = None) -> Timer | Cancel
 
     ``now`` is the reader's clock (epoch seconds), the worker's when it applies the
     request: a series starts at the later of the record's timestamp and ``now`` less
-    :data:`~app.core.recurrence.ANCHOR_SLACK_SECONDS`, so a producer whose clock is far
+    :data:`~kafka_timers_client.recurrence.ANCHOR_SLACK_SECONDS`, so a producer whose clock is far
     behind (a timestamp of 1970) does not replay decades of occurrences. Without
     ``now`` (the audit) a series starts at the record's timestamp: the earliest the
     worker can have anchored it.
 
     Total over what Kafka can deliver, with bounded work: every number is bounded while
     it is still text and every text is valid UTF-8 of bounded length
-    (:mod:`app.core.bounds`); what still escapes is a bug that
+    (:mod:`kafka_timers_client.bounds`); what still escapes is a bug that
     :mod:`app.worker.isolation` dead-letters.
     """
     return _bounded(_parse(record, now))
 
 
 def _bounded(request: Timer | Cancel) -> Timer | Cancel:
-    """``request`` if its id, token and header names are within :mod:`app.core.bounds`."""
+    """``request`` if its id, token and header names are within the client's bounds
+    (:mod:`kafka_timers_client.bounds`)."""
     timer_id, token = request.id, request.token
     # The common case in a few C calls: short ASCII (a function call each cost 5%).
     if not (

@@ -8,14 +8,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from app.core.bounds import (
-    MAX_HEADERS,
-)
-from app.core.calendars import Calendar
-from app.core.due import due_second, parse_at, parse_duration
-from app.core.errors import InvalidTimeSpec, RejectedRequest, RejectReason
 from app.core.raw_record import RawRecord, derived_id
-from app.core.recurrence import Recurrence
 from app.core.request_rules import (
     checked_spread,
     due_from_key,
@@ -25,6 +18,11 @@ from app.core.request_rules import (
     sent_second,
 )
 from app.core.timer import Cancel, Header, Timer, TokenAction
+from kafka_timers_client.bounds import MAX_HEADERS
+from kafka_timers_client.calendars import Calendar
+from kafka_timers_client.due import due_second, parse_at, parse_duration
+from kafka_timers_client.errors import InvalidTimeSpec, RejectedRequest, RejectReason
+from kafka_timers_client.recurrence import Recurrence
 
 __all__ = ["from_json"]
 

@@ -13,8 +13,6 @@ from google.protobuf.message import DecodeError as ProtobufDecodeError
 from google.protobuf.unknown_fields import UnknownFieldSet
 
 from app.core import proto
-from app.core.calendars import Calendar
-from app.core.errors import RejectedRequest, RejectReason
 from app.core.raw_record import RawRecord, derived_id
 from app.core.request_rules import (
     checked_spread,
@@ -25,6 +23,8 @@ from app.core.request_rules import (
     sent_second,
 )
 from app.core.timer import Cancel, Header, Timer, TokenAction
+from kafka_timers_client.calendars import Calendar
+from kafka_timers_client.errors import RejectedRequest, RejectReason
 
 __all__ = ["from_protobuf"]
 

@@ -7,19 +7,15 @@ rule holds the same whatever format a request came in.
 
 from __future__ import annotations
 
-from app.core.bounds import (
-    MAX_SPEC_CHARS,
-    RESERVED_HEADER_PREFIXES,
-    checked_text,
-)
-from app.core.calendars import Calendar
-from app.core.due import due_second, parse_epoch
-from app.core.errors import InvalidTimeSpec, RejectedRequest, RejectReason
-from app.core.late import LatePolicy
 from app.core.raw_record import RawRecord
-from app.core.recurrence import ANCHOR_SLACK_SECONDS, Recurrence
-from app.core.spread import MAX_SPREAD_SECONDS
 from app.core.timer import Header
+from kafka_timers_client.bounds import MAX_SPEC_CHARS, RESERVED_HEADER_PREFIXES, checked_text
+from kafka_timers_client.calendars import Calendar
+from kafka_timers_client.due import due_second, parse_epoch
+from kafka_timers_client.errors import InvalidTimeSpec, RejectedRequest, RejectReason
+from kafka_timers_client.late import LatePolicy
+from kafka_timers_client.recurrence import ANCHOR_SLACK_SECONDS, Recurrence
+from kafka_timers_client.spread import MAX_SPREAD_SECONDS
 
 __all__ = [
     "checked_spread",
@@ -45,7 +41,7 @@ def due_from_key(record: RawRecord) -> int:
 
 def checked_spread(seconds: int, recurrence: Recurrence | None) -> int:
     """``seconds`` if it is a spread the service takes: from 0 to
-    :data:`~app.core.spread.MAX_SPREAD_SECONDS`, and for an interval series less than
+    :data:`~kafka_timers_client.spread.MAX_SPREAD_SECONDS`, and for an interval series less than
     its interval (so that its occurrences still fire in order, each in its own window)."""
     if not 0 <= seconds <= MAX_SPREAD_SECONDS:
         raise RejectedRequest(

@@ -5,7 +5,7 @@ A timer lives in one partition of the table, and every request about it (the sch
 a reschedule, a cancel, a lookup) must meet it there, in order. The owner of an id is
 the partition Kafka's default partitioner for Java, Faust and this project's own client
 picks for the id as key: ``toPositive(murmur2(id)) % partitions``
-(:func:`app.core.partitioner.partition_for`). Producers do not all place records that
+(:func:`kafka_timers_client.partitioner.partition_for`). Producers do not all place records that
 way: librdkafka's default (confluent-kafka for Python, Go, .NET) hashes with CRC32,
 Sarama with FNV-1a, a producer may key by a business key or name a partition. So the
 worker that reads a request on another partition forwards it, bytes, headers and
@@ -70,10 +70,10 @@ from struct import Struct
 from typing import NamedTuple
 
 from app.core.budget import fits
-from app.core.errors import RejectedRequest, RejectReason
-from app.core.partitioner import placement_function
 from app.core.raw_record import RawRecord
 from app.core.timer import Header
+from kafka_timers_client.errors import RejectedRequest, RejectReason
+from kafka_timers_client.partitioner import placement_function
 
 __all__ = [
     "HOP_HEADER",
@@ -112,13 +112,13 @@ class Origin(NamedTuple):
     offset: int
 
 
-#: :func:`~app.core.partitioner.partition_for`'s placement, called directly.
+#: :func:`~kafka_timers_client.partitioner.partition_for`'s placement, called directly.
 _place = placement_function()
 
 
 def owner_of(timer_id: str, partitions: int) -> int:
     """The partition that owns ``timer_id`` among ``partitions``: the partition
-    :func:`~app.core.partitioner.partition_for` gives its id (a worker asks for every
+    :func:`~kafka_timers_client.partitioner.partition_for` gives its id (a worker asks for every
     request it reads, and twice for one it forwards)."""
     if partitions < 1:
         raise ValueError(f"a topic has at least one partition, not {partitions}")

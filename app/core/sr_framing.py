@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from app.core.errors import RejectedRequest, RejectReason
+from kafka_timers_client.errors import RejectedRequest, RejectReason
 
 __all__ = ["MAGIC_BYTE", "MAX_MESSAGE_INDEXES", "Framed", "frame", "is_framed", "unframe"]
 

@@ -9,14 +9,14 @@ late-fire policy. A timer that has none of those is still written as version 1, 
 stores of one-shot timers stay readable by releases before version 2; both versions
 are read.
 
-Version 3 is version 2 with a series' **calendar** (:mod:`app.core.calendars`) after
+Version 3 is version 2 with a series' **calendar** (:mod:`kafka_timers_client.calendars`) after
 its recurrence: its skip policy, its zone, its holidays code and its excluded dates.
 Only a series with a calendar is written in version 3, so a store without one stays
 readable by the releases before it; a release before it meets a version-3 timer and
 refuses to go on (the rule below), rather than fire the series on the dates it skips.
 A version-2 series reads as a series without a calendar.
 
-A timer with a **spread** (:mod:`app.core.spread`) is written in the same layout (1, or
+A timer with a **spread** (:mod:`kafka_timers_client.spread`) is written in the same layout (1, or
 2 if it needs it) followed by the *spread extension*: its spread and its offset, the
 seconds from its due second to the second it fires at. Its head holds that fire second,
 not its due second: ``due = head - offset``. So the release before spread (0.2.0, which
@@ -45,11 +45,11 @@ import struct
 from datetime import date
 from functools import lru_cache
 
-from app.core.calendars import Calendar, SkipPolicy
-from app.core.errors import SystemicFailure
-from app.core.late import CatchUp, LatePolicy
-from app.core.recurrence import Recurrence
 from app.core.timer import Timer
+from kafka_timers_client.calendars import Calendar, SkipPolicy
+from kafka_timers_client.errors import SystemicFailure
+from kafka_timers_client.late import CatchUp, LatePolicy
+from kafka_timers_client.recurrence import Recurrence
 
 __all__ = [
     "NEWEST_LAYOUT",

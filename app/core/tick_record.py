@@ -21,7 +21,7 @@ from decimal import Decimal, InvalidOperation
 from enum import Enum
 from typing import Any, NamedTuple
 
-from app.core.bounds import MAX_SECONDS
+from kafka_timers_client.bounds import MAX_SECONDS
 
 __all__ = [
     "MAX_KEY_BYTES",
@@ -46,7 +46,7 @@ MAX_VALUE_BYTES = 4096
 MAX_SOURCE_CHARS = 64
 #: The source of a tick that does not name one (the article's oscillator sends ``"1"``).
 UNKNOWN_SOURCE = "unknown"
-#: Largest ``sent_ms`` accepted: :data:`~app.core.bounds.MAX_SECONDS` in milliseconds.
+#: Largest ``sent_ms`` accepted: :data:`~kafka_timers_client.bounds.MAX_SECONDS` in milliseconds.
 MAX_SENT_MS = MAX_SECONDS * 1000
 
 _MAX_SECOND = Decimal(MAX_SECONDS)

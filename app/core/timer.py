@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from app.core.late import LatePolicy
-from app.core.recurrence import Recurrence
-from app.core.spread import spread_second
+from kafka_timers_client.late import LatePolicy
+from kafka_timers_client.recurrence import Recurrence
+from kafka_timers_client.spread import spread_second
 
 __all__ = ["Cancel", "Header", "Timer", "TokenAction"]
 
@@ -94,7 +94,7 @@ class Timer:
     @property
     def fire_at(self) -> int:
         """The second this occurrence fires at: ``due``, or for a spread timer ``due``
-        plus an offset fixed by its id and ``seq`` (:mod:`app.core.spread`)."""
+        plus an offset fixed by its id and ``seq`` (:mod:`kafka_timers_client.spread`)."""
         if not self.spread:
             return self.due
         return spread_second(self.id, self.seq, self.due, self.spread)

@@ -22,7 +22,7 @@ the next occurrence in place of the fired one (same unit of work), and only when
 series ends does the entry become ``F``, with occurrence 1's due second (the version's
 identity). An occurrence stored already due (catch-up left for the next tick) is keyed
 under the next tick's second, since scans only go forward, and keeps its true due in its
-value. A spread timer (:mod:`app.core.spread`) is keyed the same way under the second it
+value. A spread timer (:mod:`kafka_timers_client.spread`) is keyed the same way under the second it
 fires at (:attr:`Timer.fire_at`, in ``[due, due + spread]``), keeping its requested due
 in its value: the index points at that key, so cancels, reschedules and lookups find
 it, and the version's identity (fired, cancelled) stays its requested due.

@@ -11,8 +11,8 @@ import socket
 import subprocess
 import time
 
-from app.core.errors import ConfigurationError
 from app.dev.lifetime import die_with_parent
+from kafka_timers_client.errors import ConfigurationError
 
 __all__ = ["DevBroker", "accepts_connections", "broker_binary", "free_port"]
 

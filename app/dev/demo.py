@@ -27,14 +27,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from app.client import TimerClient
-from app.core.errors import KafkaTimersError
 from app.dev.broker import DevBroker, free_port
 from app.dev.discovery import DemoStack, remove_demo_stack, write_demo_stack
 from app.dev.stack import ServiceProcess, start_oscillator, start_worker, wait_until_firing
 from app.kafka.records import Record, TopicReader
 from app.kafka.topics import ensure_topics
 from app.settings import Settings
+from kafka_timers_client.client import TimerClient
+from kafka_timers_client.errors import KafkaTimersError
 
 __all__ = ["run_demo"]
 

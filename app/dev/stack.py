@@ -17,11 +17,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
-from app.client import TimerClient
 from app.dev.broker import free_port
 from app.dev.lifetime import die_with_parent as _die_with_parent
 from app.kafka.records import TopicReader
 from app.settings import Settings
+from kafka_timers_client.client import TimerClient
 
 __all__ = [
     "ServiceProcess",

@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from app.core.errors import ConfigurationError
+from kafka_timers_client.errors import ConfigurationError
 
 __all__ = ["PROPERTY_SETTINGS", "parse_properties", "read_command_config"]
 

@@ -23,13 +23,13 @@ from app.core.control import (
     read_signed_control,
     sign_control,
 )
-from app.core.errors import BrokerUnavailable, ConfigurationError
 from app.core.fired import FiredKind
 from app.core.printable import printable
 from app.core.timer_filter import TimerFilter
 from app.kafka.config import confluent_consumer, confluent_producer
 from app.kafka.topic_config import control_topic
 from app.settings import Settings
+from kafka_timers_client.errors import BrokerUnavailable, ConfigurationError
 
 __all__ = ["ControlReader", "bulk_answer", "bulk_cancel", "send_control"]
 

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from app.core.errors import ConfigurationError
 from app.core.policy import CONTROL_SUFFIX
 from app.settings import RECORD_RESERVE_BYTES, Settings
+from kafka_timers_client.errors import ConfigurationError
 
 __all__ = [
     "BROKER_DEFAULT_DELETE_RETENTION_MS",

@@ -31,7 +31,6 @@ from confluent_kafka.admin import (  # type: ignore[attr-defined]
     NewTopic,
 )
 
-from app.core.errors import BrokerUnavailable, ConfigurationError
 from app.kafka.config import confluent_common
 from app.kafka.demand import DEMAND_CONFIG, demand_topic
 from app.kafka.topic_config import (
@@ -44,6 +43,7 @@ from app.kafka.topic_config import (
     topic_specs,
 )
 from app.settings import DEFAULT_PARTITIONS, Settings
+from kafka_timers_client.errors import BrokerUnavailable, ConfigurationError
 
 __all__ = [
     "describe_topic_configs",

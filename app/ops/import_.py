@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from app.core.budget import record_bytes
-from app.core.errors import KafkaTimersError
 from app.core.timer import Timer
 from app.ops.jsonl import LineError, decode_line
 from app.ops.requests import RequestRecord, as_request, checked_request
 from app.ops.sending import RequestSender
 from app.settings import Settings
+from kafka_timers_client.errors import KafkaTimersError
 
 __all__ = [
     "ImportReport",

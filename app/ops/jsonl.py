@@ -26,13 +26,13 @@ import binascii
 import json
 from typing import Any
 
-from app.core.bounds import MAX_SECONDS
-from app.core.calendars import Calendar
-from app.core.errors import KafkaTimersError
-from app.core.late import LatePolicy
-from app.core.recurrence import Recurrence
-from app.core.spread import MAX_SPREAD_SECONDS
 from app.core.timer import Timer
+from kafka_timers_client.bounds import MAX_SECONDS
+from kafka_timers_client.calendars import Calendar
+from kafka_timers_client.errors import KafkaTimersError
+from kafka_timers_client.late import LatePolicy
+from kafka_timers_client.recurrence import Recurrence
+from kafka_timers_client.spread import MAX_SPREAD_SECONDS
 
 __all__ = ["LineError", "decode_line", "decode_timer", "encode_line", "encode_timer"]
 

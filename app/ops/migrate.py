@@ -54,8 +54,6 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from app.core.errors import KafkaTimersError
-from app.core.partitioner import partition_for
 from app.core.printable import printable
 from app.core.raw_record import RawRecord
 from app.core.request_format import parse_request
@@ -67,6 +65,8 @@ from app.ops.requests import as_request
 from app.ops.sending import RequestSender
 from app.ops.snapshot import read_snapshot
 from app.settings import Settings
+from kafka_timers_client.errors import KafkaTimersError
+from kafka_timers_client.partitioner import partition_for
 
 __all__ = ["MigrateReport", "bridge_group", "migrate", "placement"]
 

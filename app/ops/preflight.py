@@ -24,7 +24,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from app.core.errors import BrokerUnavailable
 from app.kafka.demand import DEMAND_CONFIG, demand_topic
 from app.kafka.topic_config import (
     CONTROL_CONFIG,
@@ -35,6 +34,7 @@ from app.kafka.topic_config import (
     topic_specs,
 )
 from app.settings import Settings
+from kafka_timers_client.errors import BrokerUnavailable
 
 __all__ = [
     "ROLES",

@@ -33,13 +33,13 @@ import base64
 import json
 from dataclasses import dataclass, replace
 
-from app.core import protowire
-from app.core.errors import RejectedRequest
 from app.core.raw_record import RawRecord
 from app.core.request_etf1 import ETF1_EPOCH, ETF1_TARGET_KEY, ETF1_TARGET_TOPIC
 from app.core.request_format import parse_request
 from app.core.timer import Header, Timer
 from app.ops.jsonl import LineError, calendar_fields
+from kafka_timers_client import protowire
+from kafka_timers_client.errors import RejectedRequest
 
 __all__ = ["ETF1_PROVENANCE", "RequestRecord", "as_request", "checked_request", "continued"]
 

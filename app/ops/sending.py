@@ -6,12 +6,12 @@ from collections.abc import Sequence
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from app.core.errors import BrokerUnavailable, KafkaTimersError
 from app.core.routing import owner_of
 from app.core.timer import Header
 from app.kafka.config import confluent_producer
 from app.kafka.topics import partition_count, wait_for_broker
 from app.settings import Settings
+from kafka_timers_client.errors import BrokerUnavailable, KafkaTimersError
 
 __all__ = ["RequestSender"]
 

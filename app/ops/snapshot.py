@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from app.core.errors import BrokerUnavailable, KafkaTimersError
 from app.core.keys import INDEX, PENDING, REQUEST_OFFSET, parse_timer_key
 from app.core.stored import unpack_timer
 from app.core.timer import Timer
 from app.kafka.config import confluent_common
 from app.kafka.topics import wait_for_broker
 from app.settings import Settings
+from kafka_timers_client.errors import BrokerUnavailable, KafkaTimersError
 
 __all__ = ["PendingTimer", "Snapshot", "read_snapshot"]
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.core.errors import ConfigurationError
 from app.settings import kinds
 from app.settings.limits import PREFIX
 from app.settings.table import setting, specs
 from kafka_timers_client.config import SASL_MECHANISMS
 from kafka_timers_client.config import SECURITY_PROTOCOLS as PROTOCOLS
+from kafka_timers_client.errors import ConfigurationError
 
 __all__ = ["SecuritySettings", "TopicNames"]
 

@@ -1,7 +1,7 @@
 """Kinds of setting: how each reads and checks its variable's text, and writes it back.
 
 A kind turns a variable's non-empty text into the field's value, or raises
-:class:`~app.core.errors.ConfigurationError` with one line that names the variable
+:class:`~kafka_timers_client.errors.ConfigurationError` with one line that names the variable
 (never more than :data:`~app.settings.text.SHOWN_CHARS` characters of the value). It
 also writes a value back as text (:meth:`Kind.render`, for ``Settings.to_env``) and says
 in a few words what it accepts (:meth:`Kind.accepts`, for the docs' table).
@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from app.core.errors import ConfigurationError
 from app.core.policy import compile_topic_pattern, is_legal_topic
 from app.settings.limits import MAX_APP_ID_CHARS, TABLE_NAME
 from app.settings.text import is_host, is_ip, parse_topic_rate_limits, shown, split_allow_list
+from kafka_timers_client.errors import ConfigurationError
 
 __all__ = [
     "AllowList",

@@ -13,8 +13,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from app.core.errors import ConfigurationError, KafkaTimersError
-from app.core.late import DEFAULT_POLICY, LatePolicy
 from app.core.policy import RequestPolicy
 from app.core.wheel import DEFAULT_MAX_CANCELS_IN_ADVANCE
 from app.settings import kinds
@@ -40,6 +38,8 @@ from app.settings.limits import (
 from app.settings.table import build, group, read_values, setting, to_env
 from app.settings.text import cut, shown
 from kafka_timers_client.config import ClientConfig
+from kafka_timers_client.errors import ConfigurationError, KafkaTimersError
+from kafka_timers_client.late import DEFAULT_POLICY, LatePolicy
 
 __all__ = ["Settings", "default_demo_file"]
 

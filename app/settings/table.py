@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.errors import ConfigurationError
 from app.settings.kinds import Kind, Values
 from app.settings.limits import PREFIX
+from kafka_timers_client.errors import ConfigurationError
 
 __all__ = ["Spec", "build", "group", "read_values", "setting", "specs", "to_env", "value_at"]
 

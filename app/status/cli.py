@@ -19,11 +19,11 @@ import urllib.request
 from collections.abc import Mapping, Sequence
 from typing import Any, TextIO
 
-from app.core.errors import KafkaTimersError
 from app.core.printable import printable
 from app.settings import Settings
 from app.status.forecast import FORECAST_WINDOWS, merge_forecasts
 from app.status.model import AHEAD_ALERT_SECONDS, STORE_KEY_KINDS, merge_snapshots
+from kafka_timers_client.errors import KafkaTimersError
 
 __all__ = ["fetch_json", "render_status", "status_main"]
 

@@ -25,11 +25,11 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from app.core.keys import PENDING, PENDING_END, bucket_floor, parse_timer_key
-from app.core.spread import MAX_SPREAD_SECONDS
 from app.core.stored import unpack_timer
 from app.core.timer import Timer
 from app.core.timer_filter import TimerFilter
 from app.core.wheel import PartitionWheel
+from kafka_timers_client.spread import MAX_SPREAD_SECONDS
 
 __all__ = ["EXAMINE_MAX", "LIST_MAX", "SCAN_SECONDS", "list_page", "parse_cursor"]
 

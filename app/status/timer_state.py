@@ -32,13 +32,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TextIO
 
-from app.core.due import parse_duration
 from app.core.fired import FiredKind, FiredRecord, defines_state
-from app.core.partitioner import partition_for
 from app.core.wheel import CancelOutcome
-from app.kafka.fired_reader import FiredPartitionReader
 from app.settings import Settings
 from app.status.cli import fetch_json
+from kafka_timers_client.due import parse_duration
+from kafka_timers_client.fired_reader import FiredPartitionReader
+from kafka_timers_client.partitioner import partition_for
 
 __all__ = ["SearchPlan", "describe", "get_main", "search_plan"]
 

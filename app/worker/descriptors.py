@@ -27,7 +27,7 @@ import resource
 from collections.abc import Callable
 from typing import Any, NamedTuple, NoReturn
 
-from app.core.errors import ConfigurationError, SystemicFailure
+from kafka_timers_client.errors import ConfigurationError, SystemicFailure
 
 __all__ = [
     "BASE_DESCRIPTORS",

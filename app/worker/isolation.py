@@ -10,7 +10,7 @@ treated as a bad record dead-letters good requests while the disk is full.
 
 Systemic, and nothing else:
 
-- :class:`~app.core.errors.SystemicFailure` and its subclasses (a flush that times out,
+- :class:`~kafka_timers_client.errors.SystemicFailure` and its subclasses (a flush that times out,
   a changelog record the broker refused, a store that cannot be read or written);
 - :class:`MemoryError`: the process, not the record, is out of room;
 - running out of file descriptors (``EMFILE``, ``ENFILE``, RocksDB's "Too many open
@@ -24,8 +24,8 @@ from __future__ import annotations
 import logging
 import traceback
 
-from app.core.errors import RejectedRequest, RejectReason, SystemicFailure
 from app.worker.descriptors import is_out_of_descriptors
+from kafka_timers_client.errors import RejectedRequest, RejectReason, SystemicFailure
 
 __all__ = ["is_systemic", "rejection_for"]
 
@@ -44,7 +44,7 @@ def is_systemic(exc: BaseException) -> bool:
 def rejection_for(exc: Exception, where: str) -> tuple[RejectReason, str]:
     """The dead-letter reason and detail for a non-systemic ``exc`` raised by a record.
 
-    A :class:`~app.core.errors.RejectedRequest` carries its own. Anything else is a bug
+    A :class:`~kafka_timers_client.errors.RejectedRequest` carries its own. Anything else is a bug
     (``internal_error``): the detail and the log name the exception's class and where
     it was raised, never its message, which may quote the record's bytes; the log has
     the traceback (frames only) for whoever fixes it.

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from app.core.errors import RejectReason
 from app.core.fired import SkipReason
 from app.core.tick_record import TickIgnored
+from kafka_timers_client.errors import RejectReason
 
 __all__ = ["LATENESS_BUCKETS", "WorkerMetrics", "observe_many"]
 

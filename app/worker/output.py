@@ -18,12 +18,12 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from app.core.backoff import Backoff
 from app.core.budget import DEFAULT_MAX_RECORD_BYTES, fits, record_bytes
-from app.core.errors import RejectReason, SystemicFailure
 from app.core.fired import Audit, FiredKind, FiredRecord, SkipReason, fired_jsons, json_string
 from app.core.raw_record import RawRecord
 from app.core.routing import HOP_HEADER
 from app.core.timer import Timer
 from app.worker.tracing import Tracing
+from kafka_timers_client.errors import RejectReason, SystemicFailure
 
 __all__ = [
     "REFUSED_RECORD_ERRORS",

@@ -32,7 +32,6 @@ import time
 from collections.abc import Callable, Sequence
 
 from app.core.clock_check import ClockSkewMonitor, OscillatorLead
-from app.core.late import DEFAULT_POLICY, LatePolicy
 from app.core.policy import RequestPolicy
 from app.core.raw_record import RawRecord
 from app.core.tick_gate import MAX_AHEAD_SECONDS, TickGate
@@ -55,6 +54,7 @@ from app.worker.topic_directory import TopicDirectory
 from app.worker.topic_gates import TopicGates
 from app.worker.tracing import Tracing
 from app.worker.unit_of_work import Commits
+from kafka_timers_client.late import DEFAULT_POLICY, LatePolicy
 
 __all__ = [
     "CAUGHT_UP_INTERVAL",

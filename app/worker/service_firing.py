@@ -15,13 +15,13 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from app.core.errors import RejectedRequest, RejectReason
 from app.core.fired import SkipReason
 from app.core.firing import StepKind, next_occurrence, plan
 from app.core.timer import Timer
 from app.worker.metrics import observe_many
 from app.worker.output import DeliveryFailure, TransactionAborted
 from app.worker.service_state import CAUGHT_UP_INTERVAL, LoadedPartition, ServiceState
+from kafka_timers_client.errors import RejectedRequest, RejectReason
 
 __all__ = ["Fired", "FiringJob"]
 

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from app.core.budget import check_fits
-from app.core.errors import RejectReason, SystemicFailure
 from app.core.keys import APPLYING, REQUEST_OFFSET, origin_key
 from app.core.raw_record import RawRecord
 from app.core.request_format import parse_request
@@ -30,6 +29,7 @@ from app.worker.output import DeliveryFailure, TransactionAborted
 from app.worker.service_firing import FiringJob
 from app.worker.service_state import LoadedPartition
 from app.worker.unit_of_work import Unit
+from kafka_timers_client.errors import RejectReason, SystemicFailure
 
 __all__ = ["UNIT_BUDGET_SECONDS", "RequestJob"]
 

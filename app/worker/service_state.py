@@ -22,7 +22,6 @@ from typing import Any
 from app.core.clock_check import ClockSkewMonitor, OscillatorLead
 from app.core.forecast import PartitionForecast
 from app.core.keys import APPLYING, BOOKKEEPING, ORIGIN, ORIGIN_END, REQUEST_OFFSET
-from app.core.late import LatePolicy
 from app.core.policy import RequestPolicy
 from app.core.tick_gate import TickGate
 from app.core.timer import Timer
@@ -35,6 +34,7 @@ from app.worker.topic_directory import TopicDirectory
 from app.worker.topic_gates import TopicGates
 from app.worker.tracing import Tracing
 from app.worker.unit_of_work import Commits
+from kafka_timers_client.late import LatePolicy
 
 __all__ = [
     "CAUGHT_UP_INTERVAL",

@@ -15,7 +15,7 @@ worker stays up and not ready meanwhile: :class:`StartupProbe` serves ``/livez``
 (``kafka_timers_recovery_stalled{step="startup"}`` 1, ``kafka_timers_not_ready_seconds``)
 on the metrics port until the worker's own server takes the port over. What the broker
 *refuses* is not retried: a changelog that is not compacted, partition counts that
-differ, a topic it will not create (:class:`~app.core.errors.ConfigurationError`) stop
+differ, a topic it will not create (:class:`~kafka_timers_client.errors.ConfigurationError`) stop
 the worker with one line, as before; an operator must fix those, and a restart loop
 would not.
 """
@@ -31,8 +31,8 @@ from typing import Any, TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from app.core.backoff import Backoff
-from app.core.errors import BrokerUnavailable
 from app.telemetry import HealthReport, MetricsServer, serve_metrics
+from kafka_timers_client.errors import BrokerUnavailable
 
 __all__ = ["STARTUP_BACKOFF", "STARTUP_STEP", "StartupProbe", "until_broker_answers"]
 

@@ -23,10 +23,10 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from app.core.errors import ConfigurationError
 from app.core.raw_record import RawRecord
 from app.core.timer import Timer
 from app.settings import Settings
+from kafka_timers_client.errors import ConfigurationError
 
 __all__ = ["Tracing", "tracing_for"]
 

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
 
-from app.client import TimerClient
-from app.core import protowire
 from app.core.fired import FiredKind, FiredRecord
 from app.core.timer import Timer
 from app.dev.stack import wait_until_firing
 from app.kafka.config import confluent_producer
 from app.kafka.records import TopicReader
 from app.settings import Settings
+from kafka_timers_client import protowire
+from kafka_timers_client.client import TimerClient
 from spark_audit.errors import AuditError, AuditSetupError
 from spark_audit.main import main as audit_main
 from spark_audit.reading import read_topic

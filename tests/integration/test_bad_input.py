@@ -6,13 +6,13 @@ import json
 import random
 import time
 
-from app.core import protowire
-from app.core.errors import RejectedRequest
 from app.core.policy import RequestPolicy
 from app.core.raw_record import RawRecord
 from app.core.request_format import parse_request
 from app.core.timer import Timer
 from app.kafka.records import TopicReader
+from kafka_timers_client import protowire
+from kafka_timers_client.errors import RejectedRequest
 from tests.support.stack import Stack, fired_ids
 
 

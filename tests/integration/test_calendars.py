@@ -14,9 +14,9 @@ import json
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
-from app.client import TimerClient
 from app.dev.stack import wait_until_firing
 from app.kafka.records import Record
+from kafka_timers_client.client import TimerClient
 from kafka_timers_client.outcome import CancelOutcome
 from tests.support.cli import run_cli
 from tests.support.stack import Stack, fired_ids

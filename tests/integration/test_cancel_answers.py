@@ -12,16 +12,17 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
 
-from app.client import CancelOutcome, TimerClient
-from app.core import protowire
-from app.core.errors import CancelNotAnswered
 from app.core.fired import FiredRecord
-from app.core.partitioner import partition_for
 from app.dev.broker import free_port
 from app.dev.stack import wait_until_firing
 from app.kafka.config import confluent_producer
 from app.kafka.records import TopicReader
 from app.settings import Settings
+from kafka_timers_client import protowire
+from kafka_timers_client.client import TimerClient
+from kafka_timers_client.errors import CancelNotAnswered
+from kafka_timers_client.outcome import CancelOutcome
+from kafka_timers_client.partitioner import partition_for
 from tests.support.cli import run_cli
 from tests.support.probes import start_probed
 from tests.support.stack import Stack, fired_ids

@@ -28,7 +28,6 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
-from app.client import TimerClient
 from app.core.control import SIGNATURE_HEADER, sign_control
 from app.dev.broker import free_port
 from app.dev.stack import wait_until_firing
@@ -37,6 +36,7 @@ from app.kafka.records import TopicReader
 from app.kafka.topic_config import control_topic
 from app.kafka.topics import ensure_topics
 from app.settings import Settings
+from kafka_timers_client.client import TimerClient
 from tests.conftest import fresh_settings
 from tests.support.probes import metric_total
 from tests.support.stack import Stack, fired_ids, running_stack

@@ -8,11 +8,11 @@ from collections import Counter
 
 import pytest
 
-from app.client import TimerClient
-from app.core import protowire
-from app.core.partitioner import partition_for
 from app.dev.stack import wait_until_firing
 from app.kafka.records import TopicReader
+from kafka_timers_client import protowire
+from kafka_timers_client.client import TimerClient
+from kafka_timers_client.partitioner import partition_for
 from tests.support.stack import Stack, fired_ids
 
 #: Runs alone, in ``make test``'s serial part: it gates a past-due request's fire at 1 s after

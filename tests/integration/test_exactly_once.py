@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer
 
-from app.client import TimerClient
 from app.kafka.config import confluent_consumer
 from app.kafka.records import TopicReader
 from app.settings import Settings
+from kafka_timers_client.client import TimerClient
 from tests.support.faults import FaultScene, Verdict, owners
 from tests.support.stack import fired_ids, running_stack
 

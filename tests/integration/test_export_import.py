@@ -8,7 +8,6 @@ import json
 import time
 from pathlib import Path
 
-from app.client import TimerClient
 from app.core.fired import FiredKind, FiredRecord
 from app.core.timer import Timer
 from app.dev.stack import wait_until_firing
@@ -17,6 +16,7 @@ from app.kafka.topics import ensure_topics
 from app.ops.import_ import read_lines
 from app.ops.requests import continued
 from app.settings import Settings
+from kafka_timers_client.client import TimerClient
 from tests.conftest import fresh_settings
 from tests.support.cli import run_cli
 from tests.support.stack import Stack, running_stack

@@ -17,10 +17,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from app.client import TimerClient
-from app.core.errors import KafkaTimersError
 from app.dev.broker import free_port
 from app.status.cli import status_main
+from kafka_timers_client.client import TimerClient
+from kafka_timers_client.errors import KafkaTimersError
 from tests.conftest import OPERATOR_TOKEN
 from tests.integration.test_metrics import scrape, total
 from tests.integration.test_status_page import CHROMIUM, CHROMIUM_ARGS

@@ -53,8 +53,6 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 from confluent_kafka import Producer as KafkaProducer
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.core import protowire
-from app.core.recurrence import ANCHOR_SLACK_SECONDS
 from app.core.routing import owner_of
 from app.dev.broker import free_port
 from app.dev.stack import ServiceProcess
@@ -62,6 +60,8 @@ from app.kafka.config import confluent_consumer, confluent_producer
 from app.kafka.records import TopicReader, header_pairs
 from app.kafka.topics import ensure_topics
 from app.settings import Settings
+from kafka_timers_client import protowire
+from kafka_timers_client.recurrence import ANCHOR_SLACK_SECONDS
 from tests.conftest import fresh_settings
 from tests.support.broker import BrokerInfo
 from tests.support.stack import Stack, fired_ids

@@ -24,11 +24,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.client import ScheduledTimer, TimerClient
 from app.core.keys import index_key, timer_key
 from app.dev.broker import accepts_connections
 from app.dev.stack import ServiceProcess
 from app.settings import TABLE_NAME
+from kafka_timers_client.client import ScheduledTimer, TimerClient
 from tests.conftest import OPERATOR_TOKEN
 from tests.support.stack import Stack
 from tests.support.waiting import wait_until

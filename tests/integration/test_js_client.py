@@ -17,8 +17,8 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from app.client import TimerClient
 from app.dev.stack import wait_until_firing
+from kafka_timers_client.client import TimerClient
 from kafka_timers_client.partitioner import partition_for
 from tests.support.stack import Stack, fired_ids
 

@@ -29,12 +29,12 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from app.client import TimerClient
 from app.dev.broker import accepts_connections, broker_binary, free_port
 from app.dev.stack import wait_until_firing
 from app.kafka.records import TopicReader
 from app.kafka.topics import ensure_topics
 from app.settings import Settings
+from kafka_timers_client.client import TimerClient
 from tests.conftest import fresh_settings
 from tests.support.broker import BrokerInfo
 from tests.support.kcat_relay import relay

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import time
 
-from app.client import TimerClient
 from app.kafka.records import TopicReader
+from kafka_timers_client.client import TimerClient
 from tests.support.stack import Stack, fired_ids
 
 FIRE_TIMEOUT = 60.0

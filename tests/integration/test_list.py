@@ -17,10 +17,10 @@ import subprocess
 import time
 from dataclasses import replace
 
-from app.client import TimerClient
 from app.core.fired import FiredKind, FiredRecord
 from app.kafka.records import TopicReader
 from app.settings import Settings
+from kafka_timers_client.client import TimerClient
 from tests.support.cli import run_cli
 from tests.support.probes import get_json
 from tests.support.stack import Stack

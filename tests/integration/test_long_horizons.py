@@ -27,11 +27,11 @@ from typing import Any
 
 import pytest
 
-from app.client import TimerClient
 from app.dev.broker import free_port
 from app.dev.stack import ServiceProcess
 from bench.changelog import live_keys
 from bench.rocks import count_keys_by_kind
+from kafka_timers_client.client import TimerClient
 from tests.support.faults import Fire, FireWatch, Planned, schedule_spread
 from tests.support.stack import Stack
 from tests.support.waiting import wait_until

@@ -19,9 +19,9 @@ from collections.abc import Mapping
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from app.client import TimerClient
 from app.dev.broker import free_port
 from app.status.model import histogram_quantile
+from kafka_timers_client.client import TimerClient
 from tests.support.stack import Stack, fired_ids
 from tests.support.waiting import wait_until
 

@@ -31,8 +31,6 @@ from confluent_kafka import (
     Producer,
 )
 
-from app.client import TimerClient
-from app.core import protowire
 from app.core.fired import FiredKind, FiredRecord
 from app.dev.stack import ServiceProcess, wait_until_firing
 from app.kafka.config import confluent_producer
@@ -40,6 +38,8 @@ from app.kafka.records import Record, TopicReader
 from app.kafka.topics import ensure_topics
 from app.ops.migrate import bridge_group
 from app.settings import Settings
+from kafka_timers_client import protowire
+from kafka_timers_client.client import TimerClient
 from spark_audit.main import main as audit_main
 from spark_audit.reading import read_parsed_topic
 from spark_audit.session import audit_session

@@ -22,9 +22,9 @@ from collections import Counter
 
 import pytest
 
-from app.client import TimerClient
 from app.core.fired import FiredKind, FiredRecord
 from app.kafka.records import TopicReader
+from kafka_timers_client.client import TimerClient
 from tests.support.stack import Stack, fired_ids
 
 DAY = 86_400

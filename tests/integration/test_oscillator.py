@@ -55,7 +55,7 @@ def test_killing_one_of_two_oscillators_loses_no_tick(stack: Stack) -> None:
 
 
 def test_two_oscillators_fire_nothing_twice(stack: Stack) -> None:
-    from app.client import TimerClient
+    from kafka_timers_client.client import TimerClient
     from tests.support.stack import fired_ids
 
     topic = stack.callback_topic("redundant-callbacks")

@@ -48,7 +48,7 @@ def test_an_outage_costs_few_log_lines_and_sigterm_still_stops_the_worker(
             topic = stack.callback_topic(f"outage-{settings.app_id}")
             stack.oscillator()
             worker = stack.worker("outage-worker", loglevel="info", stop_grace_seconds=STOP_GRACE)
-            from app.client import TimerClient
+            from kafka_timers_client.client import TimerClient
 
             with TimerClient(settings) as client:
                 timer = client.schedule(topic, b"before", at=time.time() + 2)

@@ -21,12 +21,12 @@ import time
 from collections import Counter
 from typing import Any
 
-from app.client import TimerClient
 from app.core.fired import FiredKind, FiredRecord
 from app.dev.broker import free_port
 from app.dev.stack import wait_until_firing
 from app.kafka.control import send_control
 from app.kafka.records import TopicReader
+from kafka_timers_client.client import TimerClient
 from tests.support.cli import run_cli
 from tests.support.probes import get_json, metric_total
 from tests.support.stack import Stack, fired_ids

@@ -14,7 +14,7 @@ from collections import Counter
 
 import pytest
 
-from app.client import TimerClient
+from kafka_timers_client.client import TimerClient
 from tests.support.faults import FireWatch, owners
 from tests.support.probes import get_admitted
 from tests.support.stack import Stack, fired_ids

@@ -15,9 +15,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.client import TimerClient
 from app.core.routing import owner_of
 from app.kafka.records import Record
+from kafka_timers_client.client import TimerClient
 from tests.support.faults import FireWatch, owners
 from tests.support.stack import Stack
 

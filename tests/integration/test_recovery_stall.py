@@ -145,8 +145,8 @@ def test_a_worker_started_before_its_broker_waits_for_it_alive_and_not_ready(
 ) -> None:
     """The metadata waits at start (issue 23): a broker that does not answer a worker's
     start-up checks within ``--timeout`` (15 s) used to stop it with exit status 2."""
-    from app.client import TimerClient
     from app.dev.broker import DevBroker, free_port
+    from kafka_timers_client.client import TimerClient
 
     broker = DevBroker(free_port())
     settings = fresh_settings(broker.bootstrap, partitions=2)

@@ -13,11 +13,11 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from app.client import TimerClient
 from app.core.fired import FiredKind, FiredRecord
 from app.dev.broker import free_port
 from app.dev.stack import wait_until_firing
 from app.kafka.records import Record, TopicReader
+from kafka_timers_client.client import TimerClient
 from tests.conftest import OPERATOR_TOKEN
 from tests.support.faults import deliberate_fault_window
 from tests.support.probes import get_admitted

@@ -20,10 +20,10 @@ from dataclasses import replace
 import pytest
 from confluent_kafka import Producer
 
-from app.core import protowire
 from app.core.routing import owner_of
 from app.kafka.config import confluent_producer
 from app.settings import Settings
+from kafka_timers_client import protowire
 from tests.support.probes import committed_offsets, get_json, metric_by_partition, start_probed
 from tests.support.stack import Stack, running_stack
 from tests.support.waiting import wait_until

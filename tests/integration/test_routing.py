@@ -18,9 +18,9 @@ from typing import Any
 
 from confluent_kafka import Producer
 
-from app.client import CancelOutcome
 from app.core.routing import owner_of
 from app.kafka.config import confluent_common
+from kafka_timers_client.outcome import CancelOutcome
 from tests.integration.test_cancel_answers import firing_client, get
 from tests.support.probes import get_admitted, start_probed
 from tests.support.stack import Stack, fired_ids

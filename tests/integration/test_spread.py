@@ -14,10 +14,10 @@ import json
 import time
 from collections import Counter
 
-from app.client import TimerClient
-from app.core.spread import spread_second
 from app.dev.stack import wait_until_firing
 from app.kafka.records import TopicReader
+from kafka_timers_client.client import TimerClient
+from kafka_timers_client.spread import spread_second
 from tests.support.cli import run_cli
 from tests.support.stack import Stack, fired_ids
 

@@ -32,8 +32,6 @@ from typing import Any
 
 import pytest
 
-from app.client import ScheduledTimer, TimerClient
-from app.core.errors import KafkaTimersError
 from app.dev.broker import free_port
 from app.kafka.topics import ensure_topics
 from app.settings import Settings
@@ -41,6 +39,8 @@ from app.status.cli import status_main
 from app.status.model import (
     SOON_BUCKET_SECONDS,
 )
+from kafka_timers_client.client import ScheduledTimer, TimerClient
+from kafka_timers_client.errors import KafkaTimersError
 from tests.conftest import OPERATOR_TOKEN, fresh_settings
 from tests.support.broker import BrokerInfo
 from tests.support.probes import get_admitted

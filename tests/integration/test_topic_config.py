@@ -18,12 +18,12 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from app.client import TimerClient
 from app.dev.broker import free_port
 from app.kafka.config import confluent_common, confluent_producer
 from app.kafka.topic_config import topic_specs
 from app.kafka.topics import describe_topic_configs, ensure_topics, partition_count
 from app.settings import Settings
+from kafka_timers_client.client import TimerClient
 from tests.conftest import fresh_settings
 from tests.support.broker import BrokerInfo
 from tests.support.cli import run_cli

@@ -22,8 +22,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from app.core import protowire
-from app.core.partitioner import partition_for
+from kafka_timers_client import protowire
+from kafka_timers_client.partitioner import partition_for
 from tests.support.stack import Stack, fired_ids
 from tests.support.waiting import wait_until
 

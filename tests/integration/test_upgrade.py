@@ -39,7 +39,6 @@ from typing import IO, Any
 import pytest
 from confluent_kafka import Producer
 
-from app.client import TimerClient
 from app.core.keys import index_key, timer_key
 from app.core.stored import NEWEST_LAYOUT, pack_timer
 from app.core.timer import Timer
@@ -48,6 +47,7 @@ from app.dev.stack import ServiceProcess, child_env, wait_until_firing
 from app.kafka.config import confluent_producer
 from app.kafka.records import Record, TopicReader
 from app.settings import Settings
+from kafka_timers_client.client import TimerClient
 from tests.conftest import fresh_settings
 from tests.support.broker import BrokerInfo
 from tests.support.stack import Stack, running_stack
@@ -127,7 +127,10 @@ class OldProcess(ServiceProcess):
 CLIENT_SCRIPT = r"""
 import json, sys, time
 from confluent_kafka import Producer
-from app.client import TimerClient
+try:  # this tree: the client package is the one import path
+    from kafka_timers_client import TimerClient
+except ImportError:  # a release from before it
+    from app.client import TimerClient
 from app.kafka.config import confluent_producer
 from app.settings import Settings
 
@@ -280,7 +283,10 @@ class Release:
 
 CANCEL_SCRIPT = r"""
 import json, sys
-from app.client import TimerClient
+try:  # this tree: the client package is the one import path
+    from kafka_timers_client import TimerClient
+except ImportError:  # a release from before it
+    from app.client import TimerClient
 from app.settings import Settings
 with TimerClient(Settings.from_env()) as client:
     todo = json.loads(sys.argv[1])

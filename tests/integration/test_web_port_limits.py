@@ -31,11 +31,11 @@ from pathlib import Path
 
 import pytest
 
-from app.client import TimerClient
 from app.dev.broker import free_port
 from app.dev.stack import start_worker, wait_until_firing
 from app.kafka.records import TopicReader
 from app.worker.descriptors import descriptors_needed
+from kafka_timers_client.client import TimerClient
 from tests.conftest import OPERATOR_TOKEN
 from tests.support.probes import get_admitted, get_json
 from tests.support.stack import Stack

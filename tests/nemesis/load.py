@@ -28,11 +28,11 @@ from typing import IO, Any
 
 from confluent_kafka import KafkaError, Message, Producer
 
-from app.client import TimerClient
-from app.core import protowire
 from app.core.routing import owner_of
 from app.kafka.config import confluent_producer
 from app.settings import Settings
+from kafka_timers_client import protowire
+from kafka_timers_client.client import TimerClient
 from kafka_timers_client.errors import KafkaTimersError
 from kafka_timers_client.spread import spread_second
 from tests.nemesis.history import (

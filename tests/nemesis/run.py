@@ -19,14 +19,14 @@ import threading
 import time
 from pathlib import Path
 
-from app.client import TimerClient
-from app.core import protowire
 from app.core.fired import FiredKind, FiredRecord
 from app.core.routing import HOP_HEADER, owner_of
 from app.dev.stack import wait_until_firing
 from app.kafka.records import Record
 from app.kafka.topics import ensure_topics
 from app.settings import Settings
+from kafka_timers_client import protowire
+from kafka_timers_client.client import TimerClient
 from tests.nemesis.checker import Verdict, check
 from tests.nemesis.faults import Nemesis
 from tests.nemesis.history import (

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Producer
 
-from app.core import protowire
 from app.core.fired import FiredKind, FiredRecord
 from app.core.routing import owner_of
 from app.dev.stack import ServiceProcess
 from app.kafka.config import confluent_producer
 from app.kafka.records import Record, TopicReader
 from app.settings import Settings
+from kafka_timers_client import protowire
 from tests.support.stack import Stack
 from tests.support.waiting import keep_reading, wait_until
 

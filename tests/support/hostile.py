@@ -40,12 +40,12 @@ from unittest import mock
 
 from hypothesis import strategies as st
 
-from app.core import protowire
 from app.core.raw_record import RawRecord
 from app.settings import Settings
 from app.worker import output as output_module
 from app.worker.metrics import WorkerMetrics
 from app.worker.service import TimerService
+from kafka_timers_client import protowire
 from tests.support.memstores import FakeOutput, MemoryStores
 
 __all__ = [

@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from app.core.budget import DEFAULT_MAX_RECORD_BYTES
-from app.core.errors import RejectReason
 from app.core.fired import SkipReason
 from app.core.raw_record import RawRecord
 from app.core.timer import Timer
 from app.worker.output import DeliveryFailure, TransactionAborted
+from kafka_timers_client.errors import RejectReason
 from tests.support.memkv import MemoryKV
 
 CHANGELOG = "changelog"

@@ -6,8 +6,8 @@ import json
 
 import pyarrow as pa
 
-from app.core import protowire
 from app.settings import Settings
+from kafka_timers_client import protowire
 from spark_audit.kafka_source import ARROW_SCHEMA
 from spark_audit.parsed_source import (
     PARSED_FIRED_SCHEMA,

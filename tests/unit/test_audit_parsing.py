@@ -8,9 +8,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from app.core import protowire
 from app.core.fired import token_digest
 from app.settings import Settings
+from kafka_timers_client import protowire
 from spark_audit.parsing import CANCEL, SCHEDULE, parse_request_arrays, policy_for
 
 TS_MS = 1_767_225_600_000

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.core.recurrence import Recurrence
+from kafka_timers_client.recurrence import Recurrence
 from spark_audit.reconcile import judge
 from spark_audit.verdicts import (
     CancelReport,

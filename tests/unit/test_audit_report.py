@@ -7,7 +7,7 @@ import re
 import pyarrow as pa
 import pytest
 
-from app.core.recurrence import Recurrence
+from kafka_timers_client.recurrence import Recurrence
 from spark_audit.charts import bar_chart
 from spark_audit.errors import AuditError
 from spark_audit.judging import (

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 
 from app.core.raw_record import RawRecord
-from app.core.recurrence import Recurrence
-from app.core.spread import spread_second
 from app.settings import Settings
+from kafka_timers_client.recurrence import Recurrence
+from kafka_timers_client.spread import spread_second
 from spark_audit.judging import EVENT_FIELDS, SOURCE_FIRE, SOURCE_REQUEST, judge_one
 from spark_audit.parsing import ParsedColumns, judge_request, policy_for
 from spark_audit.reconcile import judge

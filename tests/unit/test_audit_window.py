@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from app.core.errors import InvalidTimeSpec
+from kafka_timers_client.errors import InvalidTimeSpec
 from spark_audit.errors import AuditError
 from spark_audit.options import parse_options
 from spark_audit.reconcile import judge

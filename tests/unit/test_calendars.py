@@ -15,18 +15,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core import protowire
-from app.core.calendars import Calendar, SkipPolicy, dates_from_ics
-from app.core.errors import KafkaTimersError, RejectedRequest, RejectReason
 from app.core.firing import plan
-from app.core.late import CatchUp, LatePolicy
 from app.core.raw_record import RawRecord
-from app.core.recurrence import Recurrence
 from app.core.request_format import parse_request
 from app.core.stored import pack_timer, unpack_timer
 from app.core.timer import Timer
+from kafka_timers_client import protowire
 from kafka_timers_client import recurrence as recurrence_module
 from kafka_timers_client.bounds import MAX_SKIP_DATES
+from kafka_timers_client.calendars import Calendar, SkipPolicy, dates_from_ics
+from kafka_timers_client.errors import KafkaTimersError, RejectedRequest, RejectReason
+from kafka_timers_client.late import CatchUp, LatePolicy
+from kafka_timers_client.recurrence import Recurrence
 
 PARIS = ZoneInfo("Europe/Paris")
 #: 2026-12-20T00:00:00Z, a Sunday.

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from app.cli import KAFKA_COMMANDS, build_parser
-from app.core.errors import ConfigurationError
 from app.kafka.command_config import parse_properties, read_command_config
+from kafka_timers_client.errors import ConfigurationError
 
 #: The least each subcommand needs to parse.
 REQUIRED: dict[str, list[str]] = {

@@ -4,28 +4,44 @@ shared modules load no Kafka client (the worker's pure core imports them)."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from dataclasses import replace
 
-import kafka_timers_client
-from app import client as service_client
-from app.core import due, errors, partitioner, protowire, recurrence
+import pytest
+
 from app.kafka.config import confluent_consumer, confluent_producer
 from app.settings import SecuritySettings, Settings, TopicNames
 from kafka_timers_client import ClientConfig, TimerClient
-from kafka_timers_client import due as client_due
-from kafka_timers_client import errors as client_errors
 from kafka_timers_client.config import confluent_producer as client_producer
 
 
-def test_the_service_uses_the_clients_code_not_a_copy() -> None:
-    assert service_client.TimerClient is kafka_timers_client.TimerClient
-    assert due.due_second is client_due.due_second
-    assert errors.KafkaTimersError is client_errors.KafkaTimersError
-    assert partitioner.partition_for.__module__ == "kafka_timers_client.partitioner"
-    assert protowire.encode.__module__ == "kafka_timers_client.protowire"
-    assert recurrence.Recurrence.__module__ == "kafka_timers_client.recurrence"
+@pytest.mark.parametrize(
+    "module",
+    [
+        "app.client",
+        "app.kafka.fired_reader",
+        *(
+            f"app.core.{name}"
+            for name in [
+                "bounds",
+                "calendars",
+                "due",
+                "errors",
+                "late",
+                "partitioner",
+                "protowire",
+                "recurrence",
+                "spread",
+            ]
+        ),
+    ],
+)
+def test_a_name_the_client_defines_has_one_import_path(module: str) -> None:
+    """The service imports the client's modules where it uses them: no module of its own
+    re-exports them under a second path."""
+    assert importlib.util.find_spec(module) is None
 
 
 def test_the_services_settings_become_the_clients_config() -> None:

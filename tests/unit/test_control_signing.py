@@ -21,13 +21,13 @@ from app.core.control import (
     read_signed_control,
     sign_control,
 )
-from app.core.errors import RejectedRequest, RejectReason
 from app.core.policy import RequestPolicy
 from app.core.timer_filter import TimerFilter
 from app.settings import Settings
 from app.worker import control as control_module
 from app.worker.control import ControlFollower
 from app.worker.topic_gates import TopicGates
+from kafka_timers_client.errors import RejectedRequest, RejectReason
 from tests.unit.test_service import NOW, Harness
 
 SECRET = "a-control-secret-of-24-chars"
@@ -138,15 +138,15 @@ def test_a_timer_stored_to_a_control_topic_before_is_refused_when_due(
 
 
 def test_the_cli_refuses_to_send_an_unsigned_record() -> None:
-    from app.core.errors import ConfigurationError
     from app.kafka.control import send_control
+    from kafka_timers_client.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="KAFKA_TIMERS_CONTROL_SECRET"):
         send_control(Settings(), b"pause/x", b"{}", timeout=0.1)
 
 
 def test_the_control_secret_is_read_checked_and_handed_to_children() -> None:
-    from app.core.errors import ConfigurationError
+    from kafka_timers_client.errors import ConfigurationError
 
     settings = Settings.from_env({"KAFKA_TIMERS_CONTROL_SECRET": SECRET})
     assert settings.control_secret == SECRET

@@ -7,7 +7,6 @@ import resource
 
 import pytest
 
-from app.core.errors import ConfigurationError, RejectedRequest, RejectReason
 from app.worker import descriptors
 from app.worker.descriptors import (
     descriptors_needed,
@@ -16,6 +15,7 @@ from app.worker.descriptors import (
     raise_soft_limit,
 )
 from app.worker.isolation import is_systemic
+from kafka_timers_client.errors import ConfigurationError, RejectedRequest, RejectReason
 
 
 class FakeLimits:

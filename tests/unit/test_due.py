@@ -2,8 +2,8 @@ from decimal import Decimal
 
 import pytest
 
-from app.core.due import due_second, parse_at, parse_duration
-from app.core.errors import InvalidTimeSpec
+from kafka_timers_client.due import due_second, parse_at, parse_duration
+from kafka_timers_client.errors import InvalidTimeSpec
 
 
 def test_fractions_round_up_never_down() -> None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from app.core.errors import RejectedRequest, RejectReason
 from app.core.firing import MISFIRE_MS, StepKind, next_occurrence, plan
-from app.core.late import DEFAULT_POLICY, CatchUp, LatePolicy
-from app.core.recurrence import Recurrence
 from app.core.timer import Timer
+from kafka_timers_client.errors import RejectedRequest, RejectReason
+from kafka_timers_client.late import DEFAULT_POLICY, CatchUp, LatePolicy
+from kafka_timers_client.recurrence import Recurrence
 
 T0 = 1_767_225_600
 FIRE_COALESCE = DEFAULT_POLICY

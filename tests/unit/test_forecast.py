@@ -20,11 +20,11 @@ from app.core.forecast import (
     stored_topic,
 )
 from app.core.keys import PENDING, PENDING_END, parse_timer_key
-from app.core.late import LatePolicy
-from app.core.recurrence import Recurrence
 from app.core.stored import pack_timer, unpack_timer
 from app.core.timer import Cancel, Timer
 from app.core.wheel import PartitionWheel, Scheduled
+from kafka_timers_client.late import LatePolicy
+from kafka_timers_client.recurrence import Recurrence
 from tests.support.memkv import MemoryKV
 
 START = 1_767_225_600  # 2026-01-01T00:00:00Z, a whole hour

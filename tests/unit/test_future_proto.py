@@ -32,13 +32,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import app.core.proto
-from app.core import protowire
-from app.core.due import due_second
-from app.core.errors import RejectedRequest, RejectReason
 from app.core.proto import DESCRIPTOR_SET, PROTO_FILE
 from app.core.raw_record import RawRecord, derived_id
 from app.core.request_format import parse_request
 from app.core.timer import Cancel, Timer, TokenAction
+from kafka_timers_client import protowire
+from kafka_timers_client.due import due_second
+from kafka_timers_client.errors import RejectedRequest, RejectReason
 
 MANY = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 INT64 = st.integers(-(2**63), 2**63 - 1)

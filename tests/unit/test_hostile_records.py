@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 
-from app.core import protowire
 from app.core.raw_record import RawRecord
+from kafka_timers_client import protowire
 from tests.support.hostile import (
     BUDGET_BYTES,
     CALLBACK_TOPIC,

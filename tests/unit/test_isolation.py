@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from app.core.errors import RejectReason, SystemicFailure
 from app.core.keys import REQUEST_OFFSET
 from app.core.raw_record import RawRecord
 from app.kafka.records import to_record
@@ -20,6 +19,7 @@ from app.worker import service_requests as service_module
 from app.worker.isolation import is_systemic, rejection_for
 from app.worker.output import DeliveryFailure
 from app.worker.service import TimerService
+from kafka_timers_client.errors import RejectReason, SystemicFailure
 from tests.unit.test_service import NOW, Harness
 
 POISON = b"poison"
@@ -223,7 +223,7 @@ def test_headers_that_alone_exceed_half_the_room_are_dropped_from_the_copy() -> 
 
 
 def test_a_request_whose_records_would_not_fit_is_refused_whole_before_it_is_stored() -> None:
-    from app.core import protowire
+    from kafka_timers_client import protowire
 
     h = Harness()
     h.output.max_record_bytes = 5_000

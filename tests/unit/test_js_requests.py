@@ -30,11 +30,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.bounds import MAX_SECONDS
-from app.core.errors import RejectedRequest, RejectReason
 from app.core.raw_record import RawRecord
 from app.core.request_format import parse_request
 from app.core.timer import Cancel, Timer
+from kafka_timers_client.bounds import MAX_SECONDS
+from kafka_timers_client.errors import RejectedRequest, RejectReason
 from tests.support.node import NodeScript, node_script
 
 SENT_MS = 1_800_000_000_250

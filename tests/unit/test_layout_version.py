@@ -18,11 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.calendars import Calendar
-from app.core.errors import SystemicFailure
 from app.core.keys import timer_key
-from app.core.late import CatchUp, LatePolicy
-from app.core.recurrence import Recurrence
 from app.core.stored import (
     NEWEST_LAYOUT,
     StoredLayoutTooNew,
@@ -35,6 +31,10 @@ from app.core.timer import Timer
 from app.core.wheel import PartitionWheel
 from app.worker import layout_refusal
 from app.worker.isolation import is_systemic
+from kafka_timers_client.calendars import Calendar
+from kafka_timers_client.errors import SystemicFailure
+from kafka_timers_client.late import CatchUp, LatePolicy
+from kafka_timers_client.recurrence import Recurrence
 from tests.support.memkv import MemoryKV
 from tests.unit.test_ops_jsonl import stored_timers
 

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from app.core.recurrence import Recurrence
 from app.core.timer import Timer
 from app.core.timer_filter import TimerFilter
 from app.core.wheel import PartitionWheel
 from app.status.listing import list_page, parse_cursor
+from kafka_timers_client.recurrence import Recurrence
 from tests.support.memkv import MemoryKV
 
 NOW = 1_800_000_000

@@ -8,13 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.calendars import Calendar, SkipPolicy
-from app.core.late import CatchUp, LatePolicy
-from app.core.recurrence import Recurrence
 from app.core.stored import pack_timer, unpack_timer
 from app.core.timer import Timer
 from app.ops.import_ import read_lines
 from app.ops.jsonl import LineError, decode_line, encode_line
+from kafka_timers_client.calendars import Calendar, SkipPolicy
+from kafka_timers_client.late import CatchUp, LatePolicy
+from kafka_timers_client.recurrence import Recurrence
 
 texts = st.text(max_size=20)
 data = st.binary(max_size=20) | texts.map(str.encode)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 
-from app.core import protowire
-from app.core.partitioner import partition_for
 from app.core.raw_record import RawRecord
 from app.core.routing import HOP_HEADER, without_hop
 from app.ops.migrate import placement
+from kafka_timers_client import protowire
+from kafka_timers_client.partitioner import partition_for
 
 
 def record(key: bytes | None, value: bytes | None, partition: int = 3, **kw: object) -> RawRecord:

@@ -10,11 +10,8 @@ from itertools import islice
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.bounds import MAX_SECONDS
 from app.core.keys import timer_key
-from app.core.late import CatchUp, LatePolicy
 from app.core.raw_record import RawRecord
-from app.core.recurrence import Recurrence
 from app.core.request_format import parse_request
 from app.core.stored import pack_timer
 from app.core.timer import Cancel, Timer
@@ -23,6 +20,9 @@ from app.ops.import_ import read_lines, requests_of
 from app.ops.jsonl import LineError
 from app.ops.requests import as_request, continued
 from app.ops.snapshot import _pending_of
+from kafka_timers_client.bounds import MAX_SECONDS
+from kafka_timers_client.late import CatchUp, LatePolicy
+from kafka_timers_client.recurrence import Recurrence
 from tests.support.memkv import MemoryKV
 
 NOW = 1_800_000_000

@@ -7,7 +7,7 @@ import random
 import pytest
 from aiokafka.partitioner import murmur2 as aiokafka_murmur2
 
-from app.core.partitioner import murmur2, partition_for
+from kafka_timers_client.partitioner import murmur2, partition_for
 
 # org.apache.kafka.common.utils.UtilsTest.testMurmur2, and the values Akka's sharding
 # tests took from the same Java implementation.

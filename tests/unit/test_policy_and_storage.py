@@ -1,11 +1,11 @@
 import pytest
 
-from app.core.errors import RejectedRequest, RejectReason
-from app.core.late import LatePolicy
 from app.core.policy import RequestPolicy
-from app.core.recurrence import Recurrence
 from app.core.stored import pack_timer, unpack_timer
 from app.core.timer import Timer
+from kafka_timers_client.errors import RejectedRequest, RejectReason
+from kafka_timers_client.late import LatePolicy
+from kafka_timers_client.recurrence import Recurrence
 
 NOW = 1_767_225_600
 
@@ -130,8 +130,8 @@ def test_storage_of_a_series_is_version_2_and_a_one_shot_timer_stays_version_1()
 
 
 def test_internal_topics_are_refused_by_construction_whatever_the_allow_list() -> None:
-    from app.core.errors import RejectedRequest as Refused
     from app.core.policy import RequestPolicy as Policy
+    from kafka_timers_client.errors import RejectedRequest as Refused
 
     policy = Policy.build(
         allow_patterns=(".*",),

@@ -30,13 +30,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import app.core.proto
-from app.core.errors import KafkaTimersError, RejectedRequest
 from app.core.policy import is_legal_topic
 from app.core.proto import PROTO_FILE
 from app.core.raw_record import RawRecord
 from app.core.request_format import parse_request
 from app.core.timer import Cancel, Timer
 from kafka_timers_client import TimerClient
+from kafka_timers_client.errors import KafkaTimersError, RejectedRequest
 from kafka_timers_client.fired import FiredKind, FiredRecord, SkipReason
 from tests.support.node import NodeScript, node_script
 from tests.unit.test_client_schedule import NOW, calls, texts
@@ -174,7 +174,7 @@ def test_every_request_the_python_client_sends_decodes_with_code_from_the_proto(
 
 
 def _timers() -> Iterator[Timer]:
-    from app.core.recurrence import Recurrence
+    from kafka_timers_client.recurrence import Recurrence
 
     yield Timer(id="a", due=1_800_000_000, topic="t", key=b"k", value=b"v", token="s")
     every = Recurrence.interval(30, start=1_800_000_000, count=3)
@@ -217,9 +217,9 @@ def test_every_kind_of_fired_record_validates() -> None:
 
 def test_the_json_requests_import_writes_validate() -> None:
     """``kafka-timers import`` sends JSON for a timer whose callback key is not UTF-8."""
-    from app.core.late import LatePolicy
-    from app.core.recurrence import Recurrence
     from app.ops.requests import as_request
+    from kafka_timers_client.late import LatePolicy
+    from kafka_timers_client.recurrence import Recurrence
 
     binary = {"key": b"\xff\x00", "value": b"v", "token": "s", "headers": (("h", b"1"),)}
     timers = [

@@ -1,6 +1,6 @@
 import pytest
 
-from app.core import protowire
+from kafka_timers_client import protowire
 
 
 def _article_bytes(topic: str, key: str, value: bytes) -> bytes:

@@ -16,8 +16,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from app.core.errors import RejectedRequest, RejectReason
-from app.core.recurrence import Recurrence
+from kafka_timers_client.errors import RejectedRequest, RejectReason
+from kafka_timers_client.recurrence import Recurrence
 
 
 def utc(text: str) -> int:

@@ -12,10 +12,10 @@ import time
 
 import pytest
 
-from app.core import protowire
-from app.core.errors import RejectedRequest
 from app.core.raw_record import RawRecord
 from app.core.request_format import parse_request
+from kafka_timers_client import protowire
+from kafka_timers_client.errors import RejectedRequest
 
 NOW_MS = 1_767_225_600_000
 

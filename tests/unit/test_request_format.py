@@ -2,11 +2,11 @@ import json
 
 import pytest
 
-from app.core import protowire
-from app.core.errors import RejectedRequest, RejectReason
 from app.core.raw_record import RawRecord
 from app.core.request_format import parse_request
 from app.core.timer import Cancel, Timer, TokenAction
+from kafka_timers_client import protowire
+from kafka_timers_client.errors import RejectedRequest, RejectReason
 
 
 def record(

@@ -8,7 +8,6 @@ from dataclasses import replace
 
 import pytest
 
-from app.core.errors import RejectedRequest
 from app.core.keys import origin_key
 from app.core.raw_record import RawRecord
 from app.core.routing import (
@@ -22,6 +21,7 @@ from app.core.routing import (
     without_hop,
 )
 from app.worker.output import DeliveryFailure
+from kafka_timers_client.errors import RejectedRequest
 from tests.unit.test_service import NOW, Harness
 
 PARTITIONS = 4

@@ -21,11 +21,11 @@ from app.core.firing import (
     StepKind,
     plan,
 )
-from app.core.late import DEFAULT_POLICY, CatchUp, LatePolicy
 from app.core.raw_record import RawRecord
-from app.core.recurrence import ANCHOR_SLACK_SECONDS, Recurrence
 from app.core.request_format import parse_request
 from app.core.timer import Timer
+from kafka_timers_client.late import DEFAULT_POLICY, CatchUp, LatePolicy
+from kafka_timers_client.recurrence import ANCHOR_SLACK_SECONDS, Recurrence
 from spark_audit.reconcile import judge
 from spark_audit.verdicts import FireEvent, RequestEvent, Rules, SkipEvent, Status
 

@@ -13,15 +13,15 @@ from typing import Any, TypeVar
 
 import pytest
 
-from app.core import protowire
-from app.core.errors import RejectReason
 from app.core.keys import REQUEST_OFFSET, index_key, timer_key
-from app.core.late import LatePolicy
 from app.core.policy import RequestPolicy
 from app.core.raw_record import RawRecord
 from app.worker.metrics import WorkerMetrics
 from app.worker.output import DeliveryFailure
 from app.worker.service import TimerService
+from kafka_timers_client import protowire
+from kafka_timers_client.errors import RejectReason
+from kafka_timers_client.late import LatePolicy
 from tests.support.memkv import MemoryKV
 from tests.support.memstores import FakeOutput, MemoryStores
 

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from app.core.errors import ConfigurationError
 from app.settings import Settings
+from kafka_timers_client.errors import ConfigurationError
 
 
 def test_the_tick_fetch_wait_is_500_ms_unless_set_and_survives_the_trip_to_a_child() -> None:

@@ -6,8 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from app.core.errors import ConfigurationError
 from app.settings import Settings
+from kafka_timers_client.errors import ConfigurationError
 
 
 def test_bind_addresses_and_tick_tolerance_come_from_the_environment() -> None:

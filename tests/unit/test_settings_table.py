@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
-from app.core.errors import ConfigurationError
 from app.settings import SecuritySettings, Settings, TopicNames
 from app.settings.reference import BEGIN, DOCS, END, MASK, config_listing, docs_table, with_table
 from app.settings.reference import main as reference_main
 from app.settings.table import specs
+from kafka_timers_client.errors import ConfigurationError
 
 SECRET = "0123456789abcdef-secret"
 

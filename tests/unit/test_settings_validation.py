@@ -18,7 +18,6 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.errors import ConfigurationError, RejectedRequest, RejectReason
 from app.core.policy import LAST_KEY_SECOND, RequestPolicy, compile_topic_pattern
 from app.core.timer import Timer
 from app.kafka.config import confluent_producer
@@ -31,6 +30,7 @@ from app.settings import (
     Settings,
     split_allow_list,
 )
+from kafka_timers_client.errors import ConfigurationError, RejectedRequest, RejectReason
 
 NOW = 1_767_225_600
 P = "KAFKA_TIMERS_"

@@ -13,22 +13,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.client import ScheduledTimer, TimerClient
-from app.core import protowire
-from app.core.errors import KafkaTimersError, RejectedRequest, RejectReason
 from app.core.firing import plan
 from app.core.keys import timer_key
-from app.core.late import DEFAULT_POLICY, LatePolicy
-from app.core.partitioner import partition_for
 from app.core.raw_record import RawRecord
-from app.core.recurrence import Recurrence
 from app.core.request_format import parse_request
-from app.core.spread import MAX_SPREAD_SECONDS, spread_offset, spread_second
 from app.core.stored import NEWEST_LAYOUT, pack_timer, unpack_timer
 from app.core.timer import Cancel, Timer
 from app.core.wheel import CancelOutcome, PartitionWheel, Scheduled
 from app.ops.jsonl import decode_line, encode_line
 from app.ops.requests import as_request
+from kafka_timers_client import protowire
+from kafka_timers_client.client import ScheduledTimer, TimerClient
+from kafka_timers_client.errors import KafkaTimersError, RejectedRequest, RejectReason
+from kafka_timers_client.late import DEFAULT_POLICY, LatePolicy
+from kafka_timers_client.partitioner import partition_for
+from kafka_timers_client.recurrence import Recurrence
+from kafka_timers_client.spread import MAX_SPREAD_SECONDS, spread_offset, spread_second
 from tests.support.memkv import MemoryKV
 
 T0 = 1_800_000_000

@@ -15,9 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.core.recurrence import Recurrence
 from app.core.timer import Timer
 from app.core.wheel import PartitionWheel
+from kafka_timers_client.recurrence import Recurrence
 from tests.support.memkv import MemoryKV
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -24,16 +24,17 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core import proto, protowire
-from app.core.errors import RejectedRequest, RejectReason
+from app.core import proto
 from app.core.fired import FiredRecord, fired_json
 from app.core.raw_record import RawRecord
-from app.core.recurrence import Recurrence
 from app.core.request_format import parse_request
 from app.core.sr_framing import MAX_MESSAGE_INDEXES, frame, unframe
 from app.core.stored import pack_timer, unpack_timer
 from app.core.timer import Cancel, Timer
 from app.core.wheel import PartitionWheel
+from kafka_timers_client import protowire
+from kafka_timers_client.errors import RejectedRequest, RejectReason
+from kafka_timers_client.recurrence import Recurrence
 from tests.support.hostile import (
     arbitrary_records,
     check_record,

@@ -18,12 +18,12 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from app.core.backoff import Backoff
-from app.core.errors import BrokerUnavailable, ConfigurationError
 from app.dev.broker import free_port
 from app.kafka import topics
 from app.settings import Settings
 from app.worker.output import OutputProducer
 from app.worker.startup import STARTUP_STEP, StartupProbe, until_broker_answers
+from kafka_timers_client.errors import BrokerUnavailable, ConfigurationError
 
 
 class Flaky:

@@ -13,10 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.firing import next_occurrence
-from app.core.recurrence import Recurrence
-from app.core.spread import MAX_SPREAD_SECONDS
 from app.core.stored import pack_next_occurrence, pack_timer, unpack_timer
 from app.core.timer import Timer
+from kafka_timers_client.recurrence import Recurrence
+from kafka_timers_client.spread import MAX_SPREAD_SECONDS
 from tests.unit.test_ops_jsonl import seconds, stored_timers
 
 #: A spread, or none, and a schema id, or none: the two extensions after a layout's fields.

@@ -9,7 +9,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.bounds import MAX_SECONDS
 from app.core.tick_record import (
     MAX_SOURCE_CHARS,
     UNKNOWN_SOURCE,
@@ -18,6 +17,7 @@ from app.core.tick_record import (
     parse_tick,
     tick_second,
 )
+from kafka_timers_client.bounds import MAX_SECONDS
 
 NOW = 1_767_225_600
 

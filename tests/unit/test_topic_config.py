@@ -99,8 +99,8 @@ def test_tombstone_retention_defaults_to_apache_kafkas() -> None:
 def test_the_record_budget_is_the_smallest_of_the_producer_and_the_topics_written() -> None:
     import pytest
 
-    from app.core.errors import ConfigurationError
     from app.kafka.topic_config import record_budget
+    from kafka_timers_client.errors import ConfigurationError
 
     settings = replace(Settings(), max_payload_bytes=100_000)
     assert record_budget(settings, {}) == 1_000_000

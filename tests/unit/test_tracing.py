@@ -23,8 +23,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import NonRecordingSpan, SpanKind, get_current_span, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from app.core import protowire
-from app.core.errors import ConfigurationError
 from app.core.raw_record import RawRecord
 from app.core.timer import Timer
 from app.settings import Settings
@@ -37,6 +35,8 @@ from app.worker.otel_spans import (
 )
 from app.worker.output import OutputProducer
 from app.worker.tracing import tracing_for
+from kafka_timers_client import protowire
+from kafka_timers_client.errors import ConfigurationError
 from tests.unit.test_output_audits import _RecordingProducer
 from tests.unit.test_service import NOW, Harness
 

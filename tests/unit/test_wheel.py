@@ -2,10 +2,10 @@ import dataclasses
 
 from app.core.firing import plan
 from app.core.keys import EXPIRY, timer_key
-from app.core.late import DEFAULT_POLICY, CatchUp, LatePolicy
-from app.core.recurrence import Recurrence
 from app.core.timer import Cancel, Timer
 from app.core.wheel import CancelOutcome, PartitionWheel, Scheduled
+from kafka_timers_client.late import DEFAULT_POLICY, CatchUp, LatePolicy
+from kafka_timers_client.recurrence import Recurrence
 from tests.support.memkv import MemoryKV
 
 

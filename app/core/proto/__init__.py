@@ -16,8 +16,8 @@ installed (upb, in C), rather than shipped as a generated ``future_pb2.py``:
   in protobuf's default pool.
 
 The worker decodes requests with these classes: on upb, ``parse_request`` runs about
-twice as fast as on the hand codec :mod:`app.core.protowire` (docs/performance.md). The
-client still encodes with :mod:`app.core.protowire`, which tests hold to this schema in
+twice as fast as on the hand codec :mod:`kafka_timers_client.protowire` (docs/performance.md). The
+client still encodes with :mod:`kafka_timers_client.protowire`, which tests hold to this schema in
 both directions.
 """
 
