@@ -1,4 +1,4 @@
-"""The cost of the fire-time checks (issue 22), A/B in the same process and run.
+"""The cost of the fire-time checks, A/B in the same process and run.
 
 When a timer comes due the worker checks it again under the rules it runs with now (the
 allow-list, the deny-list, the payload limit: :meth:`TimerService._refused_at_fire`),
@@ -11,12 +11,13 @@ several passes each. The difference is set beside the worker's CPU per timer fir
 this run's ingest scenario: the target is at most 5% of it. In-process CPU time, so the
 figure hardly moves with the machine's other load.
 
-The same for routing (issue 28): a request already on its id's owner partition pays the
+The same for routing: a request already on its id's owner partition pays the
 owner check (:func:`app.core.routing.owner_of` and a comparison) and the hop-marker test
 on its headers; timed over the same requests with and without them, set beside the
 worker's CPU per request stored in this run's ingest scenario (target: at most 5%).
 
-Round two's checks, target at most 2% each, timed the same way:
+The checks that keep deployments apart (control records, tokens, idempotent
+forwarding), target at most 2% each, timed the same way:
 
 - a request on its owner partition: the control-suffix refusal of its callback topic, the
   token rule (a replace needs the stored token) and the ``timer-hop`` test of a record
@@ -64,7 +65,7 @@ START = 1_767_225_600
 TIMERS, PASSES = 50_000, 9
 #: Share of the worker's CPU per timer fired the checks may cost.
 TARGET_SHARE = 0.05
-#: The same for round two's checks (control records, tokens, idempotent forwarding).
+#: The same for the checks that keep deployments apart (control, tokens, forwarding).
 ROUND_TWO_SHARE = 0.02
 #: A deployment secret, as KAFKA_TIMERS_CONTROL_SECRET holds one.
 SECRET = "bench-" + "s" * 26
@@ -209,7 +210,8 @@ def _owner_unchecked(records: list[RawRecord], tokens: list[str]) -> float:
 
 
 def owner_request_cost_us(requests: int = TIMERS, passes: int = PASSES) -> tuple[float, float]:
-    """Best CPU µs per request on its owner ``(checked, unchecked)``: round two's checks."""
+    """Best CPU µs per request on its owner ``(checked, unchecked)``: the control, token
+    and hop checks."""
     records = _records(requests)
     tokens = [secrets.token_hex(8) for _ in records]
     checked, unchecked = [], []
@@ -384,8 +386,14 @@ if __name__ == "__main__":
     routed_us, unrouted_us = routing_cost_us()
     print(f"routing by id: with {routed_us:.2f} µs, without {unrouted_us:.2f} µs per request")
     owner_us, plain_us = owner_request_cost_us()
-    print(f"round two, on its owner: with {owner_us:.2f} µs, without {plain_us:.2f} µs")
+    print(
+        f"control, token and hop checks, on its owner: with {owner_us:.2f} µs, "
+        f"without {plain_us:.2f} µs"
+    )
     signed_us, unsigned_us = forwarded_cost_us()
-    print(f"round two, forwarded: signed {signed_us:.2f} µs, unsigned {unsigned_us:.2f} µs")
+    print(
+        f"signed hop and replay test, forwarded: signed {signed_us:.2f} µs, "
+        f"unsigned {unsigned_us:.2f} µs"
+    )
     suffix_us, plain_us = control_suffix_cost_us()
-    print(f"round two, per fire: with {suffix_us:.2f} µs, without {plain_us:.2f} µs")
+    print(f"control-suffix refusal: with {suffix_us:.2f} µs, without {plain_us:.2f} µs")

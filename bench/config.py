@@ -40,11 +40,11 @@ class BenchConfig:
     steady_seconds: int = 60
     #: Timers due in one second in the burst scenario.
     burst_timers: int = 1_000_000
-    #: Timers due in one second with a 60 s spread in the spread scenario (issue 24's
+    #: Timers due in one second with a 60 s spread in the spread scenario (the
     #: million: see bench.spread).
     spread_timers: int = 1_000_000
     #: Timers due in one second to a topic limited to this many callbacks a second, in
-    #: the rate-limit scenario (issue 24's million at 50,000/s: see bench.rate_limit).
+    #: the rate-limit scenario (a million at 50,000/s: see bench.rate_limit).
     rate_limit_timers: int = 1_000_000
     rate_limit_per_second: int = 50_000
     #: Pending-timer levels at which the capacity scenario measures a live worker,

@@ -18,7 +18,7 @@ sends its tick, as an oscillator would, and follows two topics from the moment b
   Once complete, RocksDB and the pending gauge are checked too: no key of the bucket
   is left.
 
-Also kept, for continuity with round one: the time from the tick to the last
+Also kept, for continuity with earlier figures: the time from the tick to the last
 callback's ``produce()`` (its record timestamp), and the worker's CPU time per timer
 from the tick to complete (``/proc``).
 """

@@ -42,7 +42,7 @@ from typing import Any
 
 PARTITIONS = 8
 DUE = 1_767_225_600
-#: ``--held``: the limit on the timers' topic, callbacks a second (issue 24's bench).
+#: ``--held``: the limit on the timers' topic, callbacks a second (the rate-limit bench's).
 HELD_RATE = 50_000.0
 #: ``--held``: the probe's clock between two release rounds (the worker's interval).
 HELD_ROUND_SECONDS = 0.05

@@ -1,4 +1,4 @@
-"""The cost of the per-record guards (issue 21), A/B in the same process and run.
+"""The cost of the per-record guards, A/B in the same process and run.
 
 The guards: numbers bounded while text, text checked for UTF-8 and length, JSON decoded
 without NaN and with bounded numbers, the whole-record size check. They are measured by

@@ -1,6 +1,6 @@
 """Rate limit: timers due in one second to a topic limited per second, 2 workers.
 
-Issue 24's bench point: "a million due in one second with a 50,000/s limit is delivered
+The bench point: "a million due in one second with a 50,000/s limit is delivered
 at 50,000/s ± 10%". The timers are stored first (the due second is set far enough
 ahead, as in :mod:`bench.burst`), then the callback topic is followed from that second
 on: the **delivered rate** is the timers over the time from the first callback's record
@@ -10,7 +10,7 @@ beside the limit (target: within 10% of it) and beside the same burst sent first
 topic without a limit (what these workers deliver on this machine now: a limit can only
 be met below that); the **busiest second** (callbacks by record
 timestamp) beside the limit's bound (the limit plus the buckets' tenth of a second).
-Sizes: ``rate_limit_timers`` at ``rate_limit_per_second``: issue 24's million at
+Sizes: ``rate_limit_timers`` at ``rate_limit_per_second``: a million at
 50,000/s in a full run (about 16 minutes on this 2-core machine: each million takes
 about four minutes to store, and the burst is sent three times, unlimited, limited, and
 within capacity; 300,000 until 2026-12-02, when a million was first delivered within

@@ -1,4 +1,4 @@
-"""Spread: timers due in the same second with ``spread: 60s``, 2 workers (issue 24.2).
+"""Spread: timers due in the same second with ``spread: 60s``, 2 workers.
 
 Every timer asks for the same due second and a 60-second spread; each fires at the
 second in ``[due, due + 60]`` its id fixes. Reported: callbacks per second of the window

@@ -1,8 +1,7 @@
-"""The issue's targets, stated once, and how a figure is judged against them.
-
-Round two (issue 15) on the 2-core dev machine, each beside its baseline from the same
-run. The verdict helpers are pure: they turn measured values into the table's baseline
-text, target text and met/missed, and are unit-tested (``tests/unit/test_bench_targets.py``).
+"""The performance targets, stated once, and how a figure is judged against them:
+on the 2-core dev machine, each beside its baseline from the same run. The verdict
+helpers are pure: they turn measured values into the table's baseline text, target
+text and met/missed, and are unit-tested (``tests/unit/test_bench_targets.py``).
 """
 
 from __future__ import annotations

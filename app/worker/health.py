@@ -22,7 +22,7 @@ find the same broker and start the same step over. :class:`RecoveryStalls` repor
 stall to this state and to the metrics (``kafka_timers_recovery_stalled``, the alert
 ``KafkaTimersRecoveryStalled``).
 
-Every wait on the broker that could end a worker, and what happens to it (issue 23):
+Every wait on the broker that could end a worker, and what happens to it :
 
 - the changelog catch-up of a takeover, and of a store opened later: retried with
   backoff, as above (:mod:`app.worker.partition_store`);
