@@ -113,7 +113,10 @@ def _pass(
     rocksdb: str | None = None,
     held: bool = False,
 ) -> float:
-    from app.core.raw_record import RawRecord
+    try:
+        from app.core.raw_record import RawRecord
+    except ImportError:  # a tree from before the request reader was split by format
+        from app.core.request_format import RawRecord  # type: ignore[attr-defined,no-redef]
     from kafka_timers_client import protowire
 
     service, clock = _service(limited, rocksdb, held)
