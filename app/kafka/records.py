@@ -41,14 +41,9 @@ def header_pairs(raw: Any) -> tuple[tuple[str, bytes], ...]:
     """
     if not raw:  # the common case: no generator built for nothing (a microsecond)
         return ()
-    pairs = []
-    for pair in raw:
-        name, value = pair
-        if type(name) is str and type(value) is bytes:
-            pairs.append(pair if type(pair) is tuple else (name, value))
-        else:
-            pairs.append((str(name), value.encode() if isinstance(value, str) else (value or b"")))
-    return tuple(pairs)
+    # New pairs, never the client's own tuples: a run that kept confluent-kafka's header
+    # tuples (of a record with hostile headers) died in a segmentation fault.
+    return tuple((str(k), v.encode() if isinstance(v, str) else (v or b"")) for k, v in raw)
 
 
 def to_record(msg: Message) -> Record:
