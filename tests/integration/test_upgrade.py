@@ -127,10 +127,10 @@ class OldProcess(ServiceProcess):
 CLIENT_SCRIPT = r"""
 import json, sys, time
 from confluent_kafka import Producer
-try:  # this tree: the client package is the one import path
-    from kafka_timers_client import TimerClient
-except ImportError:  # a release from before it
+try:  # a release whose service still had its own path to the client
     from app.client import TimerClient
+except ImportError:  # this tree: the client package is the one import path
+    from kafka_timers_client import TimerClient
 from app.kafka.config import confluent_producer
 from app.settings import Settings
 
@@ -283,10 +283,10 @@ class Release:
 
 CANCEL_SCRIPT = r"""
 import json, sys
-try:  # this tree: the client package is the one import path
-    from kafka_timers_client import TimerClient
-except ImportError:  # a release from before it
+try:  # a release whose service still had its own path to the client
     from app.client import TimerClient
+except ImportError:  # this tree: the client package is the one import path
+    from kafka_timers_client import TimerClient
 from app.settings import Settings
 with TimerClient(Settings.from_env()) as client:
     todo = json.loads(sys.argv[1])
