@@ -1,6 +1,6 @@
 """Bulk timer requests, produced straight to the request topic with librdkafka.
 
-The client's :meth:`~app.client.TimerClient.schedule` builds one request at a time with
+The client's :meth:`~kafka_timers_client.TimerClient.schedule` builds one request at a time with
 uuids and ``Decimal`` arithmetic — right for users, but at 10^5-10^6 requests it would
 measure the load generator rather than the service. Here each request is the same
 protobuf ``Future`` the client sends, keyed by timer id exactly as the client keys it,

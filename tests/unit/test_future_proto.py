@@ -1,5 +1,5 @@
 """``future.proto`` is the schema of record: code generated from it and the hand codec
-:mod:`app.core.protowire` read each other's bytes, and the worker reads both the same.
+:mod:`kafka_timers_client.protowire` read each other's bytes, and the worker reads both the same.
 
 At test time, ``grpc_tools.protoc`` generates Python code from the ``.proto`` the package
 ships (into a temporary directory), and hypothesis draws many messages with every field
