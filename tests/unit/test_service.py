@@ -510,29 +510,6 @@ def test_a_paused_one_shot_fires_on_resume_and_a_new_version_is_not_paused() -> 
     assert h.pending() == 0
 
 
-def test_a_re_read_after_a_crash_never_fires_a_version_a_later_request_replaced() -> None:
-    """A batch applied locally and not made durable is read again after the restart;
-    if ticks have passed the first version's second meanwhile, it must not fire at once
-    before the rest of the re-read replaces it again."""
-    h = Harness()
-    h.tick(NOW + 1)
-    first, second = h.schedule("a", NOW + 5), h.schedule("a", NOW + 50)
-    h.output.fail_flush = True
-    with pytest.raises(DeliveryFailure):
-        h.requests(first, second)
-    h.output.fail_flush = False
-    h.service.forget_partitions([0])  # the restart, on its own data
-    h.tick(NOW + 10)  # ticks first: the first version's second has passed
-    h.requests(first, second)  # the re-read
-    h.requests(h.schedule("b", NOW + 3))  # a request read for the first time fires at once
-    for second_ in range(NOW + 11, NOW + 51):
-        h.tick(second_)
-    assert [(t.id, t.due) for t, _ in h.output.durable.callbacks] == [
-        ("b", NOW + 3),
-        ("a", NOW + 50),
-    ]
-
-
 def _crashed_mid_unit(h: Harness) -> tuple[RawRecord, RawRecord]:
     """Schedule ``a`` (due NOW + 5) and reschedule it (NOW + 50) in one unit whose flush
     fails: the store holds the newer version, the resume offset is before both."""
@@ -544,6 +521,23 @@ def _crashed_mid_unit(h: Harness) -> tuple[RawRecord, RawRecord]:
     h.output.fail_flush = False
     h.service.forget_partitions([0])  # the restart, on its own data
     return first, second
+
+
+def test_a_re_read_after_a_crash_never_fires_a_version_a_later_request_replaced() -> None:
+    """A batch applied locally and not made durable is read again after the restart;
+    if ticks have passed the first version's second meanwhile, it must not fire at once
+    before the rest of the re-read replaces it again."""
+    h = Harness()
+    first, second = _crashed_mid_unit(h)
+    h.tick(NOW + 10)  # ticks first: the first version's second has passed
+    h.requests(first, second)  # the re-read
+    h.requests(h.schedule("b", NOW + 3))  # a request read for the first time fires at once
+    for second_ in range(NOW + 11, NOW + 51):
+        h.tick(second_)
+    assert [(t.id, t.due) for t, _ in h.output.durable.callbacks] == [
+        ("b", NOW + 3),
+        ("a", NOW + 50),
+    ]
 
 
 def test_a_re_read_split_by_a_tick_never_fires_the_older_version() -> None:
