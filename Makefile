@@ -44,12 +44,14 @@ run: install
 # tests/conftest.py): first the tests that may run beside another, TEST_PROCESSES at a
 # time (pytest-xdist; --dist loadfile keeps a module in one process, so the stacks its
 # tests share stay shared), then those marked `serial` alone: they gate on a time the
-# machine measures. Both parts always run; pytest's 5 (nothing selected, as when
+# machine measures. A test process that dies ends the parallel part at once, naming the
+# test it was running (--max-worker-restart=0: with --dist loadfile, pytest-xdist can wait
+# for ever on the process that replaces a dead one). Both parts always run; pytest's 5 (nothing selected, as when
 # PYTEST_ARGS picks tests of one part only) counts as passed unless both say it.
 TEST_PROCESSES ?= 2
 test: install test-tools
 	parallel=0; serial=0; \
-	$(BIN)/pytest --part parallel -n $(TEST_PROCESSES) --dist loadfile $(PYTEST_ARGS) || parallel=$$?; \
+	$(BIN)/pytest --part parallel -n $(TEST_PROCESSES) --dist loadfile --max-worker-restart=0 $(PYTEST_ARGS) || parallel=$$?; \
 	$(BIN)/pytest --part serial $(PYTEST_ARGS) || serial=$$?; \
 	echo "make test: parallel part exit $$parallel, serial part exit $$serial"; \
 	case "$$parallel $$serial" in "0 0"|"0 5"|"5 0") exit 0;; *) exit 1;; esac

@@ -30,6 +30,7 @@ from app.kafka.config import confluent_consumer, confluent_producer
 from app.kafka.topic_config import control_topic
 from app.settings import Settings
 from kafka_timers_client.errors import BrokerUnavailable, ConfigurationError
+from kafka_timers_client.message_headers import read_headers
 
 __all__ = ["ControlReader", "bulk_answer", "bulk_cancel", "send_control"]
 
@@ -147,10 +148,11 @@ class ControlReader:
                 continue
             self._at_end.discard(msg.partition() or 0)
             key, value = msg.key(), msg.value()
+            headers, _unreadable = read_headers(msg)  # then unsigned: ignored, with why
             record = read_signed_control(
                 key.encode() if isinstance(key, str) else key,
                 value.encode() if isinstance(value, str) else value,
-                msg.headers(),
+                headers,
                 secret=self._secret,
                 topic=self.topic,
             )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -24,26 +23,14 @@ from confluent_kafka import (
 from app.core.raw_record import RawRecord
 from app.kafka.config import confluent_consumer
 from app.settings import Settings
+from kafka_timers_client.message_headers import read_headers
 
-__all__ = ["Record", "TopicReader", "header_pairs", "to_record"]
+__all__ = ["Record", "TopicReader", "to_record"]
 
 
 #: One consumed record. The same type the service parses (:func:`parse_request`), so
 #: what a reader returns can be handed to it as it is.
 Record = RawRecord
-
-
-def header_pairs(raw: Any) -> tuple[tuple[str, bytes], ...]:
-    """Kafka headers as ``(name, bytes)`` pairs: text values encoded, null values empty.
-
-    Both Kafka clients hand headers over in this loose shape (a list of pairs, values
-    ``str``, ``bytes`` or ``None``); everything downstream wants one shape.
-    """
-    if not raw:  # the common case: no generator built for nothing (a microsecond)
-        return ()
-    # New pairs, never the client's own tuples: a run that kept confluent-kafka's header
-    # tuples (of a record with hostile headers) died in a segmentation fault.
-    return tuple((str(k), v.encode() if isinstance(v, str) else (v or b"")) for k, v in raw)
 
 
 def to_record(msg: Message) -> Record:
@@ -54,11 +41,7 @@ def to_record(msg: Message) -> Record:
     with a :attr:`~app.core.raw_record.RawRecord.defect` saying why, so the worker
     can dead-letter it instead of dying on it.
     """
-    defect = None
-    try:
-        headers = header_pairs(msg.headers())
-    except Exception as exc:  # any producer can write any bytes as a header name
-        headers, defect = (), f"its headers cannot be read ({type(exc).__name__}: not UTF-8?)"
+    headers, defect = read_headers(msg)
     key, value = msg.key(), msg.value()
     return Record(
         topic=msg.topic() or "",

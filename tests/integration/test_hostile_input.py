@@ -57,10 +57,11 @@ from app.core.routing import owner_of
 from app.dev.broker import free_port
 from app.dev.stack import ServiceProcess
 from app.kafka.config import confluent_consumer, confluent_producer
-from app.kafka.records import TopicReader, header_pairs
+from app.kafka.records import TopicReader
 from app.kafka.topics import ensure_topics
 from app.settings import Settings
 from kafka_timers_client import protowire
+from kafka_timers_client.message_headers import read_headers
 from kafka_timers_client.recurrence import ANCHOR_SLACK_SECONDS
 from tests.conftest import fresh_settings
 from tests.support.broker import BrokerInfo
@@ -391,10 +392,10 @@ class DeadLetters:
 
     @staticmethod
     def _dead(msg: Message) -> Dead:
-        try:
-            headers = dict(header_pairs(msg.headers()))
-        except Exception:  # a header name that is not UTF-8, copied from the request
+        pairs, unreadable = read_headers(msg)
+        if unreadable:  # a header name that is not UTF-8, copied from the request
             return Dead(None, None, None, b"DLQ record headers unreadable")
+        headers = dict(pairs)
 
         def number(name: str) -> int | None:
             raw = headers.get(name)

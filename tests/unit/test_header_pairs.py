@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from confluent_kafka import Message
 
-from app.kafka.records import header_pairs, to_record
+from app.kafka.records import to_record
+from kafka_timers_client.message_headers import header_pairs
 
 
 def test_no_headers_are_an_empty_tuple() -> None:

@@ -35,6 +35,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Produ
 from kafka_timers_client.bounds import MAX_HEADERS, MAX_ID_CHARS, RESERVED_HEADER_PREFIXES
 from kafka_timers_client.config import ClientConfig, ClientConfigSource, confluent_producer
 from kafka_timers_client.errors import BrokerUnavailable, KafkaTimersError
+from kafka_timers_client.message_headers import read_headers
 from kafka_timers_client.protowire import ACTION_CANCEL, encode_varint
 
 __all__ = [
@@ -78,9 +79,9 @@ def _field(number: int, payload: bytes) -> bytes:
 
 
 def _headers(message: Message) -> list[tuple[str, bytes]]:
-    """``message``'s headers as ``(name, bytes)`` pairs (text values encoded, null empty)."""
-    raw: Any = message.headers() or ()
-    return [(k, v.encode() if isinstance(v, str) else (v or b"")) for k, v in raw]
+    """``message``'s headers as ``(name, bytes)`` pairs (text values encoded, null empty;
+    none when a header name is not UTF-8: see :mod:`.message_headers`)."""
+    return list(read_headers(message)[0])
 
 
 def _place(message: Message) -> tuple[str, int, int]:
