@@ -165,6 +165,9 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob):
         self._init_held()
         self._init_behind()
         self._init_pause()
+        #: One-shot ids fired at once by a request whose delivery is not yet marked
+        #: (:meth:`mark_fired`): a cancel of one is too late, like one in a tick's round.
+        self._fired_at_once: set[str] = set()
 
     # -- requests ---------------------------------------------------------------------
 
@@ -220,6 +223,7 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob):
             if replaced:
                 self._kv.delete(ikey)
                 self.counts.pending -= 1
+            self._fired_at_once.add(timer.id)
             return FIRE_NOW_REPLACED if replaced else FIRE_NOW_NEW
         self._store_occurrence(timer, fire_at)
         self._count_stored(was=index)
@@ -245,7 +249,9 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob):
     def cancel(self, cancel: Cancel) -> CancelOutcome:
         """Remove the pending timer ``cancel.id`` if the token matches."""
         index = self._index(cancel.id)
-        delivering = cancel.id in self._in_flight and cancel.id not in self._in_flight_series
+        delivering = (
+            cancel.id in self._in_flight and cancel.id not in self._in_flight_series
+        ) or cancel.id in self._fired_at_once
         ruling = cancel_ruling(index, cancel, delivering)
         if ruling is CancelOutcome.CANCELLED_IN_ADVANCE:
             entry = IndexEntry(INDEX_CANCELLED, 0, cancel.token)
@@ -273,11 +279,18 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob):
     def mark_fired(self, timer: Timer) -> None:
         """Record that ``timer`` (fired at once, never stored) has been delivered; for a
         series, that it ended at once (otherwise :meth:`store_successor` keeps it)."""
+        self._fired_at_once.discard(timer.id)
         entry = IndexEntry(INDEX_FIRED, timer.version_due, timer.token)
         self._terminal(timer.id, entry, was=self._index(timer.id))
 
+    def settle_fired_at_once(self) -> None:
+        """A request unit is over: every timer it fired at once has been marked (or its
+        unit failed, and the store is rebuilt); none of them is on its way out now."""
+        self._fired_at_once.clear()
+
     def store_successor(self, successor: Timer) -> None:
         """Store the next occurrence of a series fired at once (never stored before)."""
+        self._fired_at_once.discard(successor.id)  # the series goes on: a cancel ends it
         was = self._index(successor.id)
         self._store_occurrence(successor, self._slot_for(successor.fire_at))
         self._count_stored(was=was)

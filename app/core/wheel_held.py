@@ -55,6 +55,7 @@ class HeldJob(WheelStore):
         """Store ``timer``, already due (a request for a second ticked already), held back
         at once instead of fired: keyed under its due second, and the persisted
         watermark moved below it in the same unit, so a reload scans it again."""
+        self._fired_at_once.discard(timer.id)  # not fired after all: held
         was = self._index(timer.id)
         self._store_occurrence(timer, timer.due)
         self._count_stored(was=was)

@@ -117,6 +117,10 @@ def cancel_ruling(
     :attr:`CancelOutcome.CANCELLED_IN_ADVANCE`: remember the cancel for a timer not seen
     yet (the caller applies the cap, and writes nothing for the same cancel again).
     """
+    if delivering:
+        # On its way out: too late, whatever the index says (a request that fired it at
+        # once left none, or the state of an earlier version of its id).
+        return CancelOutcome.ALREADY_FIRED
     if (
         index is not None
         and index.state == INDEX_CANCELLED
@@ -128,9 +132,9 @@ def cancel_ruling(
         if not cancel.check_token:
             return CancelOutcome.NOT_FOUND
         return CancelOutcome.CANCELLED_IN_ADVANCE
-    if index.state == INDEX_FIRED or delivering:
-        # A series being delivered is still cancelled: the occurrence on its way goes
-        # out, the ones after it never do (finish_tick stores no successor).
+    if index.state == INDEX_FIRED:
+        # (A series being delivered is still cancelled, ``delivering`` False: the
+        # occurrence on its way goes out, the ones after it never do.)
         return CancelOutcome.ALREADY_FIRED
     if cancel.token != index.token:
         # A tombstone carries no token: it cancels only a timer stored without one

@@ -224,6 +224,8 @@ class RequestJob(FiringJob):
         if not self._output.transactional:
             for part, timer in fired_now:  # only once delivered; durable with the next unit
                 part.wheel.mark_fired(timer)
+        for part in parts.values():
+            part.wheel.settle_fired_at_once()
         self._account_fired(delivered)
         self._commits.record_persisted()
         for p, part in parts.items():

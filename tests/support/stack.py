@@ -80,8 +80,13 @@ class Stack:
         return service
 
     def callback_topic(self, name: str) -> str:
-        ensure_topics(self.settings, [name])
-        return name
+        """A callback topic of this test's own: ``name`` with the stack's app id (unique
+        per test) appended, unless ``name`` holds it already. A named broker
+        (``KAFKA_BOOTSTRAP_SERVERS``) outlives a run, and a fixed name read another
+        run's callbacks there (an id fired "before its second", counted twice)."""
+        topic = name if self.settings.app_id in name else f"{name}-{self.settings.app_id}"
+        ensure_topics(self.settings, [topic])
+        return topic
 
     def reader(self, topic: str) -> TopicReader:
         return TopicReader(self.settings, topic)

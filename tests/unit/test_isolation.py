@@ -122,8 +122,16 @@ def test_the_classification() -> None:
 class _Message:
     """A consumed confluent-kafka message whose headers cannot be decoded."""
 
+    def __init__(self) -> None:
+        self._headers: Any = None
+
     def headers(self) -> Any:
-        raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+        if self._headers is None:
+            raise UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte")
+        return self._headers
+
+    def set_headers(self, headers: Any) -> None:
+        self._headers = headers
 
     def key(self) -> bytes:
         return b"k"

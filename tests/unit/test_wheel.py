@@ -55,6 +55,31 @@ def test_late_request_fires_at_once() -> None:
     assert wheel.schedule(timer("next", 101)).outcome is Scheduled.STORED
 
 
+def test_a_cancel_behind_a_request_that_fired_at_once_is_too_late() -> None:
+    """A late request and its cancel in one batch: the request fired at once (its
+    callback is on its way), so the cancel answers already fired, never cancelled in
+    advance (which said "it will not fire" of a timer that did), before and after the
+    fire is marked; and a version that replaced a pending one is no different."""
+    wheel = PartitionWheel(MemoryKV())
+    fire(wheel, 100)
+    assert wheel.schedule(timer("late", 90)).outcome is Scheduled.FIRE_NOW
+    assert wheel.cancel(Cancel("late", "tok")) is CancelOutcome.ALREADY_FIRED
+    assert wheel.cancel(Cancel("late", "other")) is CancelOutcome.ALREADY_FIRED
+    wheel.mark_fired(timer("late", 90))
+    wheel.settle_fired_at_once()
+    assert wheel.cancel(Cancel("late", "tok")) is CancelOutcome.ALREADY_FIRED
+
+    assert wheel.schedule(timer("moved", 150)).outcome is Scheduled.STORED
+    assert wheel.schedule(timer("moved", 95)).outcome is Scheduled.FIRE_NOW  # replaced
+    assert wheel.cancel(Cancel("moved", "tok")) is CancelOutcome.ALREADY_FIRED
+    assert fire(wheel, 150) == []  # the replaced version is gone too
+
+    # Held back instead of fired (its topic paused): a cancel still cancels it.
+    assert wheel.schedule(timer("held", 99)).outcome is Scheduled.FIRE_NOW
+    wheel.hold_due(timer("held", 99), 0.0)
+    assert wheel.cancel(Cancel("held", "tok")) is CancelOutcome.CANCELLED
+
+
 def test_request_arriving_while_a_tick_is_being_delivered_is_not_lost() -> None:
     wheel = PartitionWheel(MemoryKV())
     fire(wheel, 99)
