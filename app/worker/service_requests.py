@@ -83,6 +83,9 @@ class RequestJob(FiringJob):
         max_record = self._output.max_record_bytes
         routed = self._request_partitions
         gated = self.gates.gated
+        # Where each (partition, key) last appears in the batch, built at the first
+        # request that fires at once (rare: a late request), never for the others.
+        last_seen: dict[tuple[int, bytes | None], int] | None = None
         # The batch's local writes reach each partition's store as one write (one
         # RocksDB WriteBatch: well under a microsecond a key, where a put costs about 2),
         # and the wheel reads them back meanwhile. They are applied before the flush,
@@ -156,9 +159,16 @@ class RequestJob(FiringJob):
                             pending_delta[record.partition] += 1
                     elif accepted.outcome is Scheduled.FIRE_NOW:
                         scheduled += 1
-                        if gated and request.topic in gated:
-                            # Its topic is limited or paused: held like a tick's timers
-                            # (stored, the watermark below it), never fired past the gate.
+                        if last_seen is None:
+                            last_seen = {(r.partition, r.key): j for j, r in enumerate(records)}
+                        if (gated and request.topic in gated) or last_seen[
+                            (record.partition, record.key)
+                        ] > i:
+                            # Its topic is limited or paused, or a later record of this
+                            # batch has its key (a cancel or a new version read with it
+                            # must win, though its second has passed): held like a tick's
+                            # timers (stored, the watermark below it), released by the
+                            # next round of its topic's gate, never fired past it.
                             part.wheel.hold_due(request, self._clock())
                             if not accepted.replaced:
                                 pending_delta[record.partition] += 1
