@@ -260,13 +260,7 @@ def _copy_state(
     for pending in snapshot.timers:
         timer = pending.timer
         request = as_request(timer, now_ms)
-        sender.send(
-            sender.owner(timer.id),
-            request.key,
-            request.value,
-            request.headers,
-            request.timestamp_ms,
-        )
+        sender.send_request(timer.id, request)
     sender.flush(timeout)
     report.copied = len(snapshot.timers)
     report.series = snapshot.series
