@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 
 from app.settings import Settings
 
-__all__ = ["run_cli"]
+__all__ = ["run_app", "run_cli"]
 
 
 def run_cli(
@@ -17,6 +18,14 @@ def run_cli(
     """``kafka-timers <args>``, configured through its environment only (``settings``:
     none, for errors found before any setting is read); stdout and stderr apart."""
     env = {**os.environ, **settings.to_env()} if settings is not None else None
+    return run_app(*args, env=env, timeout=timeout)
+
+
+def run_app(
+    *args: str, env: Mapping[str, str] | None, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """``kafka-timers <args>`` (``python -m app``) with exactly the environment ``env``
+    (None: this process's); stdout and stderr apart, whatever it exits with."""
     return subprocess.run(
         [sys.executable, "-m", "app", *args],
         env=env,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -31,6 +30,7 @@ from app.settings import (
     split_allow_list,
 )
 from kafka_timers_client.errors import ConfigurationError, RejectedRequest, RejectReason
+from tests.support.cli import run_app
 
 NOW = 1_767_225_600
 P = "KAFKA_TIMERS_"
@@ -471,14 +471,7 @@ def test_any_mix_of_values_is_accepted_or_refused_in_one_line(env: dict[str, str
 
 
 def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**env, "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-    )
+    return run_app(*args, env={**env, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}, timeout=120)
 
 
 @pytest.mark.parametrize(
