@@ -151,9 +151,7 @@ def run(ctx: RunContext) -> ScenarioResult:
     idle: dict[int, dict[str, Any]] = {}
     with ctx.stack("capacity") as stack:
         callbacks = stack.topic("capacity-callbacks")
-        stack.oscillator("oscillator-1")
-        worker = stack.worker("worker-1")
-        wait_serving([worker], cfg.partitions)
+        [worker] = stack.serving(1, oscillators=1)
         load = RequestLoad(stack, callbacks)
         first_due = int(time.time()) + 86400
         loaded = 0

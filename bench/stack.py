@@ -230,6 +230,15 @@ class BenchStack:
         self.services.append(process)
         return process
 
+    def serving(self, workers: int, oscillators: int = 2) -> list[Worker]:
+        """Oscillators ``oscillator-1``.. and workers ``worker-1``.. started, returned once
+        the workers serve every partition between them (:func:`wait_serving`)."""
+        for n in range(1, oscillators + 1):
+            self.oscillator(f"oscillator-{n}")
+        started = [self.worker(f"worker-{n}") for n in range(1, workers + 1)]
+        wait_serving(started, self.partitions)
+        return started
+
     def spawn(self, name: str, module: str, settings: Settings, **env: str) -> ServiceProcess:
         """Run ``python -m module`` configured by ``settings`` (plus ``env``), stopped at close."""
         process = ModuleProcess(
