@@ -46,13 +46,18 @@ TEXT = st.one_of(
 )
 BLOB = st.one_of(st.none(), st.just(b""), st.binary(max_size=300))
 
+#: The fields of the callback and the timer's identity, each absent, empty, realistic or any.
+CALLBACK_FIELDS = {
+    "callback_topic": TEXT,
+    "callback_key": TEXT,
+    "callback": BLOB,
+    "id": TEXT,
+    "token": TEXT,
+}
+
 futures = st.builds(
     protowire.Future,
-    callback_topic=TEXT,
-    callback_key=TEXT,
-    callback=BLOB,
-    id=TEXT,
-    token=TEXT,
+    **CALLBACK_FIELDS,
     due=st.one_of(st.none(), st.just(0), st.integers(0, 2**40), INT64),
     headers=st.lists(st.tuples(st.text(max_size=20), st.binary(max_size=40)), max_size=4),
     action=st.one_of(st.sampled_from([0, 1]), INT32),
@@ -61,11 +66,7 @@ futures = st.builds(
 #: too: for the codec round trips.
 all_fields = st.builds(
     protowire.Future,
-    callback_topic=TEXT,
-    callback_key=TEXT,
-    callback=BLOB,
-    id=TEXT,
-    token=TEXT,
+    **CALLBACK_FIELDS,
     due=st.one_of(st.none(), INT64),
     headers=st.lists(st.tuples(st.text(max_size=20), st.binary(max_size=40)), max_size=2),
     action=st.one_of(st.sampled_from([0, 1]), INT32),
