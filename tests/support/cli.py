@@ -1,4 +1,5 @@
-"""The real ``kafka-timers`` command in a process of its own, as a user runs it."""
+"""Code in a process of its own: the real ``kafka-timers`` command as a user runs it, or a
+snippet in a fresh interpreter (nothing this test process imported or patched)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Mapping
 
 from app.settings import Settings
 
-__all__ = ["run_app", "run_cli"]
+__all__ = ["run_app", "run_cli", "run_python"]
 
 
 def run_cli(
@@ -34,3 +35,13 @@ def run_app(
         timeout=timeout,
         check=False,
     )
+
+
+def run_python(code: str, timeout: float = 120.0) -> str:
+    """``python -c <code>`` in a fresh interpreter; what it printed. Fails the test,
+    with its stderr, unless it exits 0."""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
