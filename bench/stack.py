@@ -184,12 +184,7 @@ class BenchStack:
             Settings(),
             bootstrap_servers=self.bootstrap or self.broker.bootstrap,  # type: ignore[union-attr]
             partitions=self.partitions,
-            topics=TopicNames(
-                ticks=f"ticks-{tag}",
-                requests=f"requests-{tag}",
-                fired=f"fired-{tag}",
-                dlq=f"dlq-{tag}",
-            ),
+            topics=TopicNames.named(lambda kind: f"{kind}-{tag}"),
             app_id=f"bench-{self.name}-{tag}",
             session_timeout=self.session_timeout,
             heartbeat_interval=1.0,

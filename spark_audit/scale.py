@@ -246,9 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         Settings(),
         bootstrap_servers=bootstrap,
         partitions=args.partitions,
-        topics=TopicNames(
-            ticks=f"{tag}-ticks", requests=f"{tag}-requests", fired=f"{tag}-fired", dlq=f"{tag}-dlq"
-        ),
+        topics=TopicNames.named(lambda kind: f"{tag}-{kind}"),
     )
     try:
         ensure_topics(settings, list(settings.topics.all()))
