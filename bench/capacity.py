@@ -179,10 +179,7 @@ def run(ctx: RunContext) -> ScenarioResult:
             cfg.partitions,
             top,
             most,
-            prefix=PREFIX,
-            first_due=first_due,
-            spread=SPREAD_SECONDS,
-            callback_topic=callbacks,
+            bulk.BulkTimers(PREFIX, first_due, SPREAD_SECONDS, callbacks),
         )
         ctx.say(f"capacity: written in {bulk_seconds:.0f} s; restarting on {most:,} pending")
         worker, at_most = _restart(stack, worker, most)
