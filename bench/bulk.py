@@ -38,6 +38,7 @@ import sys
 import time
 import zlib
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from rocksdict import Rdict, WriteBatch
@@ -46,7 +47,7 @@ from app.core.timer import Timer
 from app.core.wheel import PartitionWheel
 from bench.load import CALLBACK_VALUE_BYTES
 
-__all__ = ["BATCH_KEYS", "BatchKV", "bulk_fill", "bulk_timer", "main", "store_paths"]
+__all__ = ["BATCH_KEYS", "BatchKV", "BulkTimers", "bulk_fill", "bulk_timer", "main", "store_paths"]
 
 #: Keys per RocksDB write batch (a request batch of the worker's is 2,000 requests,
 #: about 4,000 keys, spread over its partitions).
@@ -129,17 +130,24 @@ def _open_like_the_worker(path: Path) -> Rdict:
     return db
 
 
+@dataclass(frozen=True)
+class BulkTimers:
+    """The timers a bulk fill writes: number ``i`` is ``<prefix><i:09d>``, due at
+    ``first_due + i % spread``, its callback to ``callback_topic``."""
+
+    prefix: str
+    first_due: int
+    spread: int
+    callback_topic: str
+
+    def timer(self, i: int) -> Timer:
+        return bulk_timer(
+            f"{self.prefix}{i:09d}", self.first_due + i % self.spread, self.callback_topic
+        )
+
+
 def write_timers(
-    data_dir: Path,
-    partitions: int,
-    mine: Sequence[int],
-    start: int,
-    stop: int,
-    *,
-    prefix: str,
-    first_due: int,
-    spread: int,
-    callback_topic: str,
+    data_dir: Path, partitions: int, mine: Sequence[int], start: int, stop: int, timers: BulkTimers
 ) -> int:
     """Timers ``start..stop-1`` (those of partitions ``mine``) into a stopped worker's stores."""
     dbs = {p: _open_like_the_worker(path) for p, path in store_paths(data_dir, mine).items()}
@@ -152,7 +160,7 @@ def write_timers(
             wheel = wheels.get(p)
             if wheel is None:
                 continue
-            wheel.schedule(bulk_timer(f"{prefix}{i:09d}", first_due + i % spread, callback_topic))
+            wheel.schedule(timers.timer(i))
             written += 1
             if kvs[p].size >= BATCH_KEYS:
                 kvs[p].write()
@@ -169,11 +177,8 @@ def bulk_fill(
     partitions: int,
     start: int,
     stop: int,
+    timers: BulkTimers,
     *,
-    prefix: str,
-    first_due: int,
-    spread: int,
-    callback_topic: str,
     processes: int = 2,
     timeout: float = 900.0,
 ) -> float:
@@ -189,10 +194,10 @@ def bulk_fill(
             f"--mine={mine}",
             f"--start={start}",
             f"--stop={stop}",
-            f"--prefix={prefix}",
-            f"--first-due={first_due}",
-            f"--spread={spread}",
-            f"--callback-topic={callback_topic}",
+            f"--prefix={timers.prefix}",
+            f"--first-due={timers.first_due}",
+            f"--spread={timers.spread}",
+            f"--callback-topic={timers.callback_topic}",
         ]
         children.append(subprocess.Popen([sys.executable, "-m", "bench.bulk", *args]))
     try:
@@ -225,10 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         [int(p) for p in args.mine.split(",")],
         args.start,
         args.stop,
-        prefix=args.prefix,
-        first_due=args.first_due,
-        spread=args.spread,
-        callback_topic=args.callback_topic,
+        BulkTimers(args.prefix, args.first_due, args.spread, args.callback_topic),
     )
     return 0
 

@@ -28,7 +28,6 @@ from bench.context import RunContext, ScenarioResult
 from bench.load import RequestLoad, TimerSpec, timer_ids
 from bench.report import Figure, fmt_seconds
 from bench.scan import TopicFollower, timestamp_ms
-from bench.stack import wait_serving
 from bench.stats import rate
 from bench.targets import BURST_SECONDS, BURST_SHARE
 
@@ -52,26 +51,20 @@ def run(ctx: RunContext) -> ScenarioResult:
     lead = 15 + 1.5 * count / group_rate
     with ctx.stack("burst") as stack:
         callbacks = stack.topic("burst-callbacks")
-        stack.oscillator("oscillator-1")
-        stack.oscillator("oscillator-2")
-        workers = [stack.worker(f"worker-{n}") for n in range(1, WORKERS + 1)]
-        wait_serving(workers, cfg.partitions)
+        workers = stack.serving(WORKERS)
         due = int(time.time() + lead)
         ctx.say(f"burst: {count:,} timers due at {due} ({lead:.0f} s ahead)")
         load = RequestLoad(stack, callbacks)
         load.send(TimerSpec(timer_id, due) for timer_id in timer_ids("burst", count))
         load.flush()
-        stored_at = None
-        next_check = 0.0
         with TopicFollower(stack.settings, callbacks, _callback) as follower:
-            while len(follower.items) < count:
-                if stored_at is None and time.monotonic() >= next_check:
-                    next_check = time.monotonic() + 0.5  # the workers' metrics, not too often
-                    if sum(w.metric("kafka_timers_scheduled_total") for w in workers) >= count:
-                        stored_at = time.time()
-                if time.time() > due + 120:
-                    raise TimeoutError(f"{len(follower.items):,} of {count:,} fired by due+120s")
-                follower.poll(0.05)
+            stored_at = follower.wait_noting_stored(
+                count,
+                due + 120,
+                "due+120s",
+                lambda: sum(w.metric("kafka_timers_scheduled_total") for w in workers),
+                poll=0.05,
+            )
             follower.poll(1.0)  # anything extra (a duplicate) would show here
             fired = follower.items
             arrived = follower.arrived

@@ -151,9 +151,7 @@ def run(ctx: RunContext) -> ScenarioResult:
     idle: dict[int, dict[str, Any]] = {}
     with ctx.stack("capacity") as stack:
         callbacks = stack.topic("capacity-callbacks")
-        stack.oscillator("oscillator-1")
-        worker = stack.worker("worker-1")
-        wait_serving([worker], cfg.partitions)
+        [worker] = stack.serving(1, oscillators=1)
         load = RequestLoad(stack, callbacks)
         first_due = int(time.time()) + 86400
         loaded = 0
@@ -181,10 +179,7 @@ def run(ctx: RunContext) -> ScenarioResult:
             cfg.partitions,
             top,
             most,
-            prefix=PREFIX,
-            first_due=first_due,
-            spread=SPREAD_SECONDS,
-            callback_topic=callbacks,
+            bulk.BulkTimers(PREFIX, first_due, SPREAD_SECONDS, callbacks),
         )
         ctx.say(f"capacity: written in {bulk_seconds:.0f} s; restarting on {most:,} pending")
         worker, at_most = _restart(stack, worker, most)

@@ -49,7 +49,7 @@ from bench.context import RunContext, ScenarioResult
 from bench.load import RequestLoad, TimerSpec, timer_ids
 from bench.report import Figure, fmt_seconds
 from bench.scan import TopicFollower, timestamp_ms
-from bench.stack import BenchStack, Worker, wait_serving
+from bench.stack import BenchStack, Worker
 
 __all__ = [
     "BASELINE_COMMIT",
@@ -293,10 +293,7 @@ def run(ctx: RunContext) -> ScenarioResult:
         callbacks = stack.topic("limited-callbacks")
         free = stack.topic("free-callbacks")
         stack.settings = replace(stack.settings, topic_rate_limits=((callbacks, float(limit)),))
-        stack.oscillator("oscillator-1")
-        stack.oscillator("oscillator-2")
-        workers = [stack.worker(f"worker-{n}") for n in range(1, WORKERS + 1)]
-        wait_serving(workers, cfg.partitions)
+        workers = stack.serving(WORKERS)
         # The same burst to a topic without a limit first: what these workers deliver on
         # this machine now, the ceiling any limit is read against.
         _, free_stamps, _, free_done = _burst(

@@ -224,9 +224,7 @@ def run(ctx: RunContext) -> ScenarioResult:
     p_count = cfg.partitions
     with ctx.stack("restarts") as stack:
         callbacks = stack.topic("restarts-callbacks")
-        stack.oscillator("oscillator-1")
-        workers = [stack.worker("worker-1"), stack.worker("worker-2")]
-        wait_serving(workers, p_count)
+        workers = stack.serving(2, oscillators=1)
         now = int(time.time())
         trickle = [
             TimerSpec(f"trickle-{p}-{s}", s, p)

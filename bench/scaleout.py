@@ -24,7 +24,7 @@ from bench.load import RequestLoad, TimerSpec, timer_ids
 from bench.procstat import cpu_seconds
 from bench.report import Figure, fmt_rate, fmt_seconds
 from bench.scan import read_topic, timestamp_ms
-from bench.stack import Worker, wait_serving, wait_until
+from bench.stack import wait_until
 from bench.stats import rate
 from bench.targets import scale_out_verdict
 
@@ -50,9 +50,7 @@ def _store(ctx: RunContext, workers: int) -> dict[str, Any]:
     count = ctx.config.ingest_requests * workers
     with ctx.stack(f"scaleout-{workers}") as stack:
         callbacks = stack.topic("scaleout-callbacks")
-        stack.oscillator("oscillator-1")
-        started: list[Worker] = [stack.worker(f"worker-{n}") for n in range(1, workers + 1)]
-        wait_serving(started, stack.partitions)
+        started = stack.serving(workers, oscillators=1)
         due = int(time.time()) + DAY  # never due here
         load = RequestLoad(stack, callbacks)
         backlog = load.encode(TimerSpec(timer_id, due) for timer_id in timer_ids("scale", count))

@@ -153,6 +153,26 @@ class TopicFollower(Generic[T]):
             self.poll(0.2)
         return self.items
 
+    def wait_noting_stored(
+        self, count: int, deadline: float, by: str, stored: Callable[[], float], poll: float
+    ) -> float | None:
+        """Poll every ``poll`` seconds until ``count`` records arrived, meanwhile reading
+        ``stored()`` (the workers' count of timers stored: their metrics, at most twice a
+        second) until it reaches ``count``; return when it did (epoch seconds), None if
+        not before the last record arrived. ``TimeoutError`` past ``deadline`` (epoch
+        seconds), which ``by`` names."""
+        stored_at = None
+        next_check = 0.0
+        while len(self.items) < count:
+            if stored_at is None and time.monotonic() >= next_check:
+                next_check = time.monotonic() + 0.5  # the workers' metrics, not too often
+                if stored() >= count:
+                    stored_at = time.time()
+            if time.time() > deadline:
+                raise TimeoutError(f"{len(self.items):,} of {count:,} fired by {by}")
+            self.poll(poll)
+        return stored_at
+
     def close(self) -> None:
         self._consumer.close()
 

@@ -27,7 +27,6 @@ from bench.context import RunContext, ScenarioResult
 from bench.load import CALLBACK_VALUE_BYTES, RequestLoad, timer_ids
 from bench.report import Figure
 from bench.scan import TopicFollower, timestamp_ms
-from bench.stack import wait_serving
 from kafka_timers_client import protowire
 
 __all__ = ["run"]
@@ -64,26 +63,20 @@ def run(ctx: RunContext) -> ScenarioResult:
     lead = 15 + 1.5 * count / (ctx.baselines.ingest_two_workers or FALLBACK_STORE_RATE)
     with ctx.stack("spread") as stack:
         callbacks = stack.topic("spread-callbacks")
-        stack.oscillator("oscillator-1")
-        stack.oscillator("oscillator-2")
-        workers = [stack.worker(f"worker-{n}") for n in range(1, WORKERS + 1)]
-        wait_serving(workers, ctx.config.partitions)
+        workers = stack.serving(WORKERS)
         due = int(time.time() + lead)
         ctx.say(f"spread: {count:,} timers due at {due} ({lead:.0f} s ahead), spread {SPREAD}s")
         load = RequestLoad(stack, callbacks)
         load.send_encoded(_request(i, due, callbacks) for i in timer_ids("spread", count))
         load.flush()
-        stored_at = None
-        next_check = 0.0
         with TopicFollower(stack.settings, callbacks, _callback) as follower:
-            while len(follower.items) < count:
-                if stored_at is None and time.monotonic() >= next_check:
-                    next_check = time.monotonic() + 0.5  # the workers' metrics, not too often
-                    if sum(w.metric("kafka_timers_scheduled_total") for w in workers) >= count:
-                        stored_at = time.time()
-                if time.time() > due + SPREAD + 120:
-                    raise TimeoutError(f"{len(follower.items):,} of {count:,} fired by due+180s")
-                follower.poll(0.1)
+            stored_at = follower.wait_noting_stored(
+                count,
+                due + SPREAD + 120,
+                "due+180s",
+                lambda: sum(w.metric("kafka_timers_scheduled_total") for w in workers),
+                poll=0.1,
+            )
             follower.poll(1.0)  # anything extra (a duplicate) would show here
             fired = follower.items
     ids = Counter(timer_id for timer_id, _ in fired)

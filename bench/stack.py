@@ -184,12 +184,7 @@ class BenchStack:
             Settings(),
             bootstrap_servers=self.bootstrap or self.broker.bootstrap,  # type: ignore[union-attr]
             partitions=self.partitions,
-            topics=TopicNames(
-                ticks=f"ticks-{tag}",
-                requests=f"requests-{tag}",
-                fired=f"fired-{tag}",
-                dlq=f"dlq-{tag}",
-            ),
+            topics=TopicNames.named(lambda kind: f"{kind}-{tag}"),
             app_id=f"bench-{self.name}-{tag}",
             session_timeout=self.session_timeout,
             heartbeat_interval=1.0,
@@ -229,6 +224,15 @@ class BenchStack:
         process = start_oscillator(self.settings, name, self.base_dir)
         self.services.append(process)
         return process
+
+    def serving(self, workers: int, oscillators: int = 2) -> list[Worker]:
+        """Oscillators ``oscillator-1``.. and workers ``worker-1``.. started, returned once
+        the workers serve every partition between them (:func:`wait_serving`)."""
+        for n in range(1, oscillators + 1):
+            self.oscillator(f"oscillator-{n}")
+        started = [self.worker(f"worker-{n}") for n in range(1, workers + 1)]
+        wait_serving(started, self.partitions)
+        return started
 
     def spawn(self, name: str, module: str, settings: Settings, **env: str) -> ServiceProcess:
         """Run ``python -m module`` configured by ``settings`` (plus ``env``), stopped at close."""

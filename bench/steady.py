@@ -31,7 +31,6 @@ from bench.probes import BoundaryProbe, EchoResponder, echo_lateness
 from bench.procstat import cpu_seconds
 from bench.report import Figure, fmt_count, fmt_ms
 from bench.scan import TopicFollower, header, timestamp_ms
-from bench.stack import wait_serving
 from bench.stats import summarize
 from bench.targets import STEADY_MAX, STEADY_P99
 
@@ -82,10 +81,7 @@ def run(ctx: RunContext) -> ScenarioResult:
     with ctx.stack("steady") as stack:
         callbacks = stack.topic("steady-callbacks")
         probe_topic, echo_topic = stack.topic("probe-ticks"), stack.topic("probe-echo")
-        stack.oscillator("oscillator-1")
-        stack.oscillator("oscillator-2")
-        workers = [stack.worker("worker-1"), stack.worker("worker-2")]
-        wait_serving(workers, cfg.partitions)
+        workers = stack.serving(2)
         first = int(time.time()) + LEAD_SECONDS + 2
         last = first + cfg.steady_seconds - 1
         ctx.say(f"steady: {cfg.steady_rate:,}/s due from second {first} to {last}")

@@ -83,6 +83,13 @@ def _fired(timer_id: str, token: str, due: int, at_ms: int, partition: int) -> b
     return record.to_json()
 
 
+def _send_fire(
+    out: _Writer, topic: str, partition: int, timer_id: str, token: str, due: int, at_ms: int
+) -> None:
+    """The fired record of ``timer_id``'s version (``token``, ``due``), fired at ``at_ms``."""
+    out.send(topic, partition, timer_id, _fired(timer_id, token, due, at_ms, partition), at_ms)
+
+
 def _report(timer_id: str, token: str, outcome: str, at_ms: int, partition: int) -> bytes:
     record = FiredRecord.cancel(
         timer_id, token, outcome, partition=partition, worker="w0", at_ms=at_ms
@@ -120,13 +127,7 @@ def generate_history(settings: Settings, timers: int, now: float, seed: int = 7)
             request.token, request.due = new_token, new_due
             out.send(requests, partition, timer_id, protowire.encode(request), requested_ms + 5000)
             if plant:  # the old version fires anyway
-                out.send(
-                    fired,
-                    partition,
-                    timer_id,
-                    _fired(timer_id, token, due, fired_ms, partition),
-                    fired_ms,
-                )
+                _send_fire(out, fired, partition, timer_id, token, due, fired_ms)
                 planted["superseded_fire"] += 1
             token, due, fired_ms = new_token, new_due, fired_ms + 30_000
         elif slot == 1:  # cancelled in time
@@ -141,13 +142,7 @@ def generate_history(settings: Settings, timers: int, now: float, seed: int = 7)
                 cancel_ms + 3,
             )
             if plant:
-                out.send(
-                    fired,
-                    partition,
-                    timer_id,
-                    _fired(timer_id, token, due, fired_ms, partition),
-                    fired_ms,
-                )
+                _send_fire(out, fired, partition, timer_id, token, due, fired_ms)
                 planted["fire_after_cancel"] += 1
             continue
         elif plant and slot == 2:
@@ -157,17 +152,9 @@ def generate_history(settings: Settings, timers: int, now: float, seed: int = 7)
             fired_ms = due * 1000 - 400
             planted["early"] += 1
         elif plant and slot == 4:
-            out.send(
-                fired,
-                partition,
-                timer_id,
-                _fired(timer_id, token, due, fired_ms + 900, partition),
-                fired_ms + 900,
-            )
+            _send_fire(out, fired, partition, timer_id, token, due, fired_ms + 900)
             planted["duplicate"] += 1
-        out.send(
-            fired, partition, timer_id, _fired(timer_id, token, due, fired_ms, partition), fired_ms
-        )
+        _send_fire(out, fired, partition, timer_id, token, due, fired_ms)
     out.flush()
     return planted
 
@@ -259,9 +246,7 @@ def main(argv: list[str] | None = None) -> int:
         Settings(),
         bootstrap_servers=bootstrap,
         partitions=args.partitions,
-        topics=TopicNames(
-            ticks=f"{tag}-ticks", requests=f"{tag}-requests", fired=f"{tag}-fired", dlq=f"{tag}-dlq"
-        ),
+        topics=TopicNames.named(lambda kind: f"{tag}-{kind}"),
     )
     try:
         ensure_topics(settings, list(settings.topics.all()))

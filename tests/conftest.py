@@ -115,9 +115,7 @@ def fresh_settings(bootstrap: str, partitions: int = 8) -> Settings:
         Settings(),
         bootstrap_servers=bootstrap,
         partitions=partitions,
-        topics=TopicNames(
-            ticks=f"ticks-{tag}", requests=f"requests-{tag}", fired=f"fired-{tag}", dlq=f"dlq-{tag}"
-        ),
+        topics=TopicNames.named(lambda kind: f"{kind}-{tag}"),
         app_id=f"kt-{tag}",
         session_timeout=6.0,
         heartbeat_interval=1.0,

@@ -37,6 +37,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
+from typing import Generic, Protocol, TypeVar
 
 from prometheus_client import Gauge
 
@@ -118,17 +119,42 @@ class _Skew:
         self.last_warned = -WARN_INTERVAL
 
 
-class ClockSkewMonitor:
+class _HeardFrom(Protocol):
+    heard: float
+
+
+_State = TypeVar("_State", bound=_HeardFrom)
+
+
+class _PerSource(Generic[_State]):
+    """The state of each source heard from, exported to a gauge labelled by source; a
+    source silent for :data:`LEAD_STALE` is forgotten, its gauge too."""
+
+    def __init__(self, gauge: Gauge, threshold: float) -> None:
+        self._gauge = gauge
+        self._threshold = threshold
+        self._sources: dict[str, _State] = {}
+        self._next_sweep = float("-inf")
+
+    def _forget_silent(self, now: float) -> None:
+        # A look at most once per interval (a clock stepped back looks at once).
+        if self._next_sweep - SWEEP_INTERVAL <= now < self._next_sweep:
+            return
+        self._next_sweep = now + SWEEP_INTERVAL
+        for source in [s for s, st in self._sources.items() if st.heard < now - LEAD_STALE]:
+            del self._sources[source]
+            with contextlib.suppress(KeyError):
+                self._gauge.remove(source)
+
+
+class ClockSkewMonitor(_PerSource[_Skew]):
     """Estimates ``local clock - source clock`` per source and warns past a threshold."""
 
     def __init__(
         self, gauge: Gauge, threshold: float, clock: Callable[[], float] = time.time
     ) -> None:
-        self._gauge = gauge
-        self._threshold = threshold
+        super().__init__(gauge, threshold)
         self._clock = clock
-        self._sources: dict[str, _Skew] = {}
-        self._next_sweep = float("-inf")
 
     def observe(self, source: str, sent: float) -> float:
         """Record one observation; return the current estimate in seconds.
@@ -173,16 +199,6 @@ class ClockSkewMonitor:
         """The sources observed recently."""
         return list(self._sources)
 
-    def _forget_silent(self, now: float) -> None:
-        # A look at most once per interval (a clock stepped back looks at once).
-        if self._next_sweep - SWEEP_INTERVAL <= now < self._next_sweep:
-            return
-        self._next_sweep = now + SWEEP_INTERVAL
-        for source in [s for s, st in self._sources.items() if st.heard < now - LEAD_STALE]:
-            del self._sources[source]
-            with contextlib.suppress(KeyError):
-                self._gauge.remove(source)
-
 
 class _Lead:
     """What :class:`OscillatorLead` knows of one source."""
@@ -197,7 +213,7 @@ class _Lead:
         self.last_warned = -WARN_INTERVAL
 
 
-class OscillatorLead:
+class OscillatorLead(_PerSource[_Lead]):
     """How far each oscillator's clock runs ahead of this worker's, from its tick seconds.
 
     Exported per source; a warning (at most once a minute per source) names the
@@ -206,11 +222,8 @@ class OscillatorLead:
     """
 
     def __init__(self, gauge: Gauge, threshold: float, window: float = LEAD_WINDOW) -> None:
-        self._gauge = gauge
-        self._threshold = threshold
+        super().__init__(gauge, threshold)
         self._window_seconds = window
-        self._sources: dict[str, _Lead] = {}
-        self._next_sweep = float("-inf")
 
     def observe(self, source: str, second: int, now: float) -> float:
         """Record tick ``second`` from ``source`` arriving at local time ``now``; return
@@ -250,13 +263,3 @@ class OscillatorLead:
     def leads(self) -> dict[str, float]:
         """The current lead of every oscillator heard from recently."""
         return {source: state.lead for source, state in self._sources.items()}
-
-    def _forget_silent(self, now: float) -> None:
-        # A look at most once per interval (a clock stepped back looks at once).
-        if self._next_sweep - SWEEP_INTERVAL <= now < self._next_sweep:
-            return
-        self._next_sweep = now + SWEEP_INTERVAL
-        for source in [s for s, st in self._sources.items() if st.heard < now - LEAD_STALE]:
-            del self._sources[source]
-            with contextlib.suppress(KeyError):
-                self._gauge.remove(source)

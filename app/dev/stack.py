@@ -147,13 +147,13 @@ def start_worker(
         **changes,
     )
     log_name = log_name or name
-    return ServiceProcess(
+    return _service(
         log_name,
         ["worker", "--loglevel", loglevel],
-        {**worker_settings.to_env(), **(env or {})},
-        base_dir / f"{log_name}.log",
+        worker_settings,
+        base_dir,
+        env,
         python_path=python_path,
-        settings=worker_settings,
         die_with_parent=die_with_parent,
     )
 
@@ -171,13 +171,36 @@ def start_oscillator(
 ) -> ServiceProcess:
     """An oscillator named ``name``; the options mean what they do for :func:`start_worker`."""
     osc_settings = replace(settings, worker_id=name, metrics_port=metrics_port, **changes)
-    return ServiceProcess(
+    return _service(
         name,
         ["oscillator"],
-        {**osc_settings.to_env(), **(env or {})},
+        osc_settings,
+        base_dir,
+        env,
+        python_path=python_path,
+        die_with_parent=die_with_parent,
+    )
+
+
+def _service(
+    name: str,
+    args: list[str],
+    settings: Settings,
+    base_dir: Path,
+    env: Mapping[str, str] | None,
+    *,
+    python_path: Sequence[str],
+    die_with_parent: bool,
+) -> ServiceProcess:
+    """``kafka-timers <args>`` as ``name``, configured by ``settings`` (``env`` over
+    them), logging to ``base_dir/<name>.log``."""
+    return ServiceProcess(
+        name,
+        args,
+        {**settings.to_env(), **(env or {})},
         base_dir / f"{name}.log",
         python_path=python_path,
-        settings=osc_settings,
+        settings=settings,
         die_with_parent=die_with_parent,
     )
 

@@ -192,13 +192,7 @@ def import_timers(
                 continue
             timer = _timer(number, line)
             request = _request(number, timer, now_ms, limit, check=not checked)
-            sender.send(
-                sender.owner(timer.id),
-                request.key,
-                request.value,
-                request.headers,
-                request.timestamp_ms,
-            )
+            sender.send_request(timer.id, request)
             timers += 1
             series += timer.recurrence is not None
     except Exception as exc:  # any failure: one line, never a traceback

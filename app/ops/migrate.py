@@ -48,7 +48,6 @@ from dataclasses import dataclass, field
 from confluent_kafka import (
     Consumer,
     ConsumerGroupState,
-    KafkaError,
     KafkaException,
     TopicPartition,
 )
@@ -63,7 +62,7 @@ from app.kafka.records import to_record
 from app.kafka.topics import partition_count, wait_for_broker
 from app.ops.requests import as_request
 from app.ops.sending import RequestSender
-from app.ops.snapshot import read_snapshot
+from app.ops.snapshot import partition_end, read_snapshot
 from app.settings import Settings
 from kafka_timers_client.errors import KafkaTimersError
 from kafka_timers_client.partitioner import partition_for
@@ -260,13 +259,7 @@ def _copy_state(
     for pending in snapshot.timers:
         timer = pending.timer
         request = as_request(timer, now_ms)
-        sender.send(
-            sender.owner(timer.id),
-            request.key,
-            request.value,
-            request.headers,
-            request.timestamp_ms,
-        )
+        sender.send_request(timer.id, request)
     sender.flush(timeout)
     report.copied = len(snapshot.timers)
     report.series = snapshot.series
@@ -292,14 +285,9 @@ def _bridge(
         batch = consumer.consume(5000, 0.2)
         moved: dict[int, int] = {}
         for msg in batch:
-            err = msg.error()
+            if partition_end(msg, at_end, topic):
+                continue
             p = msg.partition() or 0
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    at_end.add(p)
-                    continue
-                raise KafkaTimersError(f"reading {topic}[{p}]: {err}")
-            at_end.discard(p)
             record = without_hop(to_record(msg))
             moved[p] = record.offset + 1
             if record.defect is not None:

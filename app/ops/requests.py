@@ -57,6 +57,18 @@ class RequestRecord:
     #: The record's timestamp (CreateTime), epoch ms.
     timestamp_ms: int
 
+    def read_from(self, topic: str, offset: int = 0) -> RawRecord:
+        """This record as a worker reads it from partition 0 of ``topic`` at ``offset``."""
+        return RawRecord(
+            topic=topic,
+            partition=0,
+            offset=offset,
+            timestamp_ms=self.timestamp_ms,
+            key=self.key,
+            value=self.value,
+            headers=self.headers,
+        )
+
 
 def _is_etf1(timer: Timer) -> bool:
     names = tuple(name for name, _ in timer.headers[:3])
@@ -150,17 +162,8 @@ def checked_request(timer: Timer, now_ms: int) -> RequestRecord:
     # from that topic (a target with another request topic names its own, as it would
     # for any etf1 record; nothing else of the timer changes).
     topic = timer.headers[2][1].decode(errors="replace") if _is_etf1(timer) else ""
-    record = RawRecord(
-        topic=topic,
-        partition=0,
-        offset=0,
-        timestamp_ms=request.timestamp_ms,
-        key=request.key,
-        value=request.value,
-        headers=request.headers,
-    )
     try:
-        back = parse_request(record)
+        back = parse_request(request.read_from(topic))
     except RejectedRequest as refused:
         raise LineError(f"the worker would refuse its request: {refused}") from None
     if back != continued(timer):

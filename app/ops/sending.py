@@ -10,6 +10,7 @@ from app.core.routing import owner_of
 from app.core.timer import Header
 from app.kafka.config import confluent_producer
 from app.kafka.topics import partition_count, wait_for_broker
+from app.ops.requests import RequestRecord
 from app.settings import Settings
 from kafka_timers_client.errors import BrokerUnavailable, KafkaTimersError
 
@@ -51,6 +52,16 @@ class RequestSender:
 
     def owner(self, timer_id: str) -> int:
         return owner_of(timer_id, self.partitions)
+
+    def send_request(self, timer_id: str, request: RequestRecord) -> None:
+        """Queue ``request``, about timer ``timer_id``, for the id's owner partition."""
+        self.send(
+            self.owner(timer_id),
+            request.key,
+            request.value,
+            request.headers,
+            request.timestamp_ms,
+        )
 
     def send(
         self,

@@ -29,7 +29,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from app.core.keys import INDEX, PENDING, REQUEST_OFFSET, parse_timer_key
 from app.core.stored import unpack_timer
@@ -39,7 +39,7 @@ from app.kafka.topics import wait_for_broker
 from app.settings import Settings
 from kafka_timers_client.errors import BrokerUnavailable, KafkaTimersError
 
-__all__ = ["PendingTimer", "Snapshot", "read_snapshot"]
+__all__ = ["PendingTimer", "Snapshot", "partition_end", "read_snapshot"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,21 @@ class Snapshot:
     @property
     def series(self) -> int:
         return sum(1 for p in self.timers if p.timer.recurrence is not None)
+
+
+def partition_end(msg: Message, at_end: set[int], what: str) -> bool:
+    """Whether ``msg`` only marks the end of its partition, which joins ``at_end``; a
+    record takes its partition out of it. Any other error raises
+    :class:`KafkaTimersError` naming ``what`` (the topic read) and the partition."""
+    p = msg.partition() or 0
+    err = msg.error()
+    if err is not None:
+        if err.code() == KafkaError._PARTITION_EOF:
+            at_end.add(p)
+            return True
+        raise KafkaTimersError(f"reading {what}[{p}]: {err}")
+    at_end.discard(p)
+    return False
 
 
 def _latest_by_key(
@@ -116,14 +131,9 @@ def _latest_by_key(
                     f"{sorted(set(partitions) - at_end)} within {timeout:g}s"
                 )
             for msg in consumer.consume(10000, 0.2):
+                if partition_end(msg, at_end, f"changelog {topic}"):
+                    continue
                 p = msg.partition() or 0
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        at_end.add(p)
-                        continue
-                    raise KafkaTimersError(f"reading changelog {topic}[{p}]: {err}")
-                at_end.discard(p)
                 records += 1
                 key = msg.key()
                 if key is None:

@@ -3,6 +3,7 @@ service's topics and the credentials to reach the brokers."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.settings import kinds
@@ -37,6 +38,14 @@ class TopicNames:
         "rejected requests, with the original bytes and a reason header",
         default="timer-request-dlq",
     )
+
+    @classmethod
+    def named(cls, name: Callable[[str], str]) -> TopicNames:
+        """Each topic named ``name(kind)``, kind ``ticks``, ``requests``, ``fired`` or
+        ``dlq``: a deployment's own set, as a test or a benchmark makes one."""
+        return cls(
+            ticks=name("ticks"), requests=name("requests"), fired=name("fired"), dlq=name("dlq")
+        )
 
     def all(self) -> tuple[str, ...]:
         return (self.ticks, self.requests, self.fired, self.dlq)

@@ -85,12 +85,7 @@ class NemesisStack:
         self.settings = replace(
             Settings(),
             partitions=PARTITIONS,
-            topics=TopicNames(
-                ticks=f"nm-ticks-{tag}",
-                requests=f"nm-requests-{tag}",
-                fired=f"nm-fired-{tag}",
-                dlq=f"nm-dlq-{tag}",
-            ),
+            topics=TopicNames.named(lambda kind: f"nm-{kind}-{tag}"),
             app_id=f"nemesis-{tag}",
             session_timeout=6.0,
             heartbeat_interval=1.0,

@@ -52,6 +52,7 @@ __all__ = [
     "BUDGET_BYTES",
     "NOW",
     "TIME_BOUND_SECONDS",
+    "Delivered",
     "HostileHarness",
     "NotProducible",
     "Outcome",
@@ -166,7 +167,7 @@ class Produced:
         return found.encode() if isinstance(found, str) else found
 
 
-class _Delivered:
+class Delivered:
     """What a delivery callback is handed: the record's partition and offset."""
 
     def __init__(self, partition: int, offset: int) -> None:
@@ -223,7 +224,7 @@ class RecordingProducer:
             p = partition or 0
             self._offsets[p] = self._offsets.get(p, -1) + 1
             if callable(on_delivery):
-                on_delivery(None, _Delivered(p, self._offsets[p]))
+                on_delivery(None, Delivered(p, self._offsets[p]))
         return 0
 
 

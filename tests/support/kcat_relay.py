@@ -19,7 +19,7 @@ import contextlib
 import socket
 import struct
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 __all__ = ["ApiVersionsRelay", "relay"]
 
@@ -80,9 +80,22 @@ class ApiVersionsRelay:
             writer.close()
             return
         asked: dict[int, int] = {}  # correlation id -> ApiVersions version asked
+
+        def request(frame: bytes) -> bytes:
+            api_key, version, correlation = struct.unpack(">hhi", frame[:8])
+            if api_key == API_VERSIONS:
+                asked[correlation] = version
+            return frame
+
+        def answer(frame: bytes) -> bytes:
+            correlation = struct.unpack(">i", frame[:4])[0]
+            if asked.pop(correlation, 0) >= 3:
+                return frame[:4] + strip_feature_tags(frame[4:])
+            return frame
+
         await asyncio.gather(
-            self._requests(reader, up_writer, asked),
-            self._answers(up_reader, writer, asked),
+            self._pump(reader, up_writer, request),
+            self._pump(up_reader, writer, answer),
             return_exceptions=True,
         )
 
@@ -91,29 +104,16 @@ class ApiVersionsRelay:
         size = struct.unpack(">i", await reader.readexactly(4))[0]
         return await reader.readexactly(size)
 
-    async def _requests(
-        self, reader: asyncio.StreamReader, out: asyncio.StreamWriter, asked: dict[int, int]
+    async def _pump(
+        self,
+        reader: asyncio.StreamReader,
+        out: asyncio.StreamWriter,
+        edit: Callable[[bytes], bytes],
     ) -> None:
+        """Relay every frame from ``reader`` to ``out`` as ``edit`` returns it."""
         try:
             while True:
-                frame = await self._frame(reader)
-                api_key, version, correlation = struct.unpack(">hhi", frame[:8])
-                if api_key == API_VERSIONS:
-                    asked[correlation] = version
-                out.write(struct.pack(">i", len(frame)) + frame)
-                await out.drain()
-        finally:
-            out.close()
-
-    async def _answers(
-        self, reader: asyncio.StreamReader, out: asyncio.StreamWriter, asked: dict[int, int]
-    ) -> None:
-        try:
-            while True:
-                frame = await self._frame(reader)
-                correlation = struct.unpack(">i", frame[:4])[0]
-                if asked.pop(correlation, 0) >= 3:
-                    frame = frame[:4] + strip_feature_tags(frame[4:])
+                frame = edit(await self._frame(reader))
                 out.write(struct.pack(">i", len(frame)) + frame)
                 await out.drain()
         finally:

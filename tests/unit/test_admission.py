@@ -3,14 +3,7 @@
 from __future__ import annotations
 
 from app.status.admission import LoopBudget
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.support.fake_clock import ManualClock as Clock
 
 
 def test_work_is_admitted_until_the_budget_is_spent_then_refused_until_it_refills() -> None:

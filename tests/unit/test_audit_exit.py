@@ -14,27 +14,13 @@ from spark_audit.errors import (
     is_out_of_memory,
 )
 from spark_audit.summary import AuditSummary, ReadCounts
+from tests.support.audit_summary import audit_summary
 
 
 def summary(violations: int = 0, unreadable: int = 0, max_set_aside: int = 100) -> AuditSummary:
-    return AuditSummary(
-        as_of_ms=0,
-        grace_ms=0,
-        requests_topic="r",
-        fired_topic="f",
-        source="python",
-        allow_duplicates=False,
+    return audit_summary(
+        {"early": violations} if violations else {},
         reads=ReadCounts(10, 0, 10 + unreadable, unreadable),
-        timers=10,
-        statuses={"fired": 10},
-        violation_counts={"early": violations} if violations else {},
-        violations=[],
-        violations_limit=100,
-        lateness_overall=None,
-        lateness_by_topic=[],
-        lateness_by_hour=[],
-        histogram=[],
-        fires_per_minute=[],
         max_set_aside=max_set_aside,
     )
 

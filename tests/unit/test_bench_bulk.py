@@ -12,7 +12,7 @@ from app.core.raw_record import RawRecord
 from app.core.request_format import parse_request
 from app.core.wheel import PartitionWheel
 from app.worker import faust_internals
-from bench.bulk import bulk_timer, store_paths, write_timers
+from bench.bulk import BulkTimers, bulk_timer, store_paths, write_timers
 from bench.load import TimerSpec, request_record
 from bench.rocks import count_pending_keys
 from tests.support.memkv import MemoryKV
@@ -42,10 +42,7 @@ def test_write_timers_stores_what_the_wheel_stores(
         [1, 3],
         10,
         30,
-        prefix="capacity",
-        first_due=1_900_000_000,
-        spread=7,
-        callback_topic=TOPIC,
+        BulkTimers(prefix="capacity", first_due=1_900_000_000, spread=7, callback_topic=TOPIC),
     )
     assert written == 10  # timers 10..29 whose number is 1 or 3 modulo 4
     assert count_pending_keys(data_dir) == {1: 5, 3: 5}

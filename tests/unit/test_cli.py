@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
+from tests.support.cli import run_app
 from tests.support.cli import run_cli as run_support_cli
 
 
@@ -82,13 +82,14 @@ def test_errors_are_one_line(args: list[str], expected: str) -> None:
 
 
 def test_bad_setting_in_the_environment_is_one_line() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "app", "schedule", "--topic", "t", "--in", "5s"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+    result = run_app(
+        "schedule",
+        "--topic",
+        "t",
+        "--in",
+        "5s",
         env={"KAFKA_TIMERS_PARTITIONS": "eight", "PATH": "/usr/bin:/bin"},
+        timeout=60,
     )
     assert result.returncode == 2
     assert (
@@ -114,13 +115,8 @@ def test_bad_setting_in_the_environment_is_one_line() -> None:
     ],
 )
 def test_bad_security_settings_are_one_line(env: dict[str, str], expected: str) -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "app", "schedule", "--topic", "t", "--in", "5s"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={**env, "PATH": "/usr/bin:/bin"},
+    result = run_app(
+        "schedule", "--topic", "t", "--in", "5s", env={**env, "PATH": "/usr/bin:/bin"}, timeout=60
     )
     assert result.returncode == 2
     assert len(result.stderr.strip().splitlines()) == 1

@@ -8,7 +8,6 @@ import argparse
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ import pytest
 from app.cli import KAFKA_COMMANDS, build_parser
 from app.kafka.command_config import parse_properties, read_command_config
 from kafka_timers_client.errors import ConfigurationError
+from tests.support.cli import run_app
 
 #: The least each subcommand needs to parse.
 REQUIRED: dict[str, list[str]] = {
@@ -38,13 +38,8 @@ CONTROL_SECRET = {"KAFKA_TIMERS_CONTROL_SECRET": "test-control-secret-0123456789
 
 
 def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={"PATH": "/usr/bin:/bin", **CONTROL_SECRET, **(env or {})},
+    return run_app(
+        *args, env={"PATH": "/usr/bin:/bin", **CONTROL_SECRET, **(env or {})}, timeout=60
     )
 
 

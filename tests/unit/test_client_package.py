@@ -5,8 +5,6 @@ shared modules load no Kafka client (the worker's pure core imports them)."""
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
 from dataclasses import replace
 
 import pytest
@@ -15,6 +13,7 @@ from app.kafka.config import confluent_consumer, confluent_producer
 from app.settings import SecuritySettings, Settings, TopicNames
 from kafka_timers_client import ClientConfig, TimerClient
 from kafka_timers_client.config import confluent_producer as client_producer
+from tests.support.cli import run_python
 
 
 @pytest.mark.parametrize(
@@ -89,7 +88,4 @@ def test_the_shared_modules_load_no_kafka_client() -> None:
         "kafka_timers_client.protowire, kafka_timers_client.fired, app.core.wheel\n"
         "print('confluent_kafka' in sys.modules)"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert out.stdout.strip() == "False"
+    assert run_python(code, timeout=60).strip() == "False"

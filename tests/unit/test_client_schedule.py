@@ -26,6 +26,7 @@ from app.core.timer import Cancel, Timer
 from kafka_timers_client import TimerClient
 from kafka_timers_client.bounds import MAX_SECONDS
 from kafka_timers_client.errors import KafkaTimersError
+from tests.support.proto import offline_client
 
 NOW = 1_800_000_000.25
 
@@ -85,9 +86,7 @@ def calls(draw: st.DrawFn) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def client() -> Iterator[TimerClient]:
     """A client whose sends are recorded, never produced (no broker: pure logic)."""
-    made = TimerClient("127.0.0.1:1", clock=lambda: NOW, producer_conf={"log_level": 0})
-    yield made
-    made._producer.close()
+    yield from offline_client(NOW)
 
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -19,7 +19,6 @@ import re
 import shlex
 import shutil
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +26,11 @@ import pytest
 import yaml
 
 from app.cli import build_parser
-from app.settings import SecuritySettings, Settings
+from app.settings import Settings
 from app.worker.metrics import WorkerMetrics
 from oscillator.health import LIVEZ_PATH
 from oscillator.metrics import OscillatorMetrics
+from tests.support.full_settings import full_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -72,21 +72,7 @@ def _parse_cli(argv: list[str]) -> Any:
 
 def _known_environment() -> set[str]:
     """Every variable :meth:`Settings.from_env` reads (what ``to_env`` writes, all set)."""
-    full = replace(
-        Settings(),
-        partitions=8,
-        metrics_port=9100,
-        security=SecuritySettings(
-            protocol="SASL_SSL",
-            sasl_mechanism="PLAIN",
-            sasl_username="u",
-            sasl_password="p",
-            ssl_cafile="ca",
-            ssl_certfile="cert",
-            ssl_keyfile="key",
-        ),
-    )
-    return set(full.to_env())
+    return set(full_settings().to_env())
 
 
 def _effective_settings(svc: dict[str, Any]) -> tuple[Any, Settings]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 from importlib.metadata import version
 from pathlib import Path
@@ -15,6 +13,7 @@ from faust.stores.rocksdb import RocksDBOptions
 from app.worker import faust_app, faust_internals
 from app.worker.faust_internals import checks, stores
 from app.worker.faust_internals import group as group_patches
+from tests.support.cli import run_python
 
 
 def test_every_private_attribute_the_worker_relies_on_exists() -> None:
@@ -35,10 +34,7 @@ def test_importing_the_worker_patches_nothing() -> None:
         "faust_internals.apply_patches()\n"
         "assert faust_internals.patches_applied()\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
-    )
-    assert done.returncode == 0, done.stderr
+    run_python(code, timeout=60)
 
 
 def test_patches_are_idempotent_and_can_be_removed() -> None:

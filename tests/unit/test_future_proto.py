@@ -16,11 +16,8 @@ And the compiled descriptor the worker builds its classes from is that ``.proto`
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from dataclasses import replace
 from decimal import Decimal
-from importlib import resources
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -31,7 +28,6 @@ from grpc_tools import protoc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import app.core.proto
 from app.core.proto import DESCRIPTOR_SET, PROTO_FILE
 from app.core.raw_record import RawRecord, derived_id
 from app.core.request_format import parse_request
@@ -39,6 +35,7 @@ from app.core.timer import Cancel, Timer, TokenAction
 from kafka_timers_client import protowire
 from kafka_timers_client.due import due_second
 from kafka_timers_client.errors import RejectedRequest, RejectReason
+from tests.support.proto import SCHEMA_DIR, compiled_future_proto
 
 MANY = settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 INT64 = st.integers(-(2**63), 2**63 - 1)
@@ -49,13 +46,18 @@ TEXT = st.one_of(
 )
 BLOB = st.one_of(st.none(), st.just(b""), st.binary(max_size=300))
 
+#: The fields of the callback and the timer's identity, each absent, empty, realistic or any.
+CALLBACK_FIELDS = {
+    "callback_topic": TEXT,
+    "callback_key": TEXT,
+    "callback": BLOB,
+    "id": TEXT,
+    "token": TEXT,
+}
+
 futures = st.builds(
     protowire.Future,
-    callback_topic=TEXT,
-    callback_key=TEXT,
-    callback=BLOB,
-    id=TEXT,
-    token=TEXT,
+    **CALLBACK_FIELDS,
     due=st.one_of(st.none(), st.just(0), st.integers(0, 2**40), INT64),
     headers=st.lists(st.tuples(st.text(max_size=20), st.binary(max_size=40)), max_size=4),
     action=st.one_of(st.sampled_from([0, 1]), INT32),
@@ -64,11 +66,7 @@ futures = st.builds(
 #: too: for the codec round trips.
 all_fields = st.builds(
     protowire.Future,
-    callback_topic=TEXT,
-    callback_key=TEXT,
-    callback=BLOB,
-    id=TEXT,
-    token=TEXT,
+    **CALLBACK_FIELDS,
     due=st.one_of(st.none(), INT64),
     headers=st.lists(st.tuples(st.text(max_size=20), st.binary(max_size=40)), max_size=2),
     action=st.one_of(st.sampled_from([0, 1]), INT32),
@@ -96,22 +94,13 @@ keys = st.one_of(
 
 @pytest.fixture(scope="module")
 def schema_dir() -> Path:
-    return Path(str(resources.files(app.core.proto)))
+    return SCHEMA_DIR
 
 
 @pytest.fixture(scope="module")
-def generated(schema_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+def generated(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     """The Python module protoc generates from the shipped ``future.proto``."""
-    out = tmp_path_factory.mktemp("generated")
-    status = protoc.main(["protoc", f"-I{schema_dir}", f"--python_out={out}", PROTO_FILE])
-    assert status == 0, "protoc could not compile future.proto"
-    path = out / PROTO_FILE.replace(".proto", "_pb2.py")
-    spec = importlib.util.spec_from_file_location("generated_future_pb2", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return compiled_future_proto(tmp_path_factory.mktemp("generated"), "generated_future_pb2")
 
 
 def to_generated(module: ModuleType, future: protowire.Future) -> Any:

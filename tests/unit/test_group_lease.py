@@ -9,15 +9,8 @@ from aiokafka.protocol.group import HeartbeatRequest, JoinGroupRequest, SyncGrou
 
 from app.worker.faust_internals import group as group_patches
 from app.worker.group_lease import GroupLease
+from tests.support.fake_clock import ManualClock as Monotonic
 from tests.unit.test_service import NOW, Harness
-
-
-class Monotonic:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_a_lease_never_renewed_is_held_so_nothing_is_checked_before_the_first_join() -> None:

@@ -16,18 +16,9 @@ from app.telemetry import HealthReport, serve_metrics
 from app.worker.health import Phase, WorkerHealth
 from oscillator.health import tick_liveness
 from oscillator.ticker import Oscillator
+from tests.support.fake_clock import Clocks
 
 NOW = 1_767_225_600.0
-
-
-class Clocks:
-    def __init__(self) -> None:
-        self.now = NOW
-        self.mono = 1000.0
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-        self.mono += seconds
 
 
 def ready_worker(clocks: Clocks, timeout: float = 30.0) -> WorkerHealth:
@@ -39,7 +30,7 @@ def ready_worker(clocks: Clocks, timeout: float = 30.0) -> WorkerHealth:
 
 
 def test_readiness_walks_joining_recovering_applying_ready_with_a_reason_each() -> None:
-    clocks = Clocks()
+    clocks = Clocks(NOW, 1000.0)
     health = WorkerHealth(30, clock=lambda: clocks.now, monotonic=lambda: clocks.mono)
     seen = [health.readiness()]
     health.recovering([3, 1])
@@ -57,7 +48,7 @@ def test_readiness_walks_joining_recovering_applying_ready_with_a_reason_each() 
 
 
 def test_a_rebalance_makes_it_not_ready_and_a_stale_step_cannot_make_it_ready() -> None:
-    clocks = Clocks()
+    clocks = Clocks(NOW, 1000.0)
     health = ready_worker(clocks)
     token = health.applying([0, 1])
     health.rebalancing()  # a new rebalance began while the old drain was still running
@@ -67,7 +58,7 @@ def test_a_rebalance_makes_it_not_ready_and_a_stale_step_cannot_make_it_ready() 
 
 
 def test_alive_while_ticks_are_processed_even_with_timers_overdue() -> None:
-    clocks = Clocks()
+    clocks = Clocks(NOW, 1000.0)
     health = ready_worker(clocks)
     for _ in range(60):
         clocks.advance(1)
@@ -77,7 +68,7 @@ def test_alive_while_ticks_are_processed_even_with_timers_overdue() -> None:
 
 
 def test_alive_without_ticks_when_nothing_is_due() -> None:
-    clocks = Clocks()
+    clocks = Clocks(NOW, 1000.0)
     health = ready_worker(clocks)
     clocks.advance(300)
     assert health.liveness({0: int(clocks.now) + 60}).ok
@@ -85,7 +76,7 @@ def test_alive_without_ticks_when_nothing_is_due() -> None:
 
 
 def test_dead_when_timers_wait_past_the_timeout_and_no_tick_came_for_as_long() -> None:
-    clocks = Clocks()
+    clocks = Clocks(NOW, 1000.0)
     health = ready_worker(clocks, timeout=30)
     health.ticked()
     due = int(clocks.now) + 5
@@ -103,7 +94,7 @@ def test_dead_when_timers_wait_past_the_timeout_and_no_tick_came_for_as_long() -
 
 
 def test_a_fresh_assignment_gets_the_whole_timeout_to_hear_its_first_tick() -> None:
-    clocks = Clocks()
+    clocks = Clocks(NOW, 1000.0)
     health = ready_worker(clocks, timeout=10)
     clocks.advance(100)  # quiet, but nothing was due
     health.rebalancing()
@@ -116,7 +107,7 @@ def test_a_fresh_assignment_gets_the_whole_timeout_to_hear_its_first_tick() -> N
 
 
 def test_liveness_is_not_judged_while_recovering_or_applying() -> None:
-    clocks = Clocks()
+    clocks = Clocks(NOW, 1000.0)
     health = ready_worker(clocks, timeout=5)
     health.recovering([0])
     clocks.advance(120)

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.keys import timer_key
-from app.core.raw_record import RawRecord
 from app.core.request_format import parse_request
 from app.core.stored import pack_timer
 from app.core.timer import Cancel, Timer
@@ -35,15 +34,7 @@ names = texts.filter(lambda n: not n.lower().startswith(("timer-", "scheduler-")
 def read_back(timer: Timer, now: float = NOW) -> Timer | Cancel:
     """What the worker makes of the request for ``timer``, read at ``now``."""
     request = as_request(timer, int(now * 1000))
-    record = RawRecord(
-        topic=TOPIC,
-        partition=0,
-        offset=7,
-        timestamp_ms=request.timestamp_ms,
-        key=request.key,
-        value=request.value,
-        headers=request.headers,
-    )
+    record = request.read_from(TOPIC, offset=7)
     return parse_request(record, now)
 
 
@@ -276,13 +267,5 @@ def test_an_import_refuses_a_line_in_one_line_or_sends_what_the_worker_reads_bac
         return
     for timer, request in requests:
         assert 0 <= timer.due <= MAX_SECONDS
-        record = RawRecord(
-            topic=TOPIC,
-            partition=0,
-            offset=7,
-            timestamp_ms=request.timestamp_ms,
-            key=request.key,
-            value=request.value,
-            headers=request.headers,
-        )
+        record = request.read_from(TOPIC, offset=7)
         assert parse_request(record) == continued(timer)

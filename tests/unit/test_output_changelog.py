@@ -13,18 +13,7 @@ from typing import Any
 import pytest
 
 from app.worker.output import DeliveryFailure, OutputProducer
-
-
-class _Msg:
-    def __init__(self, partition: int, offset: int) -> None:
-        self._partition = partition
-        self._offset = offset
-
-    def partition(self) -> int:
-        return self._partition
-
-    def offset(self) -> int:
-        return self._offset
+from tests.support.hostile import Delivered
 
 
 def _producer(**extra: Any) -> OutputProducer:
@@ -35,7 +24,7 @@ def _producer(**extra: Any) -> OutputProducer:
 def test_acknowledgements_keep_the_highest_offset_per_partition() -> None:
     out = _producer()
     for partition, offset in [(3, 10), (3, 12), (3, 11), (5, 7)]:
-        out._changelog_delivered(None, _Msg(partition, offset))  # type: ignore[arg-type]
+        out._changelog_delivered(None, Delivered(partition, offset))  # type: ignore[arg-type]
     assert out.changelog_acked == {3: 12, 5: 7}
 
 

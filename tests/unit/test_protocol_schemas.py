@@ -13,11 +13,8 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -25,13 +22,10 @@ from typing import Any
 import jsonschema
 import pytest
 from google.protobuf.unknown_fields import UnknownFieldSet
-from grpc_tools import protoc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import app.core.proto
 from app.core.policy import is_legal_topic
-from app.core.proto import PROTO_FILE
 from app.core.raw_record import RawRecord
 from app.core.request_format import parse_request
 from app.core.timer import Cancel, Timer
@@ -39,6 +33,7 @@ from kafka_timers_client import TimerClient
 from kafka_timers_client.errors import KafkaTimersError, RejectedRequest
 from kafka_timers_client.fired import FiredKind, FiredRecord, SkipReason
 from tests.support.node import NodeScript, node_script
+from tests.support.proto import compiled_future_proto, offline_client
 from tests.unit.test_client_schedule import NOW, calls, texts
 from tests.unit.test_js_requests import SENT_MS, Case, schedule_cases
 
@@ -134,23 +129,12 @@ def test_the_protocol_docs_examples_validate() -> None:
 @pytest.fixture(scope="module")
 def generated(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
     """Python code generated from the shipped future.proto, as docs/protocol.md says."""
-    schema_dir = Path(str(resources.files(app.core.proto)))
-    out = tmp_path_factory.mktemp("generated")
-    assert protoc.main(["protoc", f"-I{schema_dir}", f"--python_out={out}", PROTO_FILE]) == 0
-    path = out / PROTO_FILE.replace(".proto", "_pb2.py")
-    spec = importlib.util.spec_from_file_location("schema_future_pb2", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return compiled_future_proto(tmp_path_factory.mktemp("generated"), "schema_future_pb2")
 
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[TimerClient]:
-    made = TimerClient("127.0.0.1:1", clock=lambda: NOW, producer_conf={"log_level": 0})
-    yield made
-    made._producer.close()
+    yield from offline_client(NOW)
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])

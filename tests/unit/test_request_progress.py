@@ -13,6 +13,7 @@ from confluent_kafka import TopicPartition
 from app.core.raw_record import RawRecord
 from app.worker.metrics import WorkerMetrics
 from app.worker.request_progress import COMMIT_INTERVAL, COMMIT_REFRESH, RequestProgress
+from tests.support.fake_clock import Clocks
 
 TOPIC = "requests"
 NOW = 1_767_225_600.0
@@ -53,16 +54,6 @@ class FakeReader:
         return 0, self.high.get(tp.partition, -1001)
 
 
-class Clocks:
-    def __init__(self) -> None:
-        self.now = NOW
-        self.mono = 10.0
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-        self.mono += seconds
-
-
 def record(partition: int, offset: int, ts: float) -> RawRecord:
     return RawRecord(TOPIC, partition, offset, int(ts * 1000), None, b"{}")
 
@@ -72,7 +63,12 @@ def gauge(metrics: WorkerMetrics, name: str, partition: int) -> float | None:
 
 
 def make() -> tuple[RequestProgress, FakeCommitter, FakeReader, WorkerMetrics, Clocks]:
-    committer, reader, metrics, clocks = FakeCommitter(), FakeReader(), WorkerMetrics(), Clocks()
+    committer, reader, metrics, clocks = (
+        FakeCommitter(),
+        FakeReader(),
+        WorkerMetrics(),
+        Clocks(NOW, 10.0),
+    )
     progress = RequestProgress(
         committer,  # type: ignore[arg-type]
         TOPIC,

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -26,11 +24,12 @@ from app.settings import (
     MAX_HORIZON_SECONDS,
     MAX_REMEMBER_SECONDS,
     RECORD_RESERVE_BYTES,
-    SecuritySettings,
     Settings,
     split_allow_list,
 )
 from kafka_timers_client.errors import ConfigurationError, RejectedRequest, RejectReason
+from tests.support.cli import run_app
+from tests.support.full_settings import full_settings
 
 NOW = 1_767_225_600
 P = "KAFKA_TIMERS_"
@@ -375,21 +374,7 @@ def test_bootstrap_addresses_are_normalised() -> None:
 
 
 def test_every_variable_is_fuzzed() -> None:
-    full = replace(
-        Settings(),
-        partitions=8,
-        metrics_port=9100,
-        operator_token="an-operator-token-of-24",
-        security=SecuritySettings(
-            protocol="SASL_SSL",
-            sasl_mechanism="PLAIN",
-            sasl_username="u",
-            sasl_password="p",
-            ssl_cafile="ca",
-            ssl_certfile="cert",
-            ssl_keyfile="key",
-        ),
-    )
+    full = full_settings(operator_token="an-operator-token-of-24")
     assert set(full.to_env()) | {P + "METRICS_PORT"} == set(VARIABLES)
 
 
@@ -471,14 +456,7 @@ def test_any_mix_of_values_is_accepted_or_refused_in_one_line(env: dict[str, str
 
 
 def _run(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "app", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**env, "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
-    )
+    return run_app(*args, env={**env, "PATH": os.environ.get("PATH", "/usr/bin:/bin")}, timeout=120)
 
 
 @pytest.mark.parametrize(

@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from app.core.timer import Timer
 from app.core.wheel import PartitionWheel
@@ -74,7 +75,9 @@ def previous_release() -> tuple[str, str]:
     return rows[-1][0], rows[-1][1]
 
 
-def test_the_previous_release_fires_a_spread_timer_once_at_its_second(tmp_path: Path) -> None:
+def ticks_in_previous_release(kv: MemoryKV, tmp_path: Path) -> dict[str, Any]:
+    """:data:`OLD_RELEASE_TICKS` run on the store ``kv`` by the previous release's
+    tree, extracted under ``tmp_path``: what it printed."""
     version, commit = previous_release()
     archive = subprocess.run(
         ["git", "-C", str(ROOT), "archive", commit, "app"], capture_output=True, check=False
@@ -84,19 +87,9 @@ def test_the_previous_release_fires_a_spread_timer_once_at_its_second(tmp_path: 
         f"without history?): {archive.stderr.decode()[-500:]}"
     )
     subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive.stdout, check=True)
-
-    kv = MemoryKV()
-    wheel = PartitionWheel(kv, clock=lambda: T0 - 10)
-    one = Timer("one", T0, "cb", b"k", b"v", "tok", spread=40)
-    rec = Recurrence.interval(30, start=T0, count=3).anchored(T0 - 1)
-    series = Timer("series", T0, "cb", None, b"v", "tok", recurrence=rec, seq=1, spread=20)
-    plain = Timer("plain", T0 + 5, "cb", None, b"v", "tok")
-    for timer in (one, series, plain):
-        wheel.schedule(timer)
-    store = [[k.hex(), v.hex()] for k, v in kv.data.items()]
     ran = subprocess.run(
         [sys.executable, "-c", OLD_RELEASE_TICKS, str(T0)],
-        input=json.dumps(store),
+        input=json.dumps([[k.hex(), v.hex()] for k, v in kv.data.items()]),
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -105,7 +98,20 @@ def test_the_previous_release_fires_a_spread_timer_once_at_its_second(tmp_path: 
         check=False,
     )
     assert ran.returncode == 0, ran.stderr[-3000:]
-    result = json.loads(ran.stdout)
+    result: dict[str, Any] = json.loads(ran.stdout)
+    return result
+
+
+def test_the_previous_release_fires_a_spread_timer_once_at_its_second(tmp_path: Path) -> None:
+    kv = MemoryKV()
+    wheel = PartitionWheel(kv, clock=lambda: T0 - 10)
+    one = Timer("one", T0, "cb", b"k", b"v", "tok", spread=40)
+    rec = Recurrence.interval(30, start=T0, count=3).anchored(T0 - 1)
+    series = Timer("series", T0, "cb", None, b"v", "tok", recurrence=rec, seq=1, spread=20)
+    plain = Timer("plain", T0 + 5, "cb", None, b"v", "tok")
+    for timer in (one, series, plain):
+        wheel.schedule(timer)
+    result = ticks_in_previous_release(kv, tmp_path)
     fired = {(i, seq): (due, second) for i, seq, due, second in result["fired"]}
     assert len(fired) == len(result["fired"]) == 5, result["fired"]  # each once
     # The one-shot timer: at the second this tree chose, its due header that second.

@@ -11,8 +11,6 @@ lands in the fired record; the previous release, rolled back to, fires such time
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -45,7 +43,7 @@ from tests.support.hostile import (
 from tests.support.memkv import MemoryKV
 from tests.unit.test_future_proto import MANY, futures, keys, parsed
 from tests.unit.test_hostile_records import hostile
-from tests.unit.test_spread_rollback import OLD_RELEASE_TICKS, ROOT, T0, previous_release
+from tests.unit.test_spread_rollback import T0, ticks_in_previous_release
 
 REQUEST_TOPIC = "timer-request"
 SENT_MS = 1_767_225_600_000
@@ -221,12 +219,6 @@ def test_the_previous_release_fires_timers_stored_with_a_schema_id(tmp_path: Pat
     """0.2.0 (RELEASES' newest) reads the schema extension as bytes after the layout's
     fields, which it ignores: a timer stored with a schema id, spread or not, one-shot or
     a series, fires once at this tree's second and is forgotten."""
-    version, commit = previous_release()
-    archive = subprocess.run(
-        ["git", "-C", str(ROOT), "archive", commit, "app"], capture_output=True, check=False
-    )
-    assert archive.returncode == 0, f"cannot extract release {version}: {archive.stderr!r}"
-    subprocess.run(["tar", "-x", "-C", str(tmp_path)], input=archive.stdout, check=True)
     kv = MemoryKV()
     wheel = PartitionWheel(kv, clock=lambda: T0 - 10)
     one = Timer("one", T0, "cb", b"k", b"v", "tok", spread=40, schema_id=7)
@@ -235,18 +227,7 @@ def test_the_previous_release_fires_timers_stored_with_a_schema_id(tmp_path: Pat
     plain = Timer("plain", T0 + 5, "cb", None, b"v", "tok", schema_id=2**31)
     for timer in (one, series, plain):
         wheel.schedule(timer)
-    ran = subprocess.run(
-        [sys.executable, "-c", OLD_RELEASE_TICKS, str(T0)],
-        input=json.dumps([[k.hex(), v.hex()] for k, v in kv.data.items()]),
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
-        timeout=120,
-        check=False,
-    )
-    assert ran.returncode == 0, ran.stderr[-3000:]
-    result = json.loads(ran.stdout)
+    result = ticks_in_previous_release(kv, tmp_path)
     fired = sorted((i, seq, second) for i, seq, _due, second in result["fired"])
     assert fired == [
         ("one", 0, one.fire_at),

@@ -7,25 +7,11 @@ from typing import Any
 from app.status.cli import render_status
 from app.status.model import merge_snapshots, oscillator_clocks, read_sample
 from app.worker.metrics import WorkerMetrics
+from tests.support.status import worker_snapshot
 
 
 def snapshot(worker: str, oscillators: dict[str, Any], held: dict[str, int]) -> dict[str, Any]:
-    return {
-        "worker": worker,
-        "now": 1000.0,
-        "totals": {},
-        "last_tick": {},
-        "oscillators": oscillators,
-        "held_ticks": held,
-        "pending_by_due": {
-            "overdue": 0,
-            "soon": {"start": 1000, "bucket_seconds": 10, "counts": [0] * 60},
-            "far": [],
-            "scanned": 0,
-            "unscanned": 0,
-            "exact_before": None,
-        },
-    }
+    return worker_snapshot(worker, oscillators=oscillators, held_ticks=held)
 
 
 def test_a_workers_sample_has_each_oscillators_lead_and_held_ticks() -> None:

@@ -6,27 +6,18 @@ from typing import Any
 
 from app.status.cli import render_status
 from app.status.model import merge_snapshots, store_keys_summary
+from tests.support.status import worker_snapshot
 
 
 def snapshot(worker: str, keys: dict[int, dict[str, int]]) -> dict[str, Any]:
-    return {
-        "worker": worker,
-        "now": 1000.0,
-        "totals": {"pending": 1},
-        "fired_by_topic": {},
-        "rejected_by_reason": {},
-        "last_tick": {},
-        "lateness": {"buckets": []},
-        "pending_by_due": {
-            "overdue": 0,
-            "soon": {"start": 1000, "bucket_seconds": 10, "counts": [0] * 60},
-            "far": [],
-            "scanned": 0,
-            "unscanned": 0,
-            "exact_before": None,
-        },
+    return worker_snapshot(
+        worker,
+        totals={"pending": 1},
+        fired_by_topic={},
+        rejected_by_reason={},
+        lateness={"buckets": []},
         **store_keys_summary(keys),
-    }
+    )
 
 
 def test_store_keys_add_up_over_partitions_and_workers() -> None:

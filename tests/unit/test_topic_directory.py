@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Collection
 
 from app.worker.topic_directory import TopicDirectory
+from tests.support.fake_clock import ManualClock as Clock
 from tests.unit.test_service import NOW, Harness
 
 
@@ -22,14 +23,6 @@ class Broker:
         if self.down:
             raise RuntimeError("no broker")
         return set(self.topics)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_a_missing_topic_is_reported_and_lookups_are_rate_limited() -> None:

@@ -10,8 +10,6 @@ worker does not import OpenTelemetry at all.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -37,6 +35,7 @@ from app.worker.output import OutputProducer
 from app.worker.tracing import tracing_for
 from kafka_timers_client import protowire
 from kafka_timers_client.errors import ConfigurationError
+from tests.support.cli import run_python
 from tests.unit.test_output_audits import _RecordingProducer
 from tests.unit.test_service import NOW, Harness
 
@@ -191,10 +190,7 @@ def test_tracing_is_off_without_an_endpoint_and_opentelemetry_is_never_imported(
         "assert tracing_for(Settings.from_env({})) is None\n"
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry')))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert done.stdout.strip() == "[]"
+    assert run_python(script).strip() == "[]"
 
 
 def test_the_endpoint_comes_from_otel_exporter_otlp_endpoint() -> None:
