@@ -428,6 +428,30 @@ class Recurrence:
                 return None
             window *= 8
 
+    def slots_in(self, low: int, high: int, limit: int) -> list[int] | None:
+        """Due seconds in ``[low, high)`` by the schedule and the calendar (the count, the
+        start and the end aside), or ``None`` if there are more than ``limit``.
+
+        What a backfill fires: the occurrences the series would have had in a window,
+        also one before it started (an interval series' grid goes on back from its
+        ``start``). Walked one occurrence at a time: ``limit`` bounds the work.
+        """
+        rec = self
+        if self.start is not None and low < self.start:
+            if self.every is None:
+                rec = self.with_start(low)
+            else:
+                back = -(-(self.start - low) // self.every) * self.every
+                rec = self.with_start(self.start - back)
+        found: list[int] = []
+        current = rec._next_slot(low - 1)
+        while current is not None and current < high:
+            if len(found) >= limit:
+                return None
+            found.append(current)
+            current = rec._next_slot(current)
+        return found
+
     def _next_slot(self, second: int) -> int | None:
         """The first occurrence strictly after ``second`` by the schedule and the
         calendar (the count and the end aside): what :meth:`before` walks."""
