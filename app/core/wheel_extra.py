@@ -8,8 +8,10 @@ request path itself, and nothing is keyed before the worker's clock (never early
 - A **trigger** of a one-shot timer moves it: the same timer (its ``due`` kept, so the
   callback is the one it would have had at its second and its version is remembered as
   fired, as at its second) keyed under the next tick, with a ``timer-trigger`` header.
-  A trigger of a series stores one extra one-shot occurrence beside it
-  (:func:`~kafka_timers_client.extra_fires.trigger_id`); the series is untouched.
+  A trigger of a series stores one extra one-shot occurrence beside it, named by the
+  request's offset (:func:`~kafka_timers_client.extra_fires.trigger_id`), so the same
+  request applied again (a redelivery, a re-read after a crash) replaces it while it is
+  pending and fires nothing once it fired; the series is untouched.
 - A **backfill** stores one one-shot timer per occurrence the series would have had in
   the window (:meth:`~kafka_timers_client.recurrence.Recurrence.slots_in`), each named
   by its second (:func:`~kafka_timers_client.extra_fires.backfill_id`): the same
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from app.core.keys import INDEX_PENDING
 from app.core.timer import Cancel, Timer
 from app.core.wheel_rules import Accepted, Scheduled, owner_refusal
 from app.core.wheel_store import WheelStore
@@ -92,7 +95,11 @@ class ExtraJob(WheelStore):
             return TriggerOutcome(refused), 0
         mark = (TRIGGER_HEADER, b"%d" % now)
         if stored.recurrence is not None:
-            extra = _extra(stored, trigger_id(request.id, request_offset), now, mark)
+            extra_id = trigger_id(request.id, request_offset)
+            applied = self._index(extra_id)
+            if applied is not None and applied.state != INDEX_PENDING:
+                return TriggerOutcome.TRIGGERED, 0  # this very request, applied and fired
+            extra = _extra(stored, extra_id, now, mark)
             accepted = self.schedule(extra, reread=True)
             added = accepted.outcome is Scheduled.STORED and not accepted.replaced
             return TriggerOutcome.TRIGGERED, int(added)
