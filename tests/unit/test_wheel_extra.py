@@ -51,11 +51,11 @@ def fire(wheel: PartitionWheel, second: int) -> list[Timer]:
     return due
 
 
-def trigger(wheel: PartitionWheel, timer_id: str, now: int, offset: int = 7, token: str = "tok"):  # noqa: ANN201
+def trigger(wheel: PartitionWheel, timer_id: str, now: int, offset: int = 7, token: str = "tok"):
     return wheel.trigger(Cancel(timer_id, token, action=TokenAction.TRIGGER), now, offset)
 
 
-def backfill(wheel: PartitionWheel, timer_id: str, low: int, high: int, now: int):  # noqa: ANN201
+def backfill(wheel: PartitionWheel, timer_id: str, low: int, high: int, now: int):
     request = Cancel(timer_id, "tok", action=TokenAction.BACKFILL, window=(low, high))
     return wheel.backfill(request, now)
 
