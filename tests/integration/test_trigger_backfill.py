@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from itertools import pairwise
 
 from app.dev.stack import wait_until_firing
 from app.kafka.records import Record
@@ -101,7 +102,7 @@ def test_trigger_fires_a_one_shot_once_now_and_a_series_one_extra_occurrence(
     seqs = [int(header(r, "timer-seq") or 0) for r in series if r not in extras]
     assert seqs == list(range(1, len(seqs) + 1)), "the series' schedule changed"
     dues = [int(header(r, "timer-due") or 0) for r in series if r not in extras]
-    assert {b - a for a, b in zip(dues, dues[1:])} == {5}
+    assert {b - a for a, b in pairwise(dues)} == {5}
 
 
 def test_backfill_fires_each_occurrence_of_the_window_once_through_the_rate_limit(
