@@ -4,6 +4,8 @@ that carry them (JSON, protobuf) and the window a backfill walks (Recurrence.slo
 from __future__ import annotations
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from app.cli import main
 from app.core.firing import next_occurrence
@@ -170,6 +172,35 @@ def test_slots_in_a_cron_series_window_in_its_zone() -> None:
     low, high = 1_764_547_200, 1_764_806_400
     assert rec.slots_in(low, high, 10) == [1_764_576_000, 1_764_662_400, 1_764_748_800]
     assert rec.slots_in(low, high, 2) is None
+
+
+def stepwise(rec: Recurrence, low: int, high: int) -> list[int]:
+    """Occurrences in ``[low, high)`` one search each, as the worker walks a series."""
+    found, current = [], rec.with_start(low)._next_slot(low - 1)
+    while current is not None and current < high:
+        found.append(current)
+        current = rec._next_slot(current)
+    return found
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    expr=st.sampled_from(
+        ["30 2 * * *", "0,30 1-3 * * *", "*/15 * * * *", "0 0 9 * * MON-FRI", "59 1 * * SUN"]
+    ),
+    tz=st.sampled_from(["UTC", "Europe/Paris", "America/New_York", "Australia/Lord_Howe"]),
+    low=st.integers(1_774_000_000, 1_800_000_000),  # 2026, both daylight-saving changes
+    width=st.integers(1, 4 * 86_400),
+)
+@example(expr="0,30 1-3 * * *", tz="Europe/Paris", low=1_774_738_800, width=86_400)  # spring
+@example(expr="0,30 1-3 * * *", tz="Europe/Paris", low=1_792_882_800, width=86_400)  # autumn
+@example(expr="30 2 * * *", tz="America/New_York", low=1_772_942_400, width=2 * 86_400)
+@example(expr="*/15 * * * *", tz="Australia/Lord_Howe", low=1_775_300_000, width=86_400)
+def test_a_cron_window_is_walked_as_the_worker_walks_it_across_dst(
+    expr: str, tz: str, low: int, width: int
+) -> None:
+    rec = Recurrence.cron_series(expr, tz).anchored(1_800_000_000)
+    assert rec.slots_in(low, low + width, 10_000) == stepwise(rec, low, low + width)
 
 
 def request(value: bytes) -> Cancel:
