@@ -48,8 +48,6 @@ def _client(args: argparse.Namespace) -> TimerClient:
     from app.kafka.topics import wait_for_broker
     from kafka_timers_client.client import TimerClient
 
-    if not args.token:
-        raise KafkaTimersError(f"{args.command} needs --token (the token it was scheduled with)")
     settings = settings_for(args)
     wait_for_broker(settings, timeout=args.timeout)
     return TimerClient(settings)
@@ -101,7 +99,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 def _common_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--id", dest="timer_id", required=True, help="timer id")
-    p.add_argument("--token", required=True, help="the token it was scheduled with")
+    p.add_argument("--token", required=True, help="the token it was scheduled with ('' for none)")
     p.add_argument(
         "--wait",
         type=positive_seconds,
