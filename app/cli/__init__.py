@@ -18,7 +18,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from app.cli import admin, dev, fleet, ops, preview, processes, requests
+from app.cli import admin, dev, extra, fleet, ops, preview, processes, requests
 from app.cli.common import worker_urls as _worker_urls  # noqa: F401 (tests' name for it)
 from app.cli.parsing import (
     KAFKA_COMMANDS,
@@ -36,7 +36,7 @@ __all__ = ["GROUPS", "KAFKA_COMMANDS", "build_parser", "main"]
 
 #: The groups of subcommands, each a module with ``register(command)``, in the order
 #: ``kafka-timers --help`` lists them.
-GROUPS = (dev, admin, processes, requests, preview, fleet, ops)
+GROUPS = (dev, admin, processes, requests, extra, preview, fleet, ops)
 
 
 def _unreadable_argument(args: Sequence[str]) -> str | None:

@@ -125,6 +125,8 @@ KAFKA_COMMANDS = (
     "cancel",
     "pause",
     "resume",
+    "trigger",
+    "backfill",
     "rate",
     "status",
     "get",

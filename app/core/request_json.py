@@ -1,4 +1,5 @@
-"""The JSON reader: a request as one JSON object (schedule, cancel, pause or resume)."""
+"""The JSON reader: a request as one JSON object (schedule, cancel, pause, resume,
+trigger or backfill)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from app.core.request_rules import (
     late_policy,
     recurrence_of,
     refuse_reserved,
+    request_window,
     sent_second,
 )
 from app.core.timer import Cancel, Header, Timer, TokenAction
@@ -42,7 +44,8 @@ _JSON = json.JSONDecoder(parse_constant=_json_constant)
 
 
 def from_json(record: RawRecord, now: float | None) -> Timer | Cancel:
-    """The timer or token request (``cancel``, ``pause``, ``resume``) a JSON object holds;
+    """The timer or token request (``cancel``, ``pause``, ``resume``, ``trigger``,
+    ``backfill``) a JSON object holds;
     ``now`` as for :func:`app.core.request_format.parse_request`."""
     assert record.value is not None
     try:
@@ -58,6 +61,19 @@ def from_json(record: RawRecord, now: float | None) -> Timer | Cancel:
     try:
         if "cancel" in doc:
             return Cancel(id=_json_str(doc, "cancel"), token=_json_str(doc, "token", ""))
+        if "trigger" in doc:
+            return Cancel(
+                id=_json_str(doc, "trigger"),
+                token=_json_str(doc, "token", ""),
+                action=TokenAction.TRIGGER,
+            )
+        if "backfill" in doc:
+            return Cancel(
+                id=_json_str(doc, "backfill"),
+                token=_json_str(doc, "token", ""),
+                action=TokenAction.BACKFILL,
+                window=request_window(_json_window_end(doc, "from"), _json_window_end(doc, "to")),
+            )
         if "pause" in doc or "resume" in doc:
             asked = TokenAction.PAUSE if "pause" in doc else TokenAction.RESUME
             if "pause" in doc and "resume" in doc:
@@ -223,6 +239,20 @@ def _json_instant(doc: dict[str, Any], name: str, *, up: bool) -> int | None:
         raise TypeError(f"{name!r} must be epoch seconds or an ISO 8601 string")
     moment = parse_at(str(value))
     return due_second(moment) if up else int(moment.to_integral_value(rounding="ROUND_FLOOR"))
+
+
+def _json_window_end(doc: dict[str, Any], name: str) -> int | None:
+    """A backfill window's ``from`` or ``to``: epoch seconds or ISO 8601, rounded up (a
+    window's first second, as its end, is never earlier than asked); ``None`` if absent."""
+    value = doc.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise TypeError(f"{name!r} must be epoch seconds or an ISO 8601 string")
+    try:
+        return due_second(parse_at(str(value)))
+    except InvalidTimeSpec as exc:
+        raise RejectedRequest(RejectReason.OUT_OF_BOUNDS, f"backfill {name}: {exc}") from exc
 
 
 def _json_spread(doc: dict[str, Any], recurrence: Recurrence | None) -> int:

@@ -20,6 +20,7 @@ from app.core.request_rules import (
     late_policy,
     recurrence_of,
     refuse_reserved,
+    request_window,
     sent_second,
 )
 from app.core.timer import Cancel, Header, Timer, TokenAction
@@ -36,11 +37,14 @@ _TOKEN_ACTIONS = {
     proto.CANCEL: TokenAction.CANCEL,
     proto.PAUSE: TokenAction.PAUSE,
     proto.RESUME: TokenAction.RESUME,
+    proto.TRIGGER: TokenAction.TRIGGER,
+    proto.BACKFILL: TokenAction.BACKFILL,
 }
 
 
 def from_protobuf(record: RawRecord, now: float | None) -> Timer | Cancel:
-    """The timer or token request (cancel, pause, resume) a ``Future`` message holds;
+    """The timer or token request (cancel, pause, resume, trigger, backfill) a ``Future``
+    message holds;
     ``now`` as for :func:`app.core.request_format.parse_request`."""
     assert record.value is not None
     try:
@@ -54,6 +58,13 @@ def from_protobuf(record: RawRecord, now: float | None) -> Timer | Cancel:
         asked = _TOKEN_ACTIONS[action]
         if not future.id:
             raise RejectedRequest(RejectReason.MALFORMED, f"{asked.value} without a timer id")
+        if asked is TokenAction.BACKFILL:
+            has_window = future.HasField
+            window = request_window(
+                future.backfill_from if has_window("backfill_from") else None,
+                future.backfill_to if has_window("backfill_to") else None,
+            )
+            return Cancel(id=future.id, token=future.token, action=asked, window=window)
         return Cancel(id=future.id, token=future.token, action=asked)
     if action != proto.SCHEDULE:
         raise RejectedRequest(RejectReason.UNKNOWN_FORMAT, f"unknown action {action}")

@@ -12,7 +12,13 @@ from app.core.timer import Header
 from kafka_timers_client.bounds import MAX_SPEC_CHARS, RESERVED_HEADER_PREFIXES, checked_text
 from kafka_timers_client.calendars import Calendar
 from kafka_timers_client.due import due_second, parse_epoch
-from kafka_timers_client.errors import InvalidTimeSpec, RejectedRequest, RejectReason
+from kafka_timers_client.errors import (
+    InvalidTimeSpec,
+    KafkaTimersError,
+    RejectedRequest,
+    RejectReason,
+)
+from kafka_timers_client.extra_fires import checked_window
 from kafka_timers_client.late import LatePolicy
 from kafka_timers_client.recurrence import ANCHOR_SLACK_SECONDS, Recurrence
 from kafka_timers_client.spread import MAX_SPREAD_SECONDS
@@ -23,6 +29,7 @@ __all__ = [
     "late_policy",
     "recurrence_of",
     "refuse_reserved",
+    "request_window",
     "sent_second",
 ]
 
@@ -144,3 +151,13 @@ def refuse_reserved(headers: tuple[Header, ...]) -> tuple[Header, ...]:
                 f"header {name[:80]!r}: timer-* and scheduler-* are the service's own",
             )
     return headers
+
+
+def request_window(low: int | None, high: int | None) -> tuple[int, int]:
+    """A backfill's window ``[low, high)``: both given, epoch seconds, ``low < high``."""
+    if low is None or high is None:
+        raise RejectedRequest(RejectReason.MALFORMED, "a backfill needs its window: from and to")
+    try:
+        return checked_window(low, high)
+    except KafkaTimersError as exc:
+        raise RejectedRequest(RejectReason.OUT_OF_BOUNDS, str(exc)) from exc

@@ -117,13 +117,20 @@ class TokenAction(str, Enum):
     PAUSE = "pause"
     #: Release a paused timer: what came due fires now, by its late policy.
     RESUME = "resume"
+    #: Fire it now: a one-shot's callback goes out at once (then it is gone), a series
+    #: gets one extra occurrence (:mod:`app.core.wheel_extra`).
+    TRIGGER = "trigger"
+    #: Deliver the occurrences a series would have had in a past window
+    #: (:attr:`Cancel.window`).
+    BACKFILL = "backfill"
 
 
 @dataclass(frozen=True)
 class Cancel:
     """A request about the pending timer ``id``, authorised by its ``token``: to cancel
-    it (the default), or to pause or resume it (:attr:`action`). All three travel the
-    same way: routed by id, answered on the fired topic at the request's offset."""
+    it (the default), or to pause, resume, trigger or backfill it (:attr:`action`). All
+    travel the same way: routed by id, answered on the fired topic at the request's
+    offset."""
 
     #: Id of the timer to cancel.
     id: str
@@ -133,5 +140,7 @@ class Cancel:
     #: tombstone for an id with no timer is ``not_found``, never remembered). It cancels
     #: only a timer stored without a token, as every cancel needs the timer's token.
     check_token: bool = True
-    #: What is asked: cancel, pause or resume.
+    #: What is asked: cancel, pause, resume, trigger or backfill.
     action: TokenAction = TokenAction.CANCEL
+    #: A backfill's window ``[from, to)``, epoch seconds; ``None`` for any other action.
+    window: tuple[int, int] | None = None

@@ -99,6 +99,7 @@ from app.core.keys import (
 from app.core.stored import check_layout, unpack_timer
 from app.core.timer import Cancel, Timer
 from app.core.wheel_behind import BehindJob
+from app.core.wheel_extra import ExtraJob
 from app.core.wheel_held import HeldJob, HeldTimer
 from app.core.wheel_pause import PauseJob
 from app.core.wheel_rules import (
@@ -146,7 +147,7 @@ DEFAULT_MAX_CANCELS_IN_ADVANCE = 100_000
 _STATE_NAMES = {INDEX_PENDING: "pending", INDEX_FIRED: "fired", INDEX_CANCELLED: "cancelled"}
 
 
-class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob):
+class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
     """Pending timers of one partition, and which of them a tick makes due."""
 
     def __init__(

@@ -101,13 +101,16 @@ class TickJob(WheelStore):
                 continue
             timer = unpack_timer(value)
             timers.append(timer)
-            if timer.recurrence is not None or timer.spread:
+            # Keyed under another second than its due one: a series' catch-up, a spread
+            # timer, a trigger's or a backfill's (app.core.wheel_extra: their own late
+            # policy tells them apart; a one-shot without one costs no key parse here).
+            if timer.recurrence is not None or timer.spread or timer.late is not None:
                 if timer.recurrence is not None:
                     series.add(timer.id)
                     series_stored[timer.id] = value
                 slot = timer_key_second(key)
-                if slot != timer.due:  # a catch-up occurrence, or a spread timer, keyed
-                    slots[(timer.id, timer.due)] = slot  # under a later second
+                if slot != timer.due:
+                    slots[(timer.id, timer.due)] = slot
         if self._paused:
             timers = self._park_paused(timers, slots)
             series.intersection_update(t.id for t in timers)

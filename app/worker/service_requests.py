@@ -26,7 +26,7 @@ from app.core.timer import Cancel, Timer, TokenAction
 from app.core.wheel import CancelOutcome, PauseOutcome, Scheduled
 from app.worker.isolation import is_systemic, rejection_for
 from app.worker.output import DeliveryFailure, TransactionAborted
-from app.worker.service_firing import FiringJob
+from app.worker.service_extra import EXTRA_ACTIONS, ExtraRequestJob
 from app.worker.service_state import LoadedPartition
 from app.worker.unit_of_work import Unit
 from kafka_timers_client.errors import RejectReason, SystemicFailure
@@ -47,7 +47,7 @@ def _where(record: RawRecord) -> str:
     return f"{record.topic}[{record.partition}]@{record.offset}"
 
 
-class RequestJob(FiringJob):
+class RequestJob(ExtraRequestJob):
     """Apply units of request records: parse, route, schedule, cancel, answer."""
 
     async def request_offset(self, p: int) -> int | None:
@@ -311,6 +311,9 @@ class RequestJob(FiringJob):
         )
 
     def _cancel(self, part: LoadedPartition, record: RawRecord, cancel: Cancel) -> None:
+        if cancel.action in EXTRA_ACTIONS:  # a trigger or a backfill: app.worker.service_extra
+            self._extra_fire(part, record, cancel)
+            return
         if cancel.action is not TokenAction.CANCEL:
             self._pause_or_resume(part, record, cancel)
             return

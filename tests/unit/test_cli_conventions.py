@@ -21,6 +21,8 @@ from tests.support.cli import run_app
 REQUIRED: dict[str, list[str]] = {
     "schedule": ["--topic", "t", "--in", "5s"],
     "cancel": ["--id", "x", "--token", "y"],
+    "trigger": ["--id", "x", "--token", "y"],
+    "backfill": ["--id", "x", "--token", "y", "--from", "0", "--to", "60"],
     "rate": ["--topic", "t", "--clear"],
     "get": ["--id", "x"],
     "migrate": ["--to-request-topic", "new"],

@@ -33,6 +33,7 @@ from app.core.raw_record import RawRecord, derived_id
 from app.core.request_format import parse_request
 from app.core.timer import Cancel, Timer, TokenAction
 from kafka_timers_client import protowire
+from kafka_timers_client.bounds import MAX_SECONDS
 from kafka_timers_client.due import due_second
 from kafka_timers_client.errors import RejectedRequest, RejectReason
 from tests.support.proto import SCHEMA_DIR, compiled_future_proto
@@ -60,7 +61,9 @@ futures = st.builds(
     **CALLBACK_FIELDS,
     due=st.one_of(st.none(), st.just(0), st.integers(0, 2**40), INT64),
     headers=st.lists(st.tuples(st.text(max_size=20), st.binary(max_size=40)), max_size=4),
-    action=st.one_of(st.sampled_from([0, 1]), INT32),
+    action=st.one_of(st.sampled_from([0, 1, 4, 5]), INT32),
+    backfill_from=st.one_of(st.none(), st.just(0), st.integers(0, 2**40), INT64),
+    backfill_to=st.one_of(st.none(), st.integers(0, 2**40), INT64),
 )
 #: Every field, the recurring timer's (9-15), the spread (16) and the calendar's (17-19)
 #: too: for the codec round trips.
@@ -81,6 +84,8 @@ all_fields = st.builds(
     skip_holidays=TEXT,
     skip_dates=st.lists(st.text(max_size=12), max_size=3),
     skip_policy=TEXT,
+    backfill_from=st.one_of(st.none(), INT64),
+    backfill_to=st.one_of(st.none(), INT64),
 )
 #: Record keys: none, empty, epoch seconds (with fractions), ids, garbage.
 keys = st.one_of(
@@ -142,6 +147,8 @@ FIELDS = [
     ("spread", "spread"),
     ("skip_holidays", "skip_holidays"),
     ("skip_policy", "skip_policy"),
+    ("backfill_from", "backfill_from"),
+    ("backfill_to", "backfill_to"),
 ]
 
 
@@ -151,11 +158,21 @@ def meant(future: protowire.Future, record: RawRecord) -> Timer | Cancel | Rejec
         protowire.ACTION_CANCEL: TokenAction.CANCEL,
         protowire.ACTION_PAUSE: TokenAction.PAUSE,
         protowire.ACTION_RESUME: TokenAction.RESUME,
+        protowire.ACTION_TRIGGER: TokenAction.TRIGGER,
     }
     if future.action in actions:
         if not future.id:
             return RejectReason.MALFORMED
         return Cancel(future.id, future.token or "", action=actions[future.action])
+    if future.action == protowire.ACTION_BACKFILL:
+        low, high = future.backfill_from, future.backfill_to
+        if not future.id or low is None or high is None:
+            return RejectReason.MALFORMED
+        if not 0 <= low < high <= MAX_SECONDS:
+            return RejectReason.OUT_OF_BOUNDS
+        return Cancel(
+            future.id, future.token or "", action=TokenAction.BACKFILL, window=(low, high)
+        )
     if future.action != protowire.ACTION_SCHEDULE:
         return RejectReason.UNKNOWN_FORMAT
     if any(name.lower().startswith(("timer-", "scheduler-")) for name, _ in future.headers):
@@ -245,8 +262,8 @@ def test_a_field_of_the_schema_with_the_wrong_wire_type_is_dead_lettered() -> No
     cron_as_varint = bytes([9 << 3 | 0, 1])
     record = RawRecord("timer-request", 0, 0, 0, b"1767225600", article + cron_as_varint)
     assert parsed(record) is RejectReason.MALFORMED
-    # fields 20 (varint) and 21 (fixed32): numbers no version of the schema uses yet
-    newer = article + bytes([0xA0, 0x01, 1]) + bytes([0xAD, 0x01]) + b"abcd"
+    # fields 22 (varint) and 23 (fixed32): numbers no version of the schema uses yet
+    newer = article + bytes([0xB0, 0x01, 1]) + bytes([0xBD, 0x01]) + b"abcd"
     record = RawRecord("timer-request", 0, 0, 0, b"1767225600", newer)
     assert isinstance(parsed(record), Timer), "a newer producer's fields are skipped"
 

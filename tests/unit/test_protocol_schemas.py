@@ -138,7 +138,10 @@ def client() -> Iterator[TimerClient]:
 
 
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(kwargs=calls(), action=st.sampled_from(["schedule", "cancel", "pause", "resume"]))
+@given(
+    kwargs=calls(),
+    action=st.sampled_from(["schedule", "cancel", "pause", "resume", "trigger", "backfill"]),
+)
 def test_every_request_the_python_client_sends_decodes_with_code_from_the_proto(
     client: TimerClient, generated: ModuleType, kwargs: dict[str, Any], action: str
 ) -> None:
@@ -147,6 +150,8 @@ def test_every_request_the_python_client_sends_decodes_with_code_from_the_proto(
     try:
         if action == "schedule":
             client.schedule("payments-retry", b"payload", **kwargs)
+        elif action == "backfill":
+            client.backfill(kwargs.get("timer_id") or "t-1", kwargs.get("token") or "s", 60, 120)
         else:
             getattr(client, action)(kwargs.get("timer_id") or "t-1", kwargs.get("token") or "s")
     except KafkaTimersError:
@@ -180,6 +185,10 @@ def test_every_kind_of_fired_record_validates() -> None:
         (FiredKind.CANCEL, "cancelled_in_advance"),
         (FiredKind.PAUSE, "paused"),
         (FiredKind.RESUME, "wrong_token"),
+        (FiredKind.TRIGGER, "triggered"),
+        (FiredKind.BACKFILL, "backfilled"),
+        (FiredKind.BACKFILL, "too_many"),
+        (FiredKind.BACKFILL, "not_a_series"),
     ):
         records.append(
             FiredRecord.cancel(

@@ -30,6 +30,7 @@ from google.protobuf.internal import api_implementation
 from google.protobuf.message import Message
 
 __all__ = [
+    "BACKFILL",
     "CANCEL",
     "IMPLEMENTATION",
     "LAST_FIELD_NUMBER",
@@ -37,6 +38,7 @@ __all__ = [
     "PROTO_FILE",
     "RESUME",
     "SCHEDULE",
+    "TRIGGER",
     "Future",
     "Header",
 ]
@@ -64,6 +66,8 @@ SCHEDULE: int = Future.DESCRIPTOR.enum_values_by_name["SCHEDULE"].number
 CANCEL: int = Future.DESCRIPTOR.enum_values_by_name["CANCEL"].number
 PAUSE: int = Future.DESCRIPTOR.enum_values_by_name["PAUSE"].number
 RESUME: int = Future.DESCRIPTOR.enum_values_by_name["RESUME"].number
+TRIGGER: int = Future.DESCRIPTOR.enum_values_by_name["TRIGGER"].number
+BACKFILL: int = Future.DESCRIPTOR.enum_values_by_name["BACKFILL"].number
 #: The protobuf runtime in use: ``upb`` (C) wherever protobuf ships a wheel; ``python``
 #: (pure Python) decodes requests about four times slower than upb.
 IMPLEMENTATION: str = api_implementation.Type()

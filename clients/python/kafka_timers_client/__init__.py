@@ -25,12 +25,18 @@ if TYPE_CHECKING:
     )
     from kafka_timers_client.fired import FiredRecord
     from kafka_timers_client.late import LatePolicy
-    from kafka_timers_client.outcome import CancelOutcome, PauseOutcome
+    from kafka_timers_client.outcome import (
+        BackfillOutcome,
+        CancelOutcome,
+        PauseOutcome,
+        TriggerOutcome,
+    )
     from kafka_timers_client.recurrence import Recurrence
     from kafka_timers_client.redelivery import RedeliveringConsumer
     from kafka_timers_client.series_preview import Occurrence, preview
 
 __all__ = [
+    "BackfillOutcome",
     "BrokerUnavailable",
     "Calendar",
     "CancelNotAnswered",
@@ -46,11 +52,13 @@ __all__ = [
     "ScheduledTimer",
     "SkipPolicy",
     "TimerClient",
+    "TriggerOutcome",
     "preview",
 ]
 
 #: Where each public name lives.
 _HOMES = {
+    "BackfillOutcome": "outcome",
     "BrokerUnavailable": "errors",
     "Calendar": "calendars",
     "CancelNotAnswered": "errors",
@@ -67,6 +75,7 @@ _HOMES = {
     "SkipPolicy": "calendars",
     "preview": "series_preview",
     "TimerClient": "client",
+    "TriggerOutcome": "outcome",
 }
 
 

@@ -39,16 +39,24 @@ from kafka_timers_client.config import (
 )
 from kafka_timers_client.due import due_second, parse_at, parse_duration
 from kafka_timers_client.errors import BrokerUnavailable, CancelNotAnswered, KafkaTimersError
+from kafka_timers_client.extra_fires import ExtraFires
 from kafka_timers_client.fired import FiredRecord, defines_state
 from kafka_timers_client.fired_reader import FiredPartitionReader
 from kafka_timers_client.late import LatePolicy
-from kafka_timers_client.outcome import CancelOutcome, PauseOutcome
+from kafka_timers_client.outcome import BackfillOutcome, CancelOutcome, PauseOutcome, TriggerOutcome
 from kafka_timers_client.partitioner import partition_for
 from kafka_timers_client.recurrence import Recurrence
 from kafka_timers_client.request_checks import check_named, checked_headers, key_text
 from kafka_timers_client.spread import MAX_SPREAD_SECONDS, spread_second
 
 __all__ = ["CancelOutcome", "ScheduledTimer", "TimerClient"]
+
+#: The outcome each request that waits for its answer is read as.
+_OUTCOMES: dict[str, type[CancelOutcome | PauseOutcome | TriggerOutcome | BackfillOutcome]] = {
+    "cancel": CancelOutcome,
+    "trigger": TriggerOutcome,
+    "backfill": BackfillOutcome,
+}
 
 
 @dataclass(frozen=True)
@@ -75,7 +83,7 @@ class ScheduledTimer:
         return spread_second(self.id, seq, self.due, self.spread)
 
 
-class TimerClient:
+class TimerClient(ExtraFires):
     """Schedules timers. Requests are keyed by timer id, so timers due in the same
     second spread over all partitions, and a cancel or reschedule of an id lands on the
     partition that holds it (murmur2, like Java and Faust).
@@ -468,7 +476,7 @@ class TimerClient:
                 f"({self._topic}[{partition}] offset {offset}); it was sent and will be "
                 "applied when a worker reads that partition: is one running?"
             )
-        known = CancelOutcome if what == "cancel" else PauseOutcome
+        known = _OUTCOMES.get(what, PauseOutcome)
         try:
             return str(known(answer.outcome).value)
         except ValueError:

@@ -83,6 +83,12 @@ class FiredKind(str, Enum):
     PAUSE = "pause"
     #: A timer's owner resumed it (``outcome``: ``resumed`` or as for a pause).
     RESUME = "resume"
+    #: A timer's owner applied a trigger (``outcome``: ``triggered`` or as for a pause):
+    #: what it fires has its own ``fired`` records. The audit judges nothing by it.
+    TRIGGER = "trigger"
+    #: A timer's owner applied a backfill (``outcome``: ``backfilled``, ``too_many``,
+    #: ``not_a_series`` or as for a pause). The audit judges nothing by it.
+    BACKFILL = "backfill"
 
 
 class SkipReason(str, Enum):
@@ -126,7 +132,9 @@ _sha256 = _builtin_sha256()
 
 
 #: The events that answer a request naming a timer by id and token.
-_ANSWERS = frozenset({FiredKind.CANCEL, FiredKind.PAUSE, FiredKind.RESUME})
+_ANSWERS = frozenset(
+    {FiredKind.CANCEL, FiredKind.PAUSE, FiredKind.RESUME, FiredKind.TRIGGER, FiredKind.BACKFILL}
+)
 
 
 def token_digest(token: str) -> str:

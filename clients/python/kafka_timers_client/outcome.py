@@ -1,11 +1,11 @@
-"""What a cancel, a pause or a resume did: the answer a worker writes to the fired topic,
-and a client reads."""
+"""What a cancel, a pause, a resume, a trigger or a backfill did: the answer a worker
+writes to the fired topic, and a client reads."""
 
 from __future__ import annotations
 
 from enum import Enum
 
-__all__ = ["CancelOutcome", "PauseOutcome"]
+__all__ = ["BackfillOutcome", "CancelOutcome", "PauseOutcome", "TriggerOutcome"]
 
 
 class CancelOutcome(str, Enum):
@@ -37,6 +37,38 @@ class PauseOutcome(str, Enum):
     #: The token did not match the pending timer's: refused, nothing changed.
     WRONG_TOKEN = "wrong_token"
     #: The timer has fired (a one-shot, or a series that ended) or is firing right now.
+    ALREADY_FIRED = "already_fired"
+    #: No pending timer with that id (never scheduled, cancelled, or forgotten).
+    NOT_FOUND = "not_found"
+
+
+class TriggerOutcome(str, Enum):
+    """What a trigger did; answered on the fired topic like a cancel."""
+
+    #: Fired now: a one-shot's callback goes out on the next tick and the timer is gone;
+    #: a series gets one extra occurrence and keeps its schedule.
+    TRIGGERED = "triggered"
+    #: The token did not match the pending timer's: refused, nothing fires.
+    WRONG_TOKEN = "wrong_token"
+    #: The timer has fired (a one-shot, or a series that ended) or is firing right now.
+    ALREADY_FIRED = "already_fired"
+    #: No pending timer with that id (never scheduled, cancelled, or forgotten).
+    NOT_FOUND = "not_found"
+
+
+class BackfillOutcome(str, Enum):
+    """What a backfill did; answered on the fired topic like a cancel."""
+
+    #: The series' occurrences in the window (none, perhaps) fire on the next tick.
+    BACKFILLED = "backfilled"
+    #: The window holds more occurrences than a backfill may fire
+    #: (:data:`kafka_timers_client.extra_fires.MAX_BACKFILL`): nothing fires.
+    TOO_MANY = "too_many"
+    #: The timer is a one-shot: it has no occurrences to backfill.
+    NOT_A_SERIES = "not_a_series"
+    #: The token did not match the pending series': refused, nothing fires.
+    WRONG_TOKEN = "wrong_token"
+    #: The series has ended (or a one-shot is firing right now).
     ALREADY_FIRED = "already_fired"
     #: No pending timer with that id (never scheduled, cancelled, or forgotten).
     NOT_FOUND = "not_found"

@@ -3,7 +3,7 @@
 The schema of record is ``app/core/proto/kafka_timers/v1/future.proto`` (shipped with the
 package; see docs/protocol.md): fields 1-3 are the original article's
 ``Future``, fields 4-8 ours, 9-15 recurring timers and the late-fire policy, 16 the
-spread, 17-19 a series' calendar. This codec
+spread, 17-19 a series' calendar, 20-21 a backfill's window. This codec
 follows it exactly, ``None`` standing for an absent field, and
 tests/unit/test_future_proto.py checks it against code generated from that file in
 both directions. The worker decodes requests with the protobuf runtime
@@ -17,10 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 __all__ = [
+    "ACTION_BACKFILL",
     "ACTION_CANCEL",
     "ACTION_PAUSE",
     "ACTION_RESUME",
     "ACTION_SCHEDULE",
+    "ACTION_TRIGGER",
     "DecodeError",
     "Future",
     "decode",
@@ -32,6 +34,8 @@ ACTION_SCHEDULE = 0
 ACTION_CANCEL = 1
 ACTION_PAUSE = 2
 ACTION_RESUME = 3
+ACTION_TRIGGER = 4
+ACTION_BACKFILL = 5
 
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 
@@ -63,6 +67,8 @@ class Future:
     skip_holidays: str | None = None
     skip_dates: list[str] = field(default_factory=list)
     skip_policy: str | None = None
+    backfill_from: int | None = None
+    backfill_to: int | None = None
 
 
 def encode_varint(value: int) -> bytes:
@@ -133,6 +139,9 @@ def encode(future: Future) -> bytes:
         parts.append(_len_field(18, day.encode()))
     if future.skip_policy is not None:
         parts.append(_len_field(19, future.skip_policy.encode()))
+    for number, num in ((20, future.backfill_from), (21, future.backfill_to)):
+        if num is not None:
+            parts.append(_tag(number, _VARINT) + encode_varint(num))
     return b"".join(parts)
 
 
@@ -248,4 +257,8 @@ def decode(data: bytes) -> Future:
             future.skip_dates.append(_text(value, "skip_dates"))
         elif number == 19:
             future.skip_policy = _text(value, "skip_policy")
+        elif number == 20:
+            future.backfill_from = _signed(value, wire_type, "backfill_from", 64)
+        elif number == 21:
+            future.backfill_to = _signed(value, wire_type, "backfill_to", 64)
     return future
