@@ -200,6 +200,11 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
         """
         if self._behind:
             self._settle(timer.id)
+        # Taken from the held ones and on its way out, its index entry may now change: the
+        # round forgets it at its end, checking the entry, never later unchecked (a
+        # delivery left behind is forgotten without a read: it would overwrite this
+        # request's entry with the old version's "fired").
+        self._taken_ids.discard(timer.id)
         ikey = index_key(timer.id)
         raw = self._kv.get(ikey)
         index = IndexEntry.decode(raw) if raw is not None else None
@@ -249,6 +254,7 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
 
     def cancel(self, cancel: Cancel) -> CancelOutcome:
         """Remove the pending timer ``cancel.id`` if the token matches."""
+        self._taken_ids.discard(cancel.id)  # see schedule
         index = self._index(cancel.id)
         delivering = (
             cancel.id in self._in_flight and cancel.id not in self._in_flight_series

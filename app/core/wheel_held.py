@@ -51,10 +51,13 @@ class HeldJob(WheelStore):
             slot = slots.get((timer.id, timer.due), timer.due)
             self._held_queue(timer.topic).push((slot, next(order), timer.id, since))
 
-    def hold_due(self, timer: Timer, since: float) -> None:
+    def hold_due(self, timer: Timer, since: float, *, queue: bool = True) -> None:
         """Store ``timer``, already due (a request for a second ticked already), held back
         at once instead of fired: keyed under its due second, and the persisted
-        watermark moved below it in the same unit, so a reload scans it again."""
+        watermark moved below it in the same unit, so a reload scans it again.
+
+        ``queue`` False: stored, but no round takes it until :meth:`queue_held` (a unit
+        holding it for the rest of its batch, through the pauses that let rounds run)."""
         self._fired_at_once.discard(timer.id)  # not fired after all: held
         was = self._index(timer.id)
         self._store_occurrence(timer, timer.due)
@@ -63,6 +66,12 @@ class HeldJob(WheelStore):
         if persisted is not None and timer.due <= persisted:
             self._kv.put(WATERMARK, b"%d" % (timer.due - 1))
             self._persisted_through = timer.due - 1
+        if queue:
+            self.queue_held(timer, since)
+
+    def queue_held(self, timer: Timer, since: float) -> None:
+        """Let rounds take ``timer``, stored by :meth:`hold_due` (if a later request
+        removed it meanwhile, the round finds its key gone and drops it)."""
         self._held_queue(timer.topic).push((timer.due, next(self._held_order), timer.id, since))
 
     def _held_queue(self, topic: str) -> HeldQueue:

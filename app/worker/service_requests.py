@@ -86,6 +86,8 @@ class RequestJob(ExtraRequestJob):
         # Where each (partition, key) last appears in the batch, built at the first
         # request that fires at once (rare: a late request), never for the others.
         last_seen: dict[tuple[int, bytes | None], int] | None = None
+        # Those held for the batch: queued for the rounds only once it is read.
+        held_for_batch: list[tuple[LoadedPartition, Timer, float]] = []
         # The batch's local writes reach each partition's store as one write (one
         # RocksDB WriteBatch: well under a microsecond a key, where a put costs about 2),
         # and the wheel reads them back meanwhile. They are applied before the flush,
@@ -161,15 +163,19 @@ class RequestJob(ExtraRequestJob):
                         scheduled += 1
                         if last_seen is None:
                             last_seen = {(r.partition, r.key): j for j, r in enumerate(records)}
-                        if (gated and request.topic in gated) or last_seen[
-                            (record.partition, record.key)
-                        ] > i:
+                        for_batch = last_seen[(record.partition, record.key)] > i
+                        if for_batch or (gated and request.topic in gated):
                             # Its topic is limited or paused, or a later record of this
                             # batch has its key (a cancel or a new version read with it
                             # must win, though its second has passed): held like a tick's
                             # timers (stored, the watermark below it), released by the
-                            # next round of its topic's gate, never fired past it.
-                            part.wheel.hold_due(request, self._clock())
+                            # next round of its topic's gate, never fired past it; for
+                            # the batch, only once the batch is read (a round may run in
+                            # a pause of the unit, before the record that replaces it).
+                            since = self._clock()
+                            part.wheel.hold_due(request, since, queue=not for_batch)
+                            if for_batch:
+                                held_for_batch.append((part, request, since))
                             if not accepted.replaced:
                                 pending_delta[record.partition] += 1
                             self._release_wanted.set()
@@ -201,6 +207,8 @@ class RequestJob(ExtraRequestJob):
                     self._reject(record, *rejection_for(exc, _where(record)))
         finally:
             unit.apply_local()
+            for part, timer, since in held_for_batch:
+                part.wheel.queue_held(timer, since)
         if scheduled:
             self._metrics.scheduled.inc(scheduled)
         if any(pending_delta.values()):

@@ -313,6 +313,27 @@ def test_a_cancel_or_pause_of_a_timer_delivered_but_not_forgotten_says_already_f
     assert wheel.behind == 0 and wheel.count_pending() == 0
 
 
+def test_a_new_version_read_while_the_old_one_is_delivered_keeps_its_entry() -> None:
+    """A round takes a held timer; a reschedule is read before the round ends. The old
+    version goes out (it was on its way), but its forgetting, left for later without
+    reading index entries, overwrote the new version's pending entry with "fired": the
+    new one could no longer be cancelled (already fired) and was counted wrong."""
+    kv = MemoryKV()
+    wheel = PartitionWheel(kv, clock=lambda: float(START))
+    old = Timer(id="x", due=START + 1, topic=GATED, key=b"k", value=b"v1", token="t1")
+    wheel.schedule(old)
+    assert wheel.begin_tick(START + 1, hold=frozenset({GATED})) == []
+    taken = [t for t, _ in wheel.take_held(GATED, None)]
+    assert [t.value for t in taken] == [b"v1"]
+    new = dataclasses.replace(old, due=START + 50, value=b"v2")
+    assert wheel.schedule(new).outcome is Scheduled.STORED
+    wheel.finish_tick(START + 1, taken, forget_taken_later=True)
+    wheel.forget_behind(10)
+    assert kv.get(index_key("x")) == _pending_entry(START + 50, "t1")
+    assert wheel.count_pending() == 1
+    assert wheel.cancel(Cancel(id="x", token="t1")).value == "cancelled"
+
+
 def test_the_watermark_stays_below_what_is_left_behind_until_it_is_forgotten() -> None:
     """A reload before the forgetting finds them again (delivered twice: at least once);
     after it, nothing."""
