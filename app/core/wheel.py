@@ -200,11 +200,6 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
         """
         if self._behind:
             self._settle(timer.id)
-        # Taken from the held ones and on its way out, its index entry may now change: the
-        # round forgets it at its end, checking the entry, never later unchecked (a
-        # delivery left behind is forgotten without a read: it would overwrite this
-        # request's entry with the old version's "fired").
-        self._taken_ids.discard(timer.id)
         ikey = index_key(timer.id)
         raw = self._kv.get(ikey)
         index = IndexEntry.decode(raw) if raw is not None else None
@@ -220,6 +215,8 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
                     and series_restarted(self._stored(index.due, timer.id), timer)
                 ):
                     return DUPLICATE
+                if timer.id in self._in_flight:
+                    self._replaced_in_flight(timer.id)
                 self._drop_pending(timer.id, index.due)
                 replaced = True
         fire_at = timer.fire_at
@@ -254,7 +251,6 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
 
     def cancel(self, cancel: Cancel) -> CancelOutcome:
         """Remove the pending timer ``cancel.id`` if the token matches."""
-        self._taken_ids.discard(cancel.id)  # see schedule
         index = self._index(cancel.id)
         delivering = (
             cancel.id in self._in_flight and cancel.id not in self._in_flight_series
@@ -289,6 +285,28 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
         self._fired_at_once.discard(timer.id)
         entry = IndexEntry(INDEX_FIRED, timer.version_due, timer.token)
         self._terminal(timer.id, entry, was=self._index(timer.id))
+
+    def _replaced_in_flight(self, timer_id: str) -> None:
+        """A new version of ``timer_id`` replaces the one a round is delivering."""
+        if timer_id not in self._in_flight_series:
+            self._superseded.add(timer_id)  # see still_due
+        # Taken from the held ones, it is forgotten at the round's end, its index entry
+        # checked, never later unchecked (a delivery left behind is forgotten without a
+        # read: it would overwrite the new version's entry with the old one's "fired").
+        self._taken_ids.discard(timer_id)
+
+    def still_due(self, timers: list[Timer]) -> list[Timer]:
+        """Of a round's ``timers`` (taken by :meth:`begin_tick` or :meth:`take_held`),
+        those no request replaced since: called just before their callbacks are
+        produced. A round awaits between taking its timers and producing them (loading
+        a partition, looking topics up), and a request unit may run there: a new
+        version of an id read then was stored, and the round would still fire the old
+        one after it (a reschedule undone, by its order). Once produced, the old
+        version is on its way and fires (at least once), as a cancel then answers."""
+        superseded = self._superseded
+        if not superseded:
+            return timers
+        return [t for t in timers if t.id not in superseded]
 
     def settle_fired_at_once(self) -> None:
         """A request unit is over: every timer it fired at once has been marked (or its

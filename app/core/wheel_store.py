@@ -138,6 +138,7 @@ class WheelStore:
     _in_flight: set[str]
     _in_flight_series: set[str]
     _fired_at_once: set[str]
+    _superseded: set[str]
     _slots: dict[tuple[str, int], int]
     _series_stored: dict[str, bytes]
     _taken: bool

@@ -52,6 +52,8 @@ class TickJob(WheelStore):
         self._in_flight = set()
         #: The series among them: a cancel still stops those.
         self._in_flight_series = set()
+        #: One-shot ids of the round that a new version replaced (PartitionWheel.still_due).
+        self._superseded = set()
         #: Keys of in-flight catch-up occurrences stored under a later second than their
         #: due: ``(id, due) -> second`` (see :meth:`_slot_for`).
         self._slots = {}
@@ -200,6 +202,7 @@ class TickJob(WheelStore):
         self._taken_ids = set()
         self._in_flight = set()
         self._in_flight_series = set()
+        self._superseded = set()
         self._slots = {}
         self._series_stored = {}
 

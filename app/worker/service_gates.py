@@ -136,6 +136,7 @@ class GateJob(FiringJob):
             timers = self._through_gates(p, wheel, [])
             if timers:
                 await self._look_up_topics(timers)
+                timers = wheel.still_due(timers)
                 began.append((p, part, through, timers, self._fire_all(p, through, timers)))
         return await self._deliver_then_forget(began)
 
@@ -181,6 +182,7 @@ class GateJob(FiringJob):
             if not timers:
                 return 0
             await self._look_up_topics(timers)
+            timers = part.wheel.still_due(timers)
             fired = await self._fire_in_transaction(p, part, through, timers)
             if fired is None:
                 return 0

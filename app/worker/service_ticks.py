@@ -129,6 +129,7 @@ class TickJob(FiringJob):
                     timers = self._through_gates(partition, part.wheel, timers)
                 due.append((partition, part, second, timers))
         await self._look_up_topics(timer for _, _, _, timers in due for timer in timers)
+        due = [(p, part, second, part.wheel.still_due(timers)) for p, part, second, timers in due]
         began = [
             (partition, part, second, timers, self._fire_all(partition, second, timers))
             for partition, part, second, timers in due
@@ -148,6 +149,7 @@ class TickJob(FiringJob):
             if self.gates.gated or part.wheel.holding:
                 timers = self._through_gates(partition, part.wheel, timers)
             await self._look_up_topics(timers)
+            timers = part.wheel.still_due(timers)
             fired = await self._fire_in_transaction(partition, part, second, timers)
             if fired is None:
                 return 0

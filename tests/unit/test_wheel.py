@@ -80,6 +80,27 @@ def test_a_cancel_behind_a_request_that_fired_at_once_is_too_late() -> None:
     assert wheel.cancel(Cancel("held", "tok")) is CancelOutcome.CANCELLED
 
 
+def test_a_round_does_not_fire_a_version_replaced_after_it_was_taken() -> None:
+    """A reschedule read between a round's scan and its produce (the round awaited in
+    between): the round leaves the old version out; the new one fires at its second."""
+    wheel = PartitionWheel(MemoryKV())
+    wheel.schedule(timer("moved", 100, value=b"v1"))
+    wheel.schedule(timer("kept", 100))
+    due = wheel.begin_tick(100)
+    assert due is not None and sorted(t.id for t in due) == ["kept", "moved"]
+    assert wheel.schedule(timer("moved", 140, value=b"v2")).outcome is Scheduled.STORED
+    left = wheel.still_due(due)
+    assert [t.id for t in left] == ["kept"]
+    wheel.finish_tick(100, left)
+    assert wheel.lookup("moved") == ("pending", 140, "tok")
+    assert fire(wheel, 139) == [] and fire(wheel, 140) == ["moved"]
+    # A cancel read there is too late instead (answered so): the old version goes out.
+    wheel.schedule(timer("gone", 150))
+    due = wheel.begin_tick(150)
+    assert wheel.cancel(Cancel("gone", "tok")) is CancelOutcome.ALREADY_FIRED
+    assert due is not None and [t.id for t in wheel.still_due(due)] == ["gone"]
+
+
 def test_request_arriving_while_a_tick_is_being_delivered_is_not_lost() -> None:
     wheel = PartitionWheel(MemoryKV())
     fire(wheel, 99)
