@@ -61,7 +61,7 @@ class BehindJob(WheelStore):
 
     def _init_behind(self) -> None:
         #: Delivered held timers not yet forgotten, by id (oldest first in
-        #: :attr:`_behind_order`): still pending in the store, the watermark below them,
+        #: :attr:`_behind_order`, as ``(id, batch key)``): still pending in the store, the watermark below them,
         #: forgotten by :meth:`forget_behind`, or at once when anything touches their id.
         self._behind = {}
         self._behind_order = deque()
@@ -129,7 +129,7 @@ class BehindJob(WheelStore):
                 behind[timer_id] = Behind(
                     timer_id, timer.due, timer.token, timer.topic, timer.due, slot, key
                 )
-                order.append(timer_id)
+                order.append((timer_id, key))
                 slot_counts[slot] = slot_counts.get(slot, 0) + 1
                 live += 1
             if live:
@@ -204,7 +204,7 @@ class BehindJob(WheelStore):
                     Behind, (timer_id, due, timer.token, timer.topic, due, slot, key)
                 )
             at = end
-        order.extend([timer.id for timer in leaving])
+        order.extend([(timer.id, behind[timer.id].batch) for timer in leaving])
         for slot, n in Counter(keyed).items():
             slot_counts[slot] = slot_counts.get(slot, 0) + n
 
@@ -243,8 +243,12 @@ class BehindJob(WheelStore):
         behind, order = self._behind, self._behind_order
         batch: list[Behind] = []
         while order and len(batch) < n:
-            entry = behind.pop(order.popleft(), None)
-            if entry is not None:  # else forgotten already, when its id was touched
+            timer_id, recorded_in = order.popleft()
+            entry = behind.get(timer_id)
+            # Else forgotten already, when its id was touched; or this place in the order
+            # is an earlier delivery of the id, forgotten so, and the entry a later one's.
+            if entry is not None and entry.batch == recorded_in:
+                del behind[timer_id]
                 batch.append(entry)
         self._forget_entries(batch)
         return len(batch)

@@ -148,7 +148,7 @@ class WheelStore:
     _held_order: count[int]
     # -- behind: delivered, forgotten later (app.core.wheel_behind) --------------------
     _behind: dict[str, Behind]
-    _behind_order: deque[str]
+    _behind_order: deque[tuple[str, bytes]]
     _behind_slots: dict[int, int]
     _batch_left: dict[bytes, int]
     _next_delivered: int

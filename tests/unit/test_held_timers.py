@@ -313,6 +313,25 @@ def test_a_cancel_or_pause_of_a_timer_delivered_but_not_forgotten_says_already_f
     assert wheel.behind == 0 and wheel.count_pending() == 0
 
 
+def test_an_id_left_behind_twice_is_forgotten_in_its_place_in_the_order() -> None:
+    """``d`` is left behind, touched (forgotten at once), then left behind again after
+    ``a``: its first place in the order was stale and forgot the newer ``d`` before
+    ``a`` (found by the model test below)."""
+    run(
+        [
+            ("schedule", "a", 0, GATED, "t1"),
+            ("schedule", "d", -1, GATED, "t1"),
+            ("tick", 0, 1),
+            ("schedule", "d", 0, GATED, "t1"),
+            ("release", 2),
+            ("forget", 1),
+            ("schedule", "a", 0, GATED, "t1"),
+            ("reload",),
+        ],
+        behind=True,
+    )
+
+
 def test_a_new_version_read_while_the_old_one_is_delivered_keeps_its_entry() -> None:
     """A round takes a held timer; a reschedule is read before the round ends. The old
     version goes out (it was on its way), but its forgetting, left for later without
