@@ -61,8 +61,9 @@ class BehindJob(WheelStore):
 
     def _init_behind(self) -> None:
         #: Delivered held timers not yet forgotten, by id (oldest first in
-        #: :attr:`_behind_order`, as ``(id, batch key)``): still pending in the store, the watermark below them,
-        #: forgotten by :meth:`forget_behind`, or at once when anything touches their id.
+        #: :attr:`_behind_order`, as ``(id, batch key)``): still pending in the store,
+        #: the watermark below them, forgotten by :meth:`forget_behind`, or at once when
+        #: anything touches their id.
         self._behind = {}
         self._behind_order = deque()
         #: How many of them each slot holds (the watermark stays below the oldest).
