@@ -24,6 +24,7 @@ for, they are delivered however late) and no spread.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from app.core.keys import INDEX_PENDING
@@ -103,18 +104,8 @@ class ExtraJob(WheelStore):
             accepted = self.schedule(extra, reread=True)
             added = accepted.outcome is Scheduled.STORED and not accepted.replaced
             return TriggerOutcome.TRIGGERED, int(added)
-        moved = Timer(
-            id=stored.id,
-            due=stored.due,
-            topic=stored.topic,
-            key=stored.key,
-            value=stored.value,
-            token=stored.token,
-            headers=(mark, *stored.headers),
-            late=_FIRE,
-            spread=stored.spread,
-            schema_id=stored.schema_id,
-        )
+        # The same one-shot, marked, delivered however late, keyed under the next tick.
+        moved = replace(stored, headers=(mark, *stored.headers), late=_FIRE)
         index = self._index(request.id)
         self._drop_pending(request.id, slot)  # a pause ends with it: it was asked to fire
         self._store_occurrence(moved, self._slot_for(now))

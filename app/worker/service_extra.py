@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 #: The token actions :meth:`ExtraRequestJob._extra_fire` applies.
 EXTRA_ACTIONS = frozenset({TokenAction.TRIGGER, TokenAction.BACKFILL})
+#: The answer every token-checked request gives a wrong token.
+WRONG_TOKEN = TriggerOutcome.WRONG_TOKEN.value
 
 
 class ExtraRequestJob(FiringJob):
@@ -44,14 +46,7 @@ class ExtraRequestJob(FiringJob):
         else:
             outcome, added = part.wheel.backfill(request, now)
             done = outcome is BackfillOutcome.BACKFILLED
-        self._output.pause_outcome(
-            request.id,
-            request.token,
-            request.action.value,
-            outcome.value,
-            record.partition,
-            record.offset,
-        )
+        self._answer_owner_request(record, request, outcome.value)
         if added:
             self._adjust_pending(record.partition, added)
         if done:
@@ -62,7 +57,20 @@ class ExtraRequestJob(FiringJob):
                 now,
                 added or (request.action is TokenAction.TRIGGER),
             )
-        elif outcome.value == TriggerOutcome.WRONG_TOKEN.value:
+
+    def _answer_owner_request(self, record: RawRecord, request: Cancel, outcome: str) -> None:
+        """Answer a token holder's request (a pause, a resume, a trigger, a backfill) on
+        the fired topic at its offset, so a client can wait for it; one with the wrong
+        token is also dead-lettered, as a cancel's is."""
+        self._output.pause_outcome(
+            request.id,
+            request.token,
+            request.action.value,
+            outcome,
+            record.partition,
+            record.offset,
+        )
+        if outcome == WRONG_TOKEN:
             self._reject(
                 record, RejectReason.WRONG_TOKEN, f"token does not match timer {request.id!r}"
             )

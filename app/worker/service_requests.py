@@ -23,7 +23,7 @@ from app.core.raw_record import RawRecord
 from app.core.request_format import parse_request
 from app.core.routing import Origin, check_forwardable, hop_value, is_replayed, owner_of, split_hop
 from app.core.timer import Cancel, Timer, TokenAction
-from app.core.wheel import CancelOutcome, PauseOutcome, Scheduled
+from app.core.wheel import CancelOutcome, Scheduled
 from app.worker.isolation import is_systemic, rejection_for
 from app.worker.output import DeliveryFailure, TransactionAborted
 from app.worker.service_extra import EXTRA_ACTIONS, ExtraRequestJob
@@ -349,20 +349,9 @@ class RequestJob(ExtraRequestJob):
             outcome = wheel.resume(request)
             if wheel.holding:
                 self._release_wanted.set()  # what came due while paused goes out now
-        self._output.pause_outcome(
-            request.id,
-            request.token,
-            request.action.value,
-            outcome.value,
-            record.partition,
-            record.offset,
-        )
+        self._answer_owner_request(record, request, outcome.value)
         self._metrics.timer_pauses.labels(action=request.action.value, outcome=outcome.value).inc()
         self._export_paused()
-        if outcome is PauseOutcome.WRONG_TOKEN:
-            self._reject(
-                record, RejectReason.WRONG_TOKEN, f"token does not match timer {request.id!r}"
-            )
 
     def _reject(self, record: RawRecord, reason: RejectReason, detail: str) -> None:
         """Dead-letter ``record``, total: if its copy cannot be produced (a bug, a size
