@@ -209,6 +209,8 @@ class RequestJob(ExtraRequestJob):
             unit.apply_local()
             for part, timer, since in held_for_batch:
                 part.wheel.queue_held(timer, since)
+            if held_for_batch:  # a release that ran in a pause found none of them queued
+                self._release_wanted.set()
         if scheduled:
             self._metrics.scheduled.inc(scheduled)
         if any(pending_delta.values()):
