@@ -58,6 +58,12 @@ WORKERS = ("w-a", "w-b")
 #: Seconds after the old client starts at which the timers stored for "after the
 #: upgrade" are due: every old process must be stopped by then (asserted).
 AFTER_S = 32
+#: Tracebacks the released workers are known to log, fixed in this tree since: Faust's
+#: recovery seeking a partition a rebalance took away meanwhile logs aiokafka's
+#: ``IllegalStateError`` before Faust starts its recovery over (seen on Apache Kafka in
+#: the rollback; this tree's recovery patch, ``faust_internals.recovery._recovery_wait``,
+#: starts over with one warning line instead). The timers are judged all the same.
+OLD_RELEASE_TRACEBACKS = ("IllegalStateError: No current assignment for partition",)
 
 
 def previous_release() -> tuple[str, str]:
@@ -415,7 +421,9 @@ def test_timers_stored_by_one_release_fire_once_after_the_switch_to_the_other(
     assert not problems, "\n".join(problems)
     for process in second.processes:
         log = process.log_text()
-        assert "Traceback" not in log, f"{process.name}: {log[-3000:]}"
+        known = OLD_RELEASE_TRACEBACKS if second is old else ()
+        unexpected = [t for t in tracebacks(log) if not any(k in t for k in known)]
+        assert not unexpected, f"{process.name}: {unexpected[0][-3000:]}"
     print(
         f"\n{direction} {first.version} -> {second.version} ({version} is {commit[:7]}): "
         f"{len(plan['one_shot'])} one-shot timers once each, {len(plan['series'])} series "
@@ -423,6 +431,26 @@ def test_timers_stored_by_one_release_fire_once_after_the_switch_to_the_other(
         f"{len(plan['cancel_later'])} by the second release: none fired; switched "
         f"{switched_ms / 1000 - t0:.1f} s after storing"
     )
+
+
+def tracebacks(log: str) -> list[str]:
+    """Each traceback in a worker's log, up to the next log line (``[<date> ...``)."""
+    found: list[str] = []
+    current: list[str] | None = None
+    for line in log.splitlines():
+        if "Traceback (most recent call last)" in line:
+            if current is not None:
+                found.append("\n".join(current))
+            current = [line]
+        elif current is not None:
+            if line.startswith("[20"):
+                found.append("\n".join(current))
+                current = None
+            else:
+                current.append(line)
+    if current is not None:
+        found.append("\n".join(current))
+    return found
 
 
 def test_a_stored_layout_newer_than_this_release_stops_the_worker_in_one_line(
