@@ -18,6 +18,7 @@ from itertools import repeat
 
 from app.core import expiry_batch
 from app.core.expiry_sweep import ExpirySweep
+from app.core.fair_order import interleave_by_topic
 from app.core.held import HeldQueue
 from app.core.keys import (
     INDEX,
@@ -69,7 +70,7 @@ class TickJob(WheelStore):
     def begin_tick(
         self, second: int, hold: AbstractSet[str] = frozenset(), since: float = 0.0
     ) -> list[Timer] | None:
-        """Collect every pending timer due at or before ``second``.
+        """Collect every pending timer due at or before ``second``, topics taking turns.
 
         Returns ``None`` for a tick already seen (duplicates from redundant oscillators,
         redelivery after a restart). A gap since the last tick is caught up, not skipped:
@@ -116,6 +117,9 @@ class TickJob(WheelStore):
         if self._paused:
             timers = self._park_paused(timers, slots)
             series.intersection_update(t.id for t in timers)
+        # A burst to one topic must not hold back another topic's callbacks of the same
+        # tick: topics take turns (app.core.fair_order).
+        timers = interleave_by_topic(timers)
         self._in_flight = {t.id for t in timers}
         self._in_flight_series = series
         self._slots = slots

@@ -130,9 +130,10 @@ class TickJob(FiringJob):
                 due.append((partition, part, second, timers))
         await self._look_up_topics(timer for _, _, _, timers in due for timer in timers)
         due = [(p, part, second, part.wheel.still_due(timers)) for p, part, second, timers in due]
+        fired = self._fire_partitions([(p, second, timers) for p, _, second, timers in due])
         began = [
-            (partition, part, second, timers, self._fire_all(partition, second, timers))
-            for partition, part, second, timers in due
+            (partition, part, second, timers, into)
+            for (partition, part, second, timers), into in zip(due, fired, strict=True)
         ]
         count = await self._deliver_then_forget(began)
         if gated or self._backlog_topics:

@@ -19,6 +19,7 @@ from app.core.raw_record import RawRecord
 from app.worker.metrics import WorkerMetrics
 from app.worker.output import DeliveryFailure
 from app.worker.service import TimerService
+from app.worker.service_firing import FAIR_TURN
 from kafka_timers_client import protowire
 from kafka_timers_client.errors import RejectReason
 from kafka_timers_client.late import LatePolicy
@@ -624,3 +625,15 @@ def test_a_unit_of_requests_marks_its_stores_unconfirmed_until_its_flush() -> No
     h.output.fail_flush = False
     h.tick(NOW + 1)  # a tick's writes are not a unit of requests': the mark stays
     assert h.stores.stores[0].unconfirmed
+
+
+def test_partitions_of_one_round_take_turns_so_a_burst_does_not_hold_back_another_topic() -> None:
+    """2,000 timers to one topic on partition 0 and 3 to another on partition 1, due in
+    one second: the 3 are produced in the round's second turn, not after the 2,000."""
+    h = Harness()
+    h.requests(*(h.schedule(f"a{i:05d}", NOW + 1, 0, topic="burst") for i in range(2000)))
+    h.requests(*(h.schedule(f"z{i}", NOW + 1, 1, topic="other") for i in range(3)))
+    assert h.tick(NOW + 1, 0, 1) == 2003
+    fired = h.fired()
+    assert sorted(fired) == sorted([f"a{i:05d}" for i in range(2000)] + ["z0", "z1", "z2"])
+    assert [fired.index(f"z{i}") for i in range(3)] == [FAIR_TURN, FAIR_TURN + 1, FAIR_TURN + 2]

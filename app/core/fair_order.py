@@ -1,0 +1,56 @@
+"""Fair firing: a tick's callbacks to different topics take turns.
+
+A tick delivers its due timers in the order the store keeps them (by second, then id).
+When 200,000 timers to one topic and 20 to another are due in the same second, the 20
+would wait behind the 200,000, seconds late, because one team scheduled a burst. The
+order here is **round-robin by callback topic**: the first timer of each topic, then the
+second of each, and so on. A topic's own timers keep their order (so do the callbacks
+to one key, and a catch-up's seconds), and a topic with few timers has all of them
+among the first few of the tick.
+
+Round-robin, not weighted: every topic that has a timer due is one turn, whatever its
+volume; a topic that needs a bound on its share of the delivery rate has rate limits
+(:mod:`app.worker.topic_gates`). A tick to one topic (nearly all of them) is returned as
+it is, after one comparison per timer.
+
+Pure: no clock, no Kafka.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from itertools import chain, zip_longest
+
+from app.core.timer import Timer
+
+__all__ = ["interleave_by_topic"]
+
+_GAP = object()
+
+
+def interleave_by_topic(timers: Sequence[Timer]) -> list[Timer]:
+    """``timers`` round-robin by topic, each topic's timers in their order.
+
+    >>> from app.core.timer import Timer
+    >>> ts = [Timer(id=i, due=1, topic=t, key=None, value=None) for i, t in
+    ...       [("a1", "a"), ("a2", "a"), ("a3", "a"), ("b1", "b")]]
+    >>> [t.id for t in interleave_by_topic(ts)]
+    ['a1', 'b1', 'a2', 'a3']
+    """
+    if not timers:
+        return []
+    first = timers[0].topic
+    for timer in timers:
+        if timer.topic != first:
+            break
+    else:
+        return list(timers)
+    by_topic: dict[str, list[Timer]] = {}
+    for timer in timers:
+        queue = by_topic.get(timer.topic)
+        if queue is None:
+            by_topic[timer.topic] = [timer]
+        else:
+            queue.append(timer)
+    turns = chain.from_iterable(zip_longest(*by_topic.values(), fillvalue=_GAP))
+    return [t for t in turns if t is not _GAP]  # type: ignore[misc]
