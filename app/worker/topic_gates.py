@@ -46,14 +46,17 @@ Two rules keep a limit, per bucket:
   and a limit of 50,000/s was delivered at 22,000/s when a round took a quarter second.
 - **Window.** Whatever the tokens say, a bucket gives at most what its rate allowed
   over the last :data:`WINDOW_SECONDS` (the integral of its rate, which the demand
-  exchange retunes several times a second) plus half its burst in any window of that
-  length. The rates of a topic's buckets add up to its limit at every moment, so over
-  any second of the callbacks's record timestamps a topic gets at most its limit plus
-  a twentieth of it, and the other twentieth of the ``<= 550 a second at 500/s`` the
-  acceptance asks is margin for a worker whose view of the shares lags the others' by
-  a report. Bounding a window by the bucket's *current* rate instead let a bucket whose
-  share had just risen give a whole window at the new rate beside a bucket that had
-  given at the old one: 551 in one second at 500/s, in CI. This holds even when a
+  exchange retunes several times a second) plus a twentieth of that (half its burst
+  while the rate stays put) in any window of that length. The rates of a topic's
+  buckets add up to its limit at every moment, so while the shares stay put a topic
+  gets at most its limit plus a twentieth in any second of the callbacks' record
+  timestamps. When shares move, a bucket can still spend, late, what its earlier share
+  allowed while another already runs at the share it gave up: the other twentieth of
+  the ``<= 550 a second at 500/s`` the acceptance asks is the margin for that and for a
+  worker whose view of the shares lags a report (a property test draws moving shares:
+  never above 1.1x). Bounding a window by the bucket's *current* rate instead let a
+  bucket whose share had just risen give a whole window at the new rate beside one
+  that had given at the old: 551 in one second at 500/s, in CI. This holds even when a
   stalled round catches up. A round's spend counts in the window from the moment its
   last callback was produced (:meth:`TopicGates.produced`), not from when it took the
   tokens: each record's timestamp is the moment it was produced, and a big round takes
@@ -101,9 +104,9 @@ class TokenBucket:
     catches up several occurrences in one fire) leaves a debt the refill pays first.
     Idle, the bucket holds at most ``capacity``; :attr:`backlogged` (set by
     :meth:`spend`), up to :data:`WINDOW_SECONDS` of its rate. Either way no window of
-    :data:`WINDOW_SECONDS` gets more than the integral of the rate over that window plus
-    ``capacity x WINDOW_BURST_SHARE`` (``rate x WINDOW_SECONDS + capacity / 2`` while
-    the rate stays put).
+    :data:`WINDOW_SECONDS` gets more than the integral of the rate over that window times
+    ``1 + BURST_SECONDS x WINDOW_BURST_SHARE`` (and at least half a callback more):
+    ``rate x WINDOW_SECONDS + capacity / 2`` while the rate stays put.
     """
 
     __slots__ = (
@@ -146,7 +149,14 @@ class TokenBucket:
         horizon = now - WINDOW_SECONDS
         while given and given[0][0] <= horizon:
             self._given_total -= given.popleft()[1]
-        return self._allowed(horizon, now) + self.capacity * WINDOW_BURST_SHARE - self._given_total
+        allowed = self._allowed(horizon, now)
+        # The slack is a share of what the rate allowed over the window, not of the
+        # current rate: buckets whose rates moved apart at different moments would
+        # otherwise each take the slack of their highest rate (529 at 500/s, found by
+        # the moving-shares property test). At least half a callback: a limit below one
+        # a second still delivers.
+        slack = max(0.5, allowed * BURST_SECONDS * WINDOW_BURST_SHARE / WINDOW_SECONDS)
+        return allowed + slack - self._given_total
 
     def _allowed(self, horizon: float, now: float) -> float:
         """The integral of the rate over ``[horizon, now]``."""
