@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 
 from app.core.timer import Timer
+from kafka_timers_client.extra_fires import BACKFILL_HEADER, TRIGGER_HEADER, extra_kind
 from kafka_timers_client.fired import (
     TOKEN_DIGEST_PREFIX,
     FiredKind,
@@ -64,7 +65,9 @@ def fired_jsons(audits: Sequence[Audit], worker_json: str) -> list[bytes]:
     (fire time, topic) is formatted once a run: counted by callgrind (4,000 audits of
     one round), 16,888 instructions an audit built one call each, 12,089 so (with
     :func:`token_digest`'s faster SHA-256 constructor). A generated test pins the bytes to the
-    record's over runs that change.
+    record's over runs that change. A trigger's or a backfill's fire adds its ``extra``
+    (the timer's marker header, first of its headers): a fire with no headers pays one
+    test, and one with headers one lookup.
     """
     out: list[bytes] = []
     append = out.append
@@ -89,8 +92,19 @@ def fired_jsons(audits: Sequence[Audit], worker_json: str) -> list[bytes]:
             text += f', "coalesced": {coalesced}'
         if timer.schema_id is not None:
             text += f', "schema_id": {timer.schema_id}'
+        headers = timer.headers
+        if headers:  # a fire that is not extra has no headers, or no marker first
+            text += _EXTRA_TEXT.get(headers[0][0], "")
         append((text + "}").encode())
     return out
+
+
+#: The ``extra`` field's JSON text after a marker header's name (``extra_kind``'s).
+_EXTRA_TEXT = {
+    name: f', "extra": {json_string(kind)}'
+    for name in (TRIGGER_HEADER, BACKFILL_HEADER)
+    if (kind := extra_kind(((name, b""),))) is not None
+}
 
 
 #: Spark SQL type of each field type (``partition`` is an int, every other number a bigint).

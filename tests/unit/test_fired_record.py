@@ -20,6 +20,13 @@ from app.core.fired import (
     token_digest,
 )
 from app.core.timer import Timer
+from kafka_timers_client.extra_fires import (
+    BACKFILL_HEADER,
+    TRIGGER_HEADER,
+    backfill_id,
+    parse_extra_id,
+    trigger_id,
+)
 
 
 def cancel(**changes: object) -> FiredRecord:
@@ -60,6 +67,44 @@ def test_only_the_record_of_that_request_answers_it() -> None:
 def test_the_spark_schema_has_the_offset_as_a_bigint() -> None:
     assert "request_offset bigint" in FIRED_RECORD_DDL
     assert "partition int" in FIRED_RECORD_DDL
+    assert FIRED_RECORD_DDL.endswith(", extra string")
+
+
+def test_a_fire_says_it_was_triggered_or_backfilled_and_an_ordinary_one_says_nothing() -> None:
+    base = Timer(id="s", due=5, topic="cb", key=None, value=b"v", token="t")
+    marked = {
+        "trigger": Timer("s", 5, "cb", None, b"v", "t", ((TRIGGER_HEADER, b"9"), ("h", b"1"))),
+        "backfill": Timer("s@backfill:5", 5, "cb", None, b"v", "t", ((BACKFILL_HEADER, b"5"),)),
+        None: Timer("s", 5, "cb", None, b"v", "t", (("h", b"1"), (TRIGGER_HEADER, b"9"))),
+    }
+    for extra, timer in marked.items():
+        record = FiredRecord.fired(timer, partition=1, worker="w", fired_at_ms=7)
+        assert record.extra == extra
+        assert json.loads(record.to_json()).get("extra") == extra
+        assert FiredRecord.from_json(record.to_json()) == record
+    ordinary = FiredRecord.fired(base, partition=1, worker="w", fired_at_ms=7).to_json()
+    assert ordinary == (
+        b'{"event": "fired", "id": "s", "token": "' + token_digest("t").encode() + b'", '
+        b'"partition": 1, "worker": "w", "due": 5, "fired_at_ms": 7, "topic": "cb"}'
+    ), "an ordinary fire's record is what it always was"
+
+
+def test_an_extra_fires_id_is_parsed_back_to_its_series() -> None:
+    assert parse_extra_id(trigger_id("hb", 42)) == ("hb", "trigger", 42)
+    assert parse_extra_id(backfill_id("a@b", 1_767_225_600)) == ("a@b", "backfill", 1_767_225_600)
+    assert parse_extra_id(trigger_id("x@trigger:1", 0)) == ("x@trigger:1", "trigger", 0)
+    for other in (
+        "hb",
+        "@trigger:1",
+        "hb@trigger:",
+        "hb@trigger:01",
+        "hb@trigger:-1",
+        "hb@trigger:\u0661",
+        "hb@pause:1",
+        "hb@trigger1",
+        "hb@backfill:1x",
+    ):
+        assert parse_extra_id(other) is None, other
 
 
 def test_the_fired_template_writes_exactly_what_the_record_writes() -> None:
@@ -72,6 +117,10 @@ def test_the_fired_template_writes_exactly_what_the_record_writes() -> None:
         (Timer(id="s", due=5, topic="cb", key=b"k", value=None, token="t", seq=3), 0),
         (Timer(id="s", due=5, topic="cb", key=b"k", value=None, token="t", seq=7), 4),
         (Timer(id="x", due=0, topic="a.b-c_d", key=None, value=b"", token="tok"), 0),
+        (Timer("t", 5, "cb", None, b"v", "t", ((TRIGGER_HEADER, b"4"), ("h", b"1"))), 0),
+        (Timer("t@trigger:3", 4, "cb", None, b"v", "t", ((TRIGGER_HEADER, b"4"),)), 0),
+        (Timer("t@backfill:2", 2, "cb", None, b"v", "", ((BACKFILL_HEADER, b"2"),)), 0),
+        (Timer("u", 5, "cb", None, b"v", "t", (("h", b"1"), (BACKFILL_HEADER, b"4"))), 0),
     ]
     for worker in ("worker-1", 'w"é'):
         for timer, coalesced in cases:
@@ -108,6 +157,12 @@ _timers = st.builds(
     token=st.sampled_from(["", "tok"]) | _texts,
     seq=st.integers(0, 5),
     schema_id=st.none() | st.integers(0, 2**31 - 1),
+    headers=st.lists(
+        st.tuples(
+            st.sampled_from([TRIGGER_HEADER, BACKFILL_HEADER, "h", "timer-due"]), st.just(b"1")
+        ),
+        max_size=2,
+    ).map(tuple),
 )
 #: Runs that share a partition, a fire time and a topic, and runs that change them.
 _audits = st.lists(
