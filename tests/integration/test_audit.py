@@ -23,10 +23,12 @@ from kafka_timers_client import protowire
 from kafka_timers_client.client import TimerClient
 from kafka_timers_client.extra_fires import BACKFILL_HEADER, TRIGGER_HEADER, backfill_id, trigger_id
 from kafka_timers_client.outcome import BackfillOutcome, TriggerOutcome
+from spark_audit.baseline import reconcile_in_process
 from spark_audit.errors import AuditError, AuditSetupError
 from spark_audit.main import main as audit_main
 from spark_audit.reading import read_topic
 from spark_audit.session import audit_session
+from spark_audit.verdicts import Rules
 from tests.support.faults import deliberate_fault_window
 from tests.support.stack import Stack
 from tests.support.waiting import wait_until
@@ -312,6 +314,14 @@ def test_triggered_and_backfilled_fires_are_extra_fires_judged_by_what_they_are(
     assert summary["occurrences"]["fired"] == 16 + 1 + 1 + 1 + 2
     # and no lateness samples: the clean history's 16, x-hb's 2 and x-twice's 1
     assert summary["lateness_overall"]["fires"] == 16 + 2 + 1
+    # The scale tool's single-process yardstick reads the same records the same way.
+    since_ms = summary["since_ms"]
+    rules = Rules(as_of_ms=summary["as_of_ms"], grace_ms=summary["grace_ms"], since_ms=since_ms)
+    baseline = reconcile_in_process(settings, rules)
+    assert (baseline.timers, baseline.violation_counts) == (
+        summary["timers"],
+        summary["violation_counts"],
+    )
 
 
 def run_audit(settings: Settings, out: Path, *extra: str) -> tuple[int, dict[str, Any]]:
