@@ -32,6 +32,10 @@ at the request's timestamp when there is no report. Then every fire is judged:
 Identical fire records (same version, time and worker) are one fire written twice by a
 producer retry, not two fires.
 
+A fire a trigger or a backfill asked for (its record's ``extra``) is judged by what it
+is (:mod:`spark_audit.extras`): a triggered one-shot is not early for firing before its
+second, and a series' extra fires (keyed under the series' id) are no occurrences of it.
+
 A **series** (a schedule with a recurrence) is one version — its token and its first
 occurrence's due second — whose occurrences are each reconciled as a timer of their
 own, by sequence number: a fire of occurrence *n* must carry *n*'s due second (else it
@@ -128,11 +132,10 @@ def judge(
         if window_ms and lateness > 0:  # a spread fire is on time anywhere in its window
             lateness = max(0, lateness - window_ms)
         first = by_occurrence[(version, fire.due)][0] is fire
-        early_trigger = None
         if fire.extra == TRIGGER:  # a one-shot fired by a trigger, not by its second
-            lateness, early_trigger = trigger_early(fire, answers)
-            if early_trigger is not None:
-                violations.append(Violation.of_fire(ViolationKind.EARLY, fire, early_trigger))
+            lateness, early = trigger_early(fire, answers)
+            if early is not None:
+                violations.append(Violation.of_fire(ViolationKind.EARLY, fire, early))
             extras.triggered += first
         fire_rows.append(
             {
