@@ -14,6 +14,7 @@ from app.core.fired import (
     Audit,
     FiredKind,
     FiredRecord,
+    extra_json,
     fired_json,
     fired_jsons,
     json_string,
@@ -67,7 +68,7 @@ def test_only_the_record_of_that_request_answers_it() -> None:
 def test_the_spark_schema_has_the_offset_as_a_bigint() -> None:
     assert "request_offset bigint" in FIRED_RECORD_DDL
     assert "partition int" in FIRED_RECORD_DDL
-    assert FIRED_RECORD_DDL.endswith(", extra string")
+    assert "coalesced bigint, extra string, reason string" in FIRED_RECORD_DDL
 
 
 def test_a_fire_says_it_was_triggered_or_backfilled_and_an_ordinary_one_says_nothing() -> None:
@@ -164,31 +165,40 @@ _timers = st.builds(
         max_size=2,
     ).map(tuple),
 )
-#: Runs that share a partition, a fire time and a topic, and runs that change them.
-_audits = st.lists(
+#: Fires in runs that share a partition, a fire time and a topic, and runs that change
+#: them: ``(timer, partition, fired_at_ms, coalesced)``; a trigger's or a backfill's fire
+#: (its marker first of its headers) is never coalesced.
+_fires = st.lists(
     st.tuples(
         _timers,
         st.sampled_from([0, 3, 11]),
         st.sampled_from([0, 7, 1_767_225_600_123]),
         st.integers(0, 3),
-    ),
+    ).map(lambda a: (*a[:3], 0 if extra_json(a[0].headers) else a[3])),
     max_size=12,
 )
 
 
-@given(_audits, st.sampled_from(["worker-1", 'w"\u00e9']))
-def test_a_units_audits_are_each_what_the_record_writes(audits: list[Audit], worker: str) -> None:
-    got = fired_jsons(audits, json_string(worker))
+def audit_of(timer: Timer, partition: int, fired_at_ms: int, coalesced: int) -> Audit:
+    """The audit the worker's callback keeps for this fire (OutputProducer.callback)."""
+    return (timer, partition, fired_at_ms, extra_json(timer.headers) or coalesced)
+
+
+@given(_fires, st.sampled_from(["worker-1", 'w"\u00e9']))
+def test_a_units_audits_are_each_what_the_record_writes(
+    fires: list[tuple[Timer, int, int, int]], worker: str
+) -> None:
+    got = fired_jsons([audit_of(*fire) for fire in fires], json_string(worker))
     expected = [
         FiredRecord.fired(
             timer, partition=partition, worker=worker, fired_at_ms=fired_at, coalesced=coalesced
         ).to_json()
-        for timer, partition, fired_at, coalesced in audits
+        for timer, partition, fired_at, coalesced in fires
     ]
     assert got == expected
     assert got == [
         fired_json(t, partition=p, worker_json=json_string(worker), fired_at_ms=f, coalesced=c)
-        for t, p, f, c in audits
+        for t, p, f, c in fires
     ]
 
 

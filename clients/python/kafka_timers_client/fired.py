@@ -188,17 +188,17 @@ class FiredRecord:
     seq: int | None = None
     #: Earlier occurrences folded into this record by ``coalesce`` (series, when any).
     coalesced: int | None = None
-    #: A :class:`SkipReason` value (skipped only).
-    reason: str | None = None
-    #: The Schema Registry schema id the timer's request was framed with (fired and
-    #: skipped, only for a framed request; ``app.core.sr_framing``).
-    schema_id: int | None = None
     #: Why a fire came out of its schedule (fired only; absent for every scheduled fire):
     #: ``trigger``, asked for by a trigger (a one-shot timer's own fire, before its
     #: second, or a series' extra occurrence ``<id>@trigger:<request offset>``), or
     #: ``backfill``, an occurrence a backfill fired (``<id>@backfill:<second>``); see
     #: :mod:`kafka_timers_client.extra_fires`.
     extra: str | None = None
+    #: A :class:`SkipReason` value (skipped only).
+    reason: str | None = None
+    #: The Schema Registry schema id the timer's request was framed with (fired and
+    #: skipped, only for a framed request; ``app.core.sr_framing``).
+    schema_id: int | None = None
 
     @classmethod
     def fired(
