@@ -21,8 +21,11 @@ from typing import Any
 from app.kafka.config import confluent_common
 from app.kafka.records import to_record
 from app.settings import Settings
+from kafka_timers_client.extra_fires import BACKFILL, TRIGGER
+from spark_audit.extras import APPLIED_OUTCOMES
 from spark_audit.fired_parsing import FiredUnreadable, read_fired
 from spark_audit.judging import (
+    CANCEL_REPORT,
     EVENT_FIELDS,
     SOURCE_FIRE,
     SOURCE_REPORT,
@@ -116,18 +119,26 @@ def reconcile_in_process(settings: Settings, rules: Rules) -> BaselineResult:
     for msg in _records(settings, settings.topics.fired):
         try:
             (event, timer_id, token, partition, worker, due, fired_at_ms, topic, outcome,
-             at_ms, _offset, seq, coalesced, reason) = read_fired(msg.value())  # fmt: skip
+             at_ms, request_offset, seq, coalesced, reason, extra, extra_of,
+             extra_n) = read_fired(msg.value())  # fmt: skip
         except FiredUnreadable:
             continue
+        # As spark_audit.pipeline.timer_events: a series' extra fire under its series' id,
+        # cancel outcomes and applied triggers and backfills as reports.
         if event == "fired":
-            ev = (SOURCE_FIRE, fired_at_ms, fired_at_ms, "fired", token, due, None, topic,
-                  None, worker, None, seq, coalesced, None)  # fmt: skip
+            timer_id = extra_of or timer_id
+            ev = (SOURCE_FIRE, fired_at_ms, fired_at_ms, extra or "fired", token, due, None,
+                  topic, None, worker, None, seq if extra_n is None else extra_n, coalesced,
+                  None)  # fmt: skip
         elif event == "skipped":
             ev = (SOURCE_SKIP, at_ms, at_ms, "skipped", token, due, None, topic, reason,
                   worker, None, seq, coalesced, None)  # fmt: skip
+        elif event == "cancel" or (event in (TRIGGER, BACKFILL) and outcome in APPLIED_OUTCOMES):
+            kind = CANCEL_REPORT if event == "cancel" else event
+            ev = (SOURCE_REPORT, at_ms, at_ms, kind, token, None, None, None, outcome, worker,
+                  None, request_offset, None, None)  # fmt: skip
         else:
-            ev = (SOURCE_REPORT, at_ms, at_ms, "cancel_report", token, None, None, None,
-                  outcome, worker, None, None, None, None)  # fmt: skip
+            continue
         events[(partition, timer_id)].append(ev)
     read_s = time.monotonic() - started
     kinds: Counter[str] = Counter()

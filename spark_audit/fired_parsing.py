@@ -7,6 +7,10 @@ the ranges the worker can write, texts that are valid UTF-8 of bounded length. A
 that fails is *set aside* with its reason, never an exception: anyone who can produce to
 the topic can write anything there, and one bad record must not stop the gate.
 
+A fire a trigger or a backfill asked for (``extra``) under a series' derived id
+(``<id>@trigger:<offset>``, ``<id>@backfill:<second>``) also gets the series id
+(``extra_of``) and the number (``extra_n``), so the audit judges it with its series.
+
 Records written before token digests carry the token itself: it is digested here, the
 way :func:`app.core.fired.token_digest` does, so versions compare digest to digest.
 """
@@ -19,6 +23,7 @@ import pyarrow as pa
 
 from app.core.fired import TOKEN_DIGEST_PREFIX, FiredKind, FiredRecord, token_digest
 from kafka_timers_client.bounds import MAX_ID_CHARS, MAX_SECONDS, MAX_SERIES_COUNT, MAX_TOKEN_CHARS
+from kafka_timers_client.extra_fires import BACKFILL, TRIGGER, parse_extra_id
 from spark_audit.parsing import internal_error, safe_text
 
 __all__ = [
@@ -57,6 +62,9 @@ PARSED_FIRED_TYPE = pa.struct(
         ("seq", pa.int64()),
         ("coalesced", pa.int64()),
         ("reason", pa.string()),
+        ("extra", pa.string()),
+        ("extra_of", pa.string()),
+        ("extra_n", pa.int64()),
     ]
 )
 #: The same type in Spark's DDL.
@@ -151,6 +159,7 @@ def read_fired(value: bytes | None) -> tuple[Any, ...]:
     seq = _int(record.seq, "seq", 0, MAX_SERIES_COUNT, required=False)
     coalesced = _int(record.coalesced, "coalesced", 0, MAX_SERIES_COUNT, required=False)
     reason = _text(record.reason, "reason", MAX_NAME_CHARS, required=skipped)
+    extra, extra_of, extra_n = _extra(record.extra, timer_id or "") if fired else (None,) * 3
     return (
         kind.value,
         timer_id,
@@ -166,7 +175,27 @@ def read_fired(value: bytes | None) -> tuple[Any, ...]:
         seq,
         coalesced,
         reason,
+        extra,
+        extra_of,
+        extra_n,
     )
+
+
+def _extra(extra: Any, timer_id: str) -> tuple[str | None, str | None, int | None]:
+    """A fire's ``extra``, and for a series' extra fire the series id and the number its
+    id names (:func:`~kafka_timers_client.extra_fires.parse_extra_id`): a trigger's fire
+    whose id names none is a one-shot's own fire; a backfill's always names one."""
+    if extra is None:
+        return None, None, None
+    if extra not in (TRIGGER, BACKFILL):
+        raise FiredUnreadable("malformed", "extra is neither trigger nor backfill")
+    parsed = parse_extra_id(timer_id)
+    if parsed is None or parsed[1] != extra:
+        if extra == BACKFILL:
+            raise FiredUnreadable("malformed", "a backfilled fire's id names no occurrence")
+        return extra, None, None
+    series_id, _, number = parsed
+    return extra, series_id, number
 
 
 def parse_fired_arrays(value: pa.Array) -> pa.StructArray:

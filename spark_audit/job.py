@@ -207,6 +207,7 @@ def _run(
     counted = stats.counts(timers, violations)
     statuses, violation_counts = counted.statuses, counted.kinds
     fire_stats = stats.fire_stats(stats.fires(timers))
+    occurrences, extra_fires = stats.occurrence_counts(timers)
     summary = AuditSummary(
         as_of_ms=options.as_of_ms,
         grace_ms=options.grace_ms,
@@ -227,7 +228,8 @@ def _run(
         histogram=fire_stats.histogram,
         fires_per_minute=fire_stats.per_minute,
         output_dir=options.output_dir,
-        occurrences=stats.occurrence_counts(timers),
+        occurrences=occurrences,
+        extra_fires=extra_fires,
         set_aside=aside_sample,
         by_topic=counted.by_topic,
         max_set_aside=options.max_set_aside,

@@ -15,11 +15,20 @@ from typing import Any
 
 import pyarrow as pa
 
+from kafka_timers_client.extra_fires import BACKFILL, TRIGGER
 from spark_audit.parsing import internal_error, series_from_json
 from spark_audit.reconcile import judge
-from spark_audit.verdicts import CancelReport, FireEvent, RequestEvent, Rules, SkipEvent
+from spark_audit.verdicts import (
+    CancelReport,
+    ExtraAnswer,
+    FireEvent,
+    RequestEvent,
+    Rules,
+    SkipEvent,
+)
 
 __all__ = [
+    "CANCEL_REPORT",
     "EVENT_FIELDS",
     "NOT_JUDGED",
     "SOURCE_FIRE",
@@ -32,9 +41,16 @@ __all__ = [
     "judge_one",
 ]
 
-#: ``src`` of an event: a request record, a ``fired`` record, a ``cancel`` outcome record,
+#: ``src`` of an event: a request record, a ``fired`` record, a ``cancel`` outcome record
+#: (or the answer to a trigger or a backfill the worker applied: ``kind`` says which),
 #: a ``skipped`` record.
 SOURCE_REQUEST, SOURCE_FIRE, SOURCE_REPORT, SOURCE_SKIP = 0, 1, 2, 3
+#: ``kind`` of a cancel's outcome record (a :data:`SOURCE_REPORT`).
+CANCEL_REPORT = "cancel_report"
+#: ``kind`` of a fire a trigger or a backfill asked for (its record's ``extra``), and of
+#: the answer to a trigger or a backfill; a fire's ``occurrence`` is then the number its
+#: derived id names (``extra_n``), an answer's the request's offset.
+_EXTRA_KINDS = frozenset({TRIGGER, BACKFILL})
 
 #: ``status`` of a timer whose judging raised (see :func:`judge_arrays`): set aside.
 NOT_JUDGED = "not_judged"
@@ -66,6 +82,7 @@ _FIRE_TYPE = pa.struct(
         ("worker", pa.string()),
         ("lateness_ms", pa.int64()),
         ("first", pa.bool_()),
+        ("extra", pa.string()),
     ]
 )
 _VIOLATION_TYPE = pa.struct(
@@ -95,6 +112,8 @@ VERDICT_TYPE = pa.struct(
         ("occurrences_fired", pa.int64()),
         ("occurrences_skipped", pa.int64()),
         ("occurrences_coalesced", pa.int64()),
+        ("extra_triggered", pa.int64()),
+        ("extra_backfilled", pa.int64()),
         ("note", pa.string()),
     ]
 )
@@ -104,10 +123,10 @@ VERDICT_DDL = (
     "final_topic:string,final_requested_ms:bigint,cancelled:boolean,cancel_at_ms:bigint,"
     "fire_count:int,fire_times:array<bigint>,"
     "fires:array<struct<token:string,due:bigint,fired_at_ms:bigint,topic:string,"
-    "worker:string,lateness_ms:bigint,first:boolean>>,"
+    "worker:string,lateness_ms:bigint,first:boolean,extra:string>>,"
     "violations:array<struct<kind:string,token:string,due:bigint,at_ms:bigint,detail:string>>,"
     "occurrences_fired:bigint,occurrences_skipped:bigint,occurrences_coalesced:bigint,"
-    "note:string>"
+    "extra_triggered:bigint,extra_backfilled:bigint,note:string>"
 )
 
 
@@ -159,6 +178,7 @@ def judge_one(columns: dict[str, list[Any]], lo: int, hi: int, rules: Rules) -> 
     fires: list[FireEvent] = []
     reports: list[CancelReport] = []
     skips: list[SkipEvent] = []
+    answers: list[ExtraAnswer] = []
     for i in range(lo, hi):
         if src[i] == SOURCE_REQUEST:
             requests.append(
@@ -175,6 +195,7 @@ def judge_one(columns: dict[str, list[Any]], lo: int, hi: int, rules: Rules) -> 
                 )
             )
         elif src[i] == SOURCE_FIRE:
+            extra = kind[i] if kind[i] in _EXTRA_KINDS else None
             fires.append(
                 FireEvent(
                     token[i] or "",
@@ -182,8 +203,10 @@ def judge_one(columns: dict[str, list[Any]], lo: int, hi: int, rules: Rules) -> 
                     ts_ms[i],
                     topic[i],
                     worker[i],
-                    occurrence[i],
+                    None if extra else occurrence[i],
                     coalesced[i] or 0,
+                    extra,
+                    occurrence[i] if extra else None,
                 )
             )
         elif src[i] == SOURCE_SKIP:
@@ -197,6 +220,10 @@ def judge_one(columns: dict[str, list[Any]], lo: int, hi: int, rules: Rules) -> 
                     coalesced[i] or 0,
                 )
             )
+        elif kind[i] in _EXTRA_KINDS:
+            answers.append(
+                ExtraAnswer(kind[i], token[i] or "", outcome[i] or "", ts_ms[i], occurrence[i])
+            )
         else:
             reports.append(CancelReport(token[i] or "", outcome[i], ts_ms[i]))
-    return judge(requests, fires, reports, rules, skips).to_dict()
+    return judge(requests, fires, reports, rules, skips, answers).to_dict()

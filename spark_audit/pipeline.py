@@ -22,8 +22,11 @@ from pyspark.sql import functions as F
 
 from app.core.fired import FIRED_RECORD_DDL
 from app.core.policy import RequestPolicy
+from kafka_timers_client.extra_fires import BACKFILL, TRIGGER
+from spark_audit.extras import APPLIED_OUTCOMES
 from spark_audit.fired_parsing import PARSED_FIRED_DDL, parse_fired_arrays
 from spark_audit.judging import (
+    CANCEL_REPORT,
     SOURCE_FIRE,
     SOURCE_REPORT,
     SOURCE_REQUEST,
@@ -171,14 +174,16 @@ def timer_events(requests: DataFrame, fired: DataFrame) -> DataFrame:
         ).alias("ev"),
     )
     readable = fired.where(F.col("readable"))
+    # A series' extra fire (a trigger's or a backfill's, under a derived id) is judged
+    # with its series: keyed by the series id, with the number its id names.
     fire_events = readable.where(F.col("event") == "fired").select(
         "partition",
-        "id",
+        F.coalesce(F.col("extra_of"), F.col("id")).alias("id"),
         _event(
             SOURCE_FIRE,
             F.col("fired_at_ms"),
             F.col("fired_at_ms"),
-            F.lit("fired"),
+            F.coalesce(F.col("extra"), F.lit("fired")),
             F.col("token"),
             F.col("due"),
             null,
@@ -186,7 +191,7 @@ def timer_events(requests: DataFrame, fired: DataFrame) -> DataFrame:
             null,
             F.col("worker"),
             None,
-            F.col("seq"),
+            F.coalesce(F.col("extra_n"), F.col("seq")),
             F.col("coalesced"),
         ).alias("ev"),
     )
@@ -209,20 +214,27 @@ def timer_events(requests: DataFrame, fired: DataFrame) -> DataFrame:
             F.col("coalesced"),
         ).alias("ev"),
     )
-    report_events = readable.where(F.col("event") == "cancel").select(
+    # The answers to cancels, and to the triggers and backfills the worker applied (when
+    # what they fire was stored; occurrence: the request's offset).
+    answered = (F.col("event") == "cancel") | (
+        F.col("event").isin(TRIGGER, BACKFILL) & F.col("outcome").isin(*APPLIED_OUTCOMES)
+    )
+    report_events = readable.where(answered).select(
         "partition",
         "id",
         _event(
             SOURCE_REPORT,
             F.col("at_ms"),
             F.col("at_ms"),
-            F.lit("cancel_report"),
+            F.when(F.col("event") == "cancel", F.lit(CANCEL_REPORT)).otherwise(F.col("event")),
             F.col("token"),
             null,
             null,
             null,
             F.col("outcome"),
             F.col("worker"),
+            None,
+            F.col("request_offset"),
         ).alias("ev"),
     )
     return (

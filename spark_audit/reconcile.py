@@ -32,6 +32,10 @@ at the request's timestamp when there is no report. Then every fire is judged:
 Identical fire records (same version, time and worker) are one fire written twice by a
 producer retry, not two fires.
 
+A fire a trigger or a backfill asked for (its record's ``extra``) is judged by what it
+is (:mod:`spark_audit.extras`): a triggered one-shot is not early for firing before its
+second, and a series' extra fires (keyed under the series' id) are no occurrences of it.
+
 A **series** (a schedule with a recurrence) is one version — its token and its first
 occurrence's due second — whose occurrences are each reconciled as a timer of their
 own, by sequence number: a fire of occurrence *n* must carry *n*'s due second (else it
@@ -66,10 +70,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
+from kafka_timers_client.extra_fires import TRIGGER
+from spark_audit.extras import judge_series_extras, trigger_early
 from spark_audit.replay import Replay, without_repeats
 from spark_audit.series import judge_series
 from spark_audit.verdicts import (
     CancelReport,
+    ExtraAnswer,
     FireEvent,
     RequestEvent,
     Rules,
@@ -92,9 +99,13 @@ def judge(
     reports: Iterable[CancelReport],
     rules: Rules,
     skips: Iterable[SkipEvent] = (),
+    answers: Iterable[ExtraAnswer] = (),
 ) -> Verdict:
-    """The verdict on one timer; ``requests`` must be in offset order."""
+    """The verdict on one timer; ``requests`` must be in offset order. ``answers``: the
+    worker's answers to the triggers and backfills of it that it applied; ``fires``
+    include the fires they asked for (:mod:`spark_audit.extras`)."""
     requests = list(requests)
+    answers = list(answers)
     replay = Replay(reports)
     for request in requests:
         if request.kind == "schedule":
@@ -102,6 +113,9 @@ def judge(
         else:
             replay.cancel(request)
     distinct = without_repeats(fires, lambda f: (f.fired_at_ms, f.token, f.due))
+    # A series' extra fires are judged on their own; the rest are this timer's fires.
+    extras = judge_series_extras([f for f in distinct if f.extra_n is not None], replay, answers)
+    distinct = [f for f in distinct if f.extra_n is None]
     # A fire's version, and its occurrence within it (a series' due; a one-shot's own).
     versions = [replay.version_of(f.token, f.due, f.seq, f.fired_at_ms) for f in distinct]
     by_occurrence: dict[tuple[Version, int], list[FireEvent]] = defaultdict(list)
@@ -118,6 +132,11 @@ def judge(
         if window_ms and lateness > 0:  # a spread fire is on time anywhere in its window
             lateness = max(0, lateness - window_ms)
         first = by_occurrence[(version, fire.due)][0] is fire
+        if fire.extra == TRIGGER:  # a one-shot fired by a trigger, not by its second
+            lateness, early = trigger_early(fire, answers)
+            if early is not None:
+                violations.append(Violation.of_fire(ViolationKind.EARLY, fire, early))
+            extras.triggered += first
         fire_rows.append(
             {
                 "token": fire.token,
@@ -127,9 +146,10 @@ def judge(
                 "worker": fire.worker,
                 "lateness_ms": lateness,
                 "first": first,
+                "extra": fire.extra,
             }
         )
-        if fire.fired_at_ms < due_ms:
+        if fire.fired_at_ms < due_ms and fire.extra != TRIGGER:
             violations.append(
                 Violation.of_fire(
                     ViolationKind.EARLY,
@@ -182,16 +202,24 @@ def judge(
                 )
             )
 
-    violations = in_window(violations, rules)
+    fire_rows.extend(extras.rows)
+    violations = in_window(violations + extras.violations, rules)
     skips = without_repeats(skips, lambda s: (s.at_ms, s.token, s.due))
     skip_versions = [replay.version_of(k.token, k.due, k.seq, k.at_ms) for k in skips]
     final = replay.final
     if final is None:
-        if not distinct:
+        if not distinct and not extras.rows:
             status = Status.CANCEL_ONLY
         else:
             status = Status.UNREQUESTED if rules.requests_complete else Status.REQUEST_GONE
-        return Verdict(status, len(requests), fires=fire_rows, violations=violations)
+        return Verdict(
+            status,
+            len(requests),
+            fires=fire_rows,
+            violations=violations,
+            extra_triggered=extras.triggered,
+            extra_backfilled=extras.backfilled,
+        )
     assert final.due is not None
     version = (final.token, final.due)
     since = replay.live_since[version]
@@ -209,6 +237,8 @@ def judge(
         fire_times=final_fires,
         fires=fire_rows,
         violations=violations,
+        extra_triggered=extras.triggered,
+        extra_backfilled=extras.backfilled,
     )
     recurrence = replay.series.get(version)
     if recurrence is not None:

@@ -13,6 +13,8 @@ from spark_audit.verdicts import ViolationKind, utc_text
 __all__ = ["console_summary", "fire_rate_bars", "html_report", "verdict_line"]
 
 _KINDS = [k.value for k in ViolationKind]
+#: The extra fires a summary without them shows (one written before they were counted).
+_NO_EXTRA = {"triggered": 0, "backfilled": 0}
 
 
 def _utc(ms: int | None) -> str:
@@ -104,6 +106,8 @@ def console_summary(summary: AuditSummary, per_kind: int = 5) -> str:
         "  violations: " + "  ".join(f"{k}={summary.violation_counts.get(k, 0)}" for k in _KINDS),
         "  occurrences (not violations): "
         + "  ".join(f"{k}={v}" for k, v in summary.occurrences.items()),
+        "  extra fires (not violations): "
+        + "  ".join(f"{k}={v}" for k, v in (summary.extra_fires or _NO_EXTRA).items()),
         "",
         f"  {'lateness (ms)':<32} {'fires':>9}  {'p50':>9}  {'p90':>9}  {'p99':>9}  {'max':>9}",
     ]
@@ -279,7 +283,11 @@ def html_report(summary: AuditSummary) -> str:
         ["violation", "count"], [[k, summary.violation_counts.get(k, 0)] for k in _KINDS]
     )
     statuses = _table(["status", "timers"], sorted(map(list, summary.statuses.items())))
-    occurrences = _table(["occurrences", "count"], [[k, v] for k, v in summary.occurrences.items()])
+    occurrences = _table(
+        ["occurrences", "count"],
+        [[k, v] for k, v in summary.occurrences.items()]
+        + [[f"extra: {k}", v] for k, v in (summary.extra_fires or _NO_EXTRA).items()],
+    )
     histogram = bar_chart(
         summary.histogram,
         "Lateness of first fires",
@@ -319,11 +327,14 @@ with the {escape(summary.source)} source, in {summary.elapsed_s:.1f} s.</p>
 <h2>Timers</h2>{statuses}
 <p>Occurrences (a one-shot timer is one): fired, skipped by <code>skip-after</code> and
 folded by a series' <code>coalesce</code> policy. Skipped and coalesced ones are the
-late-fire policy at work, not violations.</p>{occurrences}
+late-fire policy at work, not violations. Extra fires are those a trigger (a one-shot's
+own fire, a series' extra occurrence) or a backfill asked for, each once: judged by
+what they are, not by a schedule.</p>{occurrences}
 <h2>Lateness</h2>
 <p>First fire of each version, from its due second (or from its request, when that came
-later). The red bar counts early fires; the scale is logarithmic, so a handful among
-millions still shows, and every bar carries its count.</p>
+later); a trigger's or a backfill's fires are not counted here. The red bar counts early
+fires; the scale is logarithmic, so a handful among millions still shows, and every bar
+carries its count.</p>
 {histogram}
 {_lateness_table(overall)}
 <h3>Per callback topic</h3>{_lateness_table(summary.lateness_by_topic)}

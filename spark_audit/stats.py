@@ -6,8 +6,9 @@ however small the data): one for the counts, one for every fire statistic at onc
 
 Lateness is measured on the *first* fire of each version (a duplicate is reported as a
 duplicate, not as a second sample), from the due second, or from the request when it
-came after its due second (a request for a past second fires at once, by design). The
-fire rate counts every fire: each one is a callback delivered.
+came after its due second (a request for a past second fires at once, by design); a
+fire a trigger or a backfill asked for is no sample (it came when asked, not when due).
+The fire rate counts every fire: each one is a callback delivered.
 """
 
 from __future__ import annotations
@@ -99,15 +100,19 @@ def counts(timers: DataFrame, violations: DataFrame) -> Counts:
     return Counts(statuses, kinds, by_topic)
 
 
-def occurrence_counts(timers: DataFrame) -> dict[str, int]:
+def occurrence_counts(timers: DataFrame) -> tuple[dict[str, int], dict[str, int]]:
     """Occurrences fired, skipped (``skip-after``) and coalesced, over every timer: the
-    late-fire policy's work, reported beside the violations, never as one."""
+    late-fire policy's work, reported beside the violations, never as one; and the extra
+    fires, ``triggered`` and ``backfilled`` (:mod:`spark_audit.extras`). One job."""
     row = timers.agg(
         F.sum("occurrences_fired").alias("fired"),
         F.sum("occurrences_skipped").alias("skipped"),
         F.sum("occurrences_coalesced").alias("coalesced"),
+        F.sum("extra_triggered").alias("triggered"),
+        F.sum("extra_backfilled").alias("backfilled"),
     ).collect()[0]
-    return {name: int(row[name] or 0) for name in ("fired", "skipped", "coalesced")}
+    occurrences = {name: int(row[name] or 0) for name in ("fired", "skipped", "coalesced")}
+    return occurrences, {name: int(row[name] or 0) for name in ("triggered", "backfilled")}
 
 
 def first_of_each(
@@ -162,11 +167,13 @@ def _lateness_row(label: str, row: Any) -> LatenessRow:
 
 def fire_stats(all_fires: DataFrame) -> FireStats:
     """Lateness overall, per callback topic and per hour (UTC), histogram, fires per minute."""
-    first_lateness = F.when(F.col("first"), F.col("lateness_ms"))
+    # A trigger's or a backfill's fire is as late as its request made it: not a sample.
+    sample = F.col("first") & F.col("extra").isNull()
+    first_lateness = F.when(sample, F.col("lateness_ms"))
     frame = all_fires.select(
         F.coalesce(F.col("topic"), F.lit("?")).alias("topic"),
         F.date_format(F.timestamp_millis(F.col("fired_at_ms")), "yyyy-MM-dd HH:00").alias("hour"),
-        F.when(F.col("first"), _bin(F.col("lateness_ms"))).alias("bin"),
+        F.when(sample, _bin(F.col("lateness_ms"))).alias("bin"),
         (F.floor(F.col("fired_at_ms") / 60_000) * 60).cast("bigint").alias("minute"),
         first_lateness.alias("lateness"),
     )

@@ -73,6 +73,10 @@ class AuditSummary:
     #: Occurrences (a one-shot timer is one) ``fired``, ``skipped`` by ``skip-after`` and
     #: ``coalesced`` by a series' ``coalesce`` policy: counted, not violations.
     occurrences: dict[str, int] = field(default_factory=dict)
+    #: Extra fires: ``triggered`` (a trigger's: a one-shot's own fire, a series' extra
+    #: occurrence) and ``backfilled`` (a backfill's occurrences), each extra id once;
+    #: judged by what they are, counted apart from the occurrences.
+    extra_fires: dict[str, int] = field(default_factory=dict)
     #: The first records refused or set aside for each (disposition, topic, reason):
     #: disposition, topic, partition, offset, ts_ms, reason, detail.
     set_aside: list[dict[str, Any]] = field(default_factory=list)

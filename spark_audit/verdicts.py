@@ -11,6 +11,7 @@ from kafka_timers_client.recurrence import Recurrence
 
 __all__ = [
     "CancelReport",
+    "ExtraAnswer",
     "FireEvent",
     "RequestEvent",
     "Rules",
@@ -101,6 +102,27 @@ class FireEvent(NamedTuple):
     seq: int | None = None
     #: Earlier occurrences folded into this fire by ``coalesce``.
     coalesced: int = 0
+    #: ``trigger`` or ``backfill`` for a fire a trigger or a backfill asked for (the
+    #: record's ``extra``), else ``None``.
+    extra: str | None = None
+    #: For a series' extra fire (its id ``<id>@trigger:<n>`` or ``<id>@backfill:<n>``,
+    #: judged with series ``<id>``): the trigger's request offset or the backfilled
+    #: second. ``None`` for a timer's own fire, a triggered one-shot's included.
+    extra_n: int | None = None
+
+
+class ExtraAnswer(NamedTuple):
+    """The worker's answer to a trigger or a backfill it applied (``triggered``,
+    ``backfilled``): when, by its clock, what it fires was stored to go out."""
+
+    #: ``trigger`` or ``backfill``.
+    kind: str
+    #: The token the request presented (a digest): the timer's, since it was applied.
+    token: str
+    outcome: str
+    at_ms: int
+    #: The request's offset on the timer's request partition.
+    request_offset: int | None = None
 
 
 class SkipEvent(NamedTuple):
@@ -194,6 +216,10 @@ class Verdict:
     occurrences_fired: int = 0
     occurrences_skipped: int = 0
     occurrences_coalesced: int = 0
+    #: Fires a trigger asked for (a one-shot's own, a series' extra occurrence) and
+    #: occurrences a backfill fired, each extra id once: counted, not occurrences.
+    extra_triggered: int = 0
+    extra_backfilled: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -212,6 +238,8 @@ class Verdict:
             "occurrences_fired": self.occurrences_fired,
             "occurrences_skipped": self.occurrences_skipped,
             "occurrences_coalesced": self.occurrences_coalesced,
+            "extra_triggered": self.extra_triggered,
+            "extra_backfilled": self.extra_backfilled,
         }
 
 

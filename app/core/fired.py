@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import fields
 
 from app.core.timer import Timer
+from kafka_timers_client.extra_fires import BACKFILL_HEADER, TRIGGER_HEADER, extra_kind
 from kafka_timers_client.fired import (
     TOKEN_DIGEST_PREFIX,
     FiredKind,
@@ -27,6 +28,7 @@ __all__ = [
     "FiredRecord",
     "SkipReason",
     "defines_state",
+    "extra_json",
     "fired_json",
     "fired_jsons",
     "json_string",
@@ -44,13 +46,24 @@ def fired_json(
     """``FiredRecord.fired(timer, ...).to_json()``, byte for byte, without the record:
     one audit of :func:`fired_jsons`. ``worker_json`` is the worker id already escaped
     with :data:`json_string`. A unit test pins the equality (escapes, unicode, series
-    fields)."""
-    return fired_jsons([(timer, partition, fired_at_ms, coalesced)], worker_json)[0]
+    fields, extra fires)."""
+    extra = extra_json(timer.headers)
+    return fired_jsons([(timer, partition, fired_at_ms, extra or coalesced)], worker_json)[0]
 
 
 #: One callback's audit, as :class:`~app.worker.output.OutputProducer` keeps it until the
-#: unit's flush: ``(timer, partition, fired_at_ms, coalesced)``.
-Audit = tuple[Timer, int, int, int]
+#: unit's flush: ``(timer, partition, fired_at_ms, coalesced)``, where a trigger's or a
+#: backfill's fire (a one-shot: never coalesced) has its :func:`extra_json` instead of
+#: ``coalesced``, so that an ordinary fire's audit pays no test for it.
+Audit = tuple[Timer, int, int, int | str]
+
+
+def extra_json(headers: Sequence[tuple[str, bytes]]) -> str:
+    """What a fire's audit JSON adds for a trigger's or a backfill's marker among a timer's
+    ``headers`` (the ``extra`` field, :func:`~kafka_timers_client.extra_fires.extra_kind`),
+    ``""`` for any other fire. The worker looks only when a timer has headers, where it
+    copies them onto the callback."""
+    return _EXTRA_TEXT.get(headers[0][0], "") if headers else ""
 
 
 def fired_jsons(audits: Sequence[Audit], worker_json: str) -> list[bytes]:
@@ -64,7 +77,10 @@ def fired_jsons(audits: Sequence[Audit], worker_json: str) -> list[bytes]:
     (fire time, topic) is formatted once a run: counted by callgrind (4,000 audits of
     one round), 16,888 instructions an audit built one call each, 12,089 so (with
     :func:`token_digest`'s faster SHA-256 constructor). A generated test pins the bytes to the
-    record's over runs that change.
+    record's over runs that change. A trigger's or a backfill's fire adds its ``extra``,
+    found by :func:`extra_json` where the callback's headers are built and carried in
+    the place of ``coalesced`` (which such a fire never has): any test here would cost
+    every fire (a timer attribute read, ~180 instructions counted; a local, ~80).
     """
     out: list[bytes] = []
     append = out.append
@@ -85,12 +101,20 @@ def fired_jsons(audits: Sequence[Audit], worker_json: str) -> list[bytes]:
         )
         if timer.seq:
             text += f', "seq": {timer.seq}'
-        if coalesced:
-            text += f', "coalesced": {coalesced}'
+        if coalesced:  # or an extra fire's "extra": the field after "coalesced"
+            text += coalesced if coalesced.__class__ is str else f', "coalesced": {coalesced}'
         if timer.schema_id is not None:
             text += f', "schema_id": {timer.schema_id}'
         append((text + "}").encode())
     return out
+
+
+#: The ``extra`` field's JSON text after a marker header's name (``extra_kind``'s).
+_EXTRA_TEXT = {
+    name: f', "extra": {json_string(kind)}'
+    for name in (TRIGGER_HEADER, BACKFILL_HEADER)
+    if (kind := extra_kind(((name, b""),))) is not None
+}
 
 
 #: Spark SQL type of each field type (``partition`` is an int, every other number a bigint).

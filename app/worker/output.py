@@ -18,7 +18,15 @@ from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
 from app.core.backoff import Backoff
 from app.core.budget import DEFAULT_MAX_RECORD_BYTES, fits, record_bytes
-from app.core.fired import Audit, FiredKind, FiredRecord, SkipReason, fired_jsons, json_string
+from app.core.fired import (
+    Audit,
+    FiredKind,
+    FiredRecord,
+    SkipReason,
+    extra_json,
+    fired_jsons,
+    json_string,
+)
 from app.core.raw_record import RawRecord
 from app.core.routing import HOP_HEADER
 from app.core.timer import Timer
@@ -313,7 +321,13 @@ class OutputProducer:
             headers.append(("timer-seq", b"%d" % timer.seq))
             if coalesced:
                 headers.append(("timer-coalesced", b"%d" % coalesced))
-        headers.extend(timer.headers)
+        own = timer.headers
+        audit: Audit = (timer, partition, fired_at_ms, coalesced)
+        if own:  # most timers have none: neither the copy nor the look for a marker
+            headers.extend(own)
+            extra = extra_json(own)
+            if extra:  # a trigger's or a backfill's fire: its audit says so
+                audit = (timer, partition, fired_at_ms, extra)
         if self._tracing is not None:
             self._tracing.fired(timer, headers, partition)
 
@@ -337,7 +351,7 @@ class OutputProducer:
             self._produce(
                 timer.topic, timer.value, timer.key, headers=headers, on_delivery=delivered
             )
-        self._audits.append((timer, partition, fired_at_ms, coalesced))
+        self._audits.append(audit)
 
     def _produce_audits(self) -> None:
         """Produce the audit records of the callbacks produced since the last call.

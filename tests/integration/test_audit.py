@@ -21,10 +21,14 @@ from app.kafka.records import TopicReader
 from app.settings import Settings
 from kafka_timers_client import protowire
 from kafka_timers_client.client import TimerClient
+from kafka_timers_client.extra_fires import BACKFILL_HEADER, TRIGGER_HEADER, backfill_id, trigger_id
+from kafka_timers_client.outcome import BackfillOutcome, TriggerOutcome
+from spark_audit.baseline import reconcile_in_process
 from spark_audit.errors import AuditError, AuditSetupError
 from spark_audit.main import main as audit_main
 from spark_audit.reading import read_topic
 from spark_audit.session import audit_session
+from spark_audit.verdicts import Rules
 from tests.support.faults import deliberate_fault_window
 from tests.support.stack import Stack
 from tests.support.waiting import wait_until
@@ -120,15 +124,25 @@ class History:
         partition: int | None = None,
         *,
         raw_token: bool = False,
+        headers: tuple[tuple[str, bytes], ...] = (),
+        seq: int = 0,
     ) -> None:
-        timer = Timer(timer_id, due, "cb", None, None, token)
+        timer = Timer(timer_id, due, "cb", None, None, token, headers, seq=seq)
         partition = self.partition_of(timer_id) if partition is None else partition
         record = FiredRecord.fired(timer, partition=partition, worker="w1", fired_at_ms=at_ms)
         if raw_token:  # as releases before token digests wrote it
             record = dataclasses.replace(record, token=token)
         self._audit_record(record, at_ms)
 
-    def report(self, timer_id: str, token: str, outcome: str, at_ms: int) -> None:
+    def report(
+        self,
+        timer_id: str,
+        token: str,
+        outcome: str,
+        at_ms: int,
+        kind: FiredKind = FiredKind.CANCEL,
+        request_offset: int | None = None,
+    ) -> None:
         record = FiredRecord.cancel(
             timer_id,
             token,
@@ -136,8 +150,33 @@ class History:
             partition=self.partition_of(timer_id),
             worker="w1",
             at_ms=at_ms,
+            request_offset=request_offset,
+            kind=kind,
         )
         self._audit_record(record, at_ms)
+
+    def series(self, timer_id: str, token: str, every: int, start: int, count: int) -> None:
+        future = protowire.Future(
+            callback_topic="cb", callback=b"x", id=timer_id, token=token, every=every,
+            start=start, count=count,
+        )  # fmt: skip
+        self.request(timer_id, protowire.encode(future), start - 600)
+
+    def trigger(self, timer_id: str, token: str, ts_s: int, answered: bool = True) -> int:
+        """A trigger request, and the worker's answer a moment later; its offset."""
+        future = protowire.Future(id=timer_id, token=token, action=protowire.ACTION_TRIGGER)
+        _, offset = self.request(timer_id, protowire.encode(future), ts_s)
+        if answered:
+            self.report(timer_id, token, "triggered", ts_s * 1000 + 5, FiredKind.TRIGGER, offset)
+        return offset
+
+    def backfill(self, timer_id: str, token: str, low: int, high: int, ts_s: int) -> None:
+        future = protowire.Future(
+            id=timer_id, token=token, action=protowire.ACTION_BACKFILL, backfill_from=low,
+            backfill_to=high,
+        )  # fmt: skip
+        _, offset = self.request(timer_id, protowire.encode(future), ts_s)
+        self.report(timer_id, token, "backfilled", ts_s * 1000 + 5, FiredKind.BACKFILL, offset)
 
 
 def write_clean(h: History, t0: int, now: float) -> None:
@@ -215,6 +254,74 @@ def write_planted(h: History, t0: int) -> None:
     h.schedule("v-superseded", "s2", t0 + 664, t0 + 2)
     h.fired("v-superseded", "s1", t0 + 634, (t0 + 634) * 1000 + 12)
     h.fired("v-superseded", "s2", t0 + 664, (t0 + 664) * 1000 + 12)
+
+
+def write_extras(h: History, t0: int) -> set[tuple[str, str]]:
+    """Triggers and backfills, as a worker answers and fires them, and three violations
+    among their fires; returns those (kind, id)."""
+    trig = ((TRIGGER_HEADER, b"%d" % (t0 + 10)),)
+    # a one-shot triggered ten minutes before its second: fired then, and not again
+    h.schedule("x-one", "o", t0 + 610, t0)
+    h.trigger("x-one", "o", t0 + 10)
+    h.fired("x-one", "o", t0 + 610, (t0 + 11) * 1000 + 3, headers=trig)
+    # a series of two occurrences, triggered once and backfilled over two seconds
+    h.series("x-hb", "s", 10, t0 + 620, 2)
+    for seq in (1, 2):
+        due = t0 + 610 + 10 * seq
+        h.fired("x-hb", "s", due, due * 1000 + 7, seq=seq)
+    offset = h.trigger("x-hb", "s", t0 + 20)
+    parent = h.partition_of("x-hb")
+    marked = ((TRIGGER_HEADER, b"%d" % (t0 + 20)),)
+    h.fired(trigger_id("x-hb", offset), "s", t0 + 20, (t0 + 21) * 1000, parent, headers=marked)
+    h.backfill("x-hb", "s", t0 - 100, t0 - 80, t0 + 30)
+    for second in (t0 - 100, t0 - 90):
+        filled = ((BACKFILL_HEADER, b"%d" % second),)
+        h.fired(backfill_id("x-hb", second), "s", second, (t0 + 31) * 1000, parent, headers=filled)
+    # violations: a one-shot fired by a trigger before the trigger was applied, ...
+    h.schedule("x-early", "e", t0 + 630, t0)
+    h.fired("x-early", "e", t0 + 630, (t0 + 39) * 1000, headers=trig)
+    h.trigger("x-early", "e", t0 + 40)
+    # ... a backfilled occurrence fired twice, and an extra fire of a series never requested
+    h.series("x-twice", "s", 10, t0 + 640, 1)
+    h.fired("x-twice", "s", t0 + 640, (t0 + 640) * 1000 + 7, seq=1)
+    h.backfill("x-twice", "s", t0 - 100, t0 - 90, t0 + 50)
+    twice = backfill_id("x-twice", t0 - 100)
+    filled = ((BACKFILL_HEADER, b"%d" % (t0 - 100)),)
+    for at_s in (t0 + 51, t0 + 52):
+        h.fired(twice, "s", t0 - 100, at_s * 1000, h.partition_of("x-twice"), headers=filled)
+    stray = trigger_id("x-stray", 99)
+    h.fired(stray, "s", t0 + 60, (t0 + 61) * 1000, h.partition_of("x-stray"), headers=marked)
+    return {("early", "x-early"), ("duplicate", "x-twice"), ("unrequested_fire", "x-stray")}
+
+
+def test_triggered_and_backfilled_fires_are_extra_fires_judged_by_what_they_are(
+    spark: Any, settings: Settings, tmp_path: Path
+) -> None:
+    now = time.time()
+    t0 = int(now) - 3600
+    history = History(settings)
+    write_clean(history, t0, now)
+    planted = write_extras(history, t0)
+
+    code, summary = run_audit(settings, tmp_path, "--as-of", str(now))
+    assert {(v["kind"], v["id"]) for v in summary["violations"]} == planted
+    assert summary["total_violations"] == len(planted) and code == 1
+    # x-one, x-early (one-shots); x-hb: 1 trigger, 2 backfilled; x-twice: 1; x-stray: 1
+    assert summary["extra_fires"] == {"triggered": 4, "backfilled": 3}
+    statuses = summary["statuses"]
+    assert statuses == {"fired": 16 + 4, "cancelled": 3, "pending": 1, "unrequested": 1}
+    # one each for x-one, x-early, x-twice, and x-hb's two: extra fires are no occurrences
+    assert summary["occurrences"]["fired"] == 16 + 1 + 1 + 1 + 2
+    # and no lateness samples: the clean history's 16, x-hb's 2 and x-twice's 1
+    assert summary["lateness_overall"]["fires"] == 16 + 2 + 1
+    # The scale tool's single-process yardstick reads the same records the same way.
+    since_ms = summary["since_ms"]
+    rules = Rules(as_of_ms=summary["as_of_ms"], grace_ms=summary["grace_ms"], since_ms=since_ms)
+    baseline = reconcile_in_process(settings, rules)
+    assert (baseline.timers, baseline.violation_counts) == (
+        summary["timers"],
+        summary["violation_counts"],
+    )
 
 
 def run_audit(settings: Settings, out: Path, *extra: str) -> tuple[int, dict[str, Any]]:
@@ -379,6 +486,50 @@ def test_the_audit_of_a_real_run_finds_no_violations(
     assert code == 0
     assert summary["statuses"] == {"fired": len(expected), "cancelled": 1}
     assert summary["lateness_overall"]["fires"] == len(expected)
+
+
+def test_the_audit_of_a_real_run_with_a_trigger_and_a_backfill_counts_them_as_extra_fires(
+    spark: Any, stack: Stack, tmp_path: Path
+) -> None:
+    settings = stack.settings
+    topic = stack.callback_topic("extra-audited")
+    stack.oscillator()
+    stack.worker()
+    client = TimerClient(settings)
+    wait_until_firing(settings, client, topic, probes=4)
+    one = client.schedule(topic, b"one", delay=600, token="t")
+    hb = client.schedule(topic, b"hb", every=5, token="t")
+    client.flush()
+
+    def fired(records: list[Any], prefix: str) -> list[str]:
+        ids = [(r.header("timer-id") or b"").decode() for r in records]
+        return [i for i in ids if i == prefix or i.startswith(prefix + "@")]
+
+    with TopicReader(settings, topic) as reader:
+        reader.wait_for(lambda rs: hb.id in fired(rs, hb.id), FIRE_TIMEOUT)
+        assert client.trigger(one.id, "t", wait=30) is TriggerOutcome.TRIGGERED
+        assert client.trigger(hb.id, "t", wait=30) is TriggerOutcome.TRIGGERED
+        low = hb.due - 100  # the 5 s grid's 10 seconds in [low, low + 50), before the series
+        outcome = client.backfill(hb.id, "t", low, low + 50, wait=30)
+        assert outcome is BackfillOutcome.BACKFILLED
+        extras = 1 + 10  # hb's: its trigger's occurrence and the backfill's (derived ids)
+        reader.wait_for(
+            lambda rs: (
+                bool(fired(rs, one.id)) and sum("@" in i for i in fired(rs, hb.id)) >= extras
+            ),
+            FIRE_TIMEOUT,
+        )
+    client.close()
+    with TopicReader(settings, settings.topics.fired) as reader:
+        docs = [json.loads(r.value or b"{}") for r in reader.read_to_end()]
+    extra = sorted(d.get("extra") or "" for d in docs if d["event"] == "fired")
+    assert extra.count("trigger") == 2 and extra.count("backfill") == 10
+
+    code, summary = run_audit(settings, tmp_path)
+
+    assert summary["violations"] == [] and summary["total_violations"] == 0 and code == 0
+    assert summary["extra_fires"] == {"triggered": 2, "backfilled": 10}
+    assert summary["statuses"] == {"fired": 4 + 1, "pending": 1}, "4 probes, one, hb"
 
 
 def write_before_window(h: History, t_old: int) -> set[tuple[str, str]]:

@@ -6,6 +6,7 @@ from kafka_timers_client.recurrence import Recurrence
 from spark_audit.reconcile import judge
 from spark_audit.verdicts import (
     CancelReport,
+    ExtraAnswer,
     FireEvent,
     RequestEvent,
     Rules,
@@ -315,3 +316,132 @@ def test_a_version_scheduled_again_after_its_cancel_must_fire() -> None:
     report = CancelReport("k1", "cancelled", T0 * 1000 + 6)
     verdict = judge(requests, [], [report], AS_OF)
     assert verdict.status is Status.MISSING and kinds(verdict) == [ViolationKind.MISSING]
+
+
+# -- triggers and backfills: fires out of schedule, judged by what they are -------------
+
+
+def triggered(at_ms: int, token: str = "k1", due: int = DUE) -> FireEvent:
+    """A one-shot timer's own fire, asked for by a trigger (its due second kept)."""
+    return FireEvent(token, due, at_ms, "cb", "w1", extra="trigger")
+
+
+def applied(kind: str, at_ms: int, token: str = "k1", offset: int = 5) -> ExtraAnswer:
+    """The worker's answer to a trigger or a backfill it applied."""
+    return ExtraAnswer(
+        kind, token, "triggered" if kind == "trigger" else "backfilled", at_ms, offset
+    )
+
+
+def test_a_triggered_one_shot_fires_before_its_second_and_is_not_early() -> None:
+    trigger_at = T0 * 1000 + 30_000  # 70 s before its due second
+    fire = triggered(trigger_at + 700)
+    verdict = judge([schedule(0)], [fire], [], AS_OF, answers=[applied("trigger", trigger_at)])
+    assert (verdict.status, kinds(verdict)) == (Status.FIRED, [])
+    assert (verdict.extra_triggered, verdict.extra_backfilled) == (1, 0)
+    assert verdict.occurrences_fired == 1
+    [row] = verdict.fires
+    assert row["extra"] == "trigger" and row["lateness_ms"] == 700, "counted from the trigger"
+    # without the answer (lost to retention) the audit cannot tell when: not early either
+    assert kinds(judge([schedule(0)], [fire], [], AS_OF)) == []
+    # an ordinary fire at that time is early
+    assert kinds(judge([schedule(0)], [fire._replace(extra=None)], [], AS_OF)) == [
+        ViolationKind.EARLY
+    ]
+
+
+def test_a_trigger_fire_before_the_trigger_was_applied_is_early() -> None:
+    trigger_at = T0 * 1000 + 30_000
+    verdict = judge(
+        [schedule(0)],
+        [triggered(trigger_at - 2000)],
+        [],
+        AS_OF,
+        answers=[applied("trigger", trigger_at)],
+    )
+    assert kinds(verdict) == [ViolationKind.EARLY]
+    assert "before its trigger was applied" in verdict.violations[0].detail
+
+
+def test_a_triggered_one_shot_is_consumed_a_fire_at_its_second_too_is_a_duplicate() -> None:
+    trigger_at = T0 * 1000 + 30_000
+    fires = [triggered(trigger_at + 500), fire(DUE * 1000 + 20)]
+    verdict = judge([schedule(0)], fires, [], AS_OF, answers=[applied("trigger", trigger_at)])
+    assert kinds(verdict) == [ViolationKind.DUPLICATE]
+    assert verdict.status is Status.FIRED
+
+
+def series_extra(
+    kind: str, number: int, at_ms: int, token: str = "s1", due: int | None = None
+) -> FireEvent:
+    """A series' extra fire, keyed under the series: a trigger's (``number`` its request
+    offset, due the trigger's second) or a backfilled occurrence's (``number`` its second)."""
+    if due is None:
+        due = at_ms // 1000 if kind == "trigger" else number
+    return FireEvent(token, due, at_ms, "cb", "w1", extra=kind, extra_n=number)
+
+
+def test_a_series_trigger_and_backfilled_occurrences_are_extra_fires_not_unrequested() -> None:
+    as_of = Rules(as_of_ms=(START + 45) * 1000, grace_ms=60_000)
+    trigger_ms = (START + 12) * 1000 + 400
+    extras = [
+        series_extra("trigger", 7, trigger_ms + 900),
+        series_extra("backfill", START - 3 * EVERY, trigger_ms + 1500),
+        series_extra("backfill", START - 2 * EVERY, trigger_ms + 1500),
+    ]
+    answers = [applied("trigger", trigger_ms, "s1", 7), applied("backfill", trigger_ms, "s1", 8)]
+    fires = [occurrence(n) for n in (1, 2, 3, 4)]
+    verdict = judge([series_request()], [*fires, *extras], [], as_of, answers=answers)
+    assert (verdict.status, kinds(verdict)) == (Status.PENDING, [])
+    assert (verdict.extra_triggered, verdict.extra_backfilled) == (1, 2)
+    assert verdict.occurrences_fired == 4 and verdict.fire_count == 4, "not occurrences"
+    rows = [r for r in verdict.fires if r["extra"]]
+    assert len(rows) == 3 and all(r["first"] for r in rows)
+    assert [r["lateness_ms"] for r in rows] == [900, 1500, 1500]
+
+
+def test_the_same_extra_fire_twice_is_a_duplicate_two_different_ones_are_not() -> None:
+    ms = (START + 12) * 1000
+    again = [
+        series_extra("backfill", START - EVERY, ms),
+        series_extra("backfill", START - EVERY, ms + 5000),
+        series_extra("trigger", 7, ms),
+        series_extra("trigger", 7, ms + 5000),
+        series_extra("trigger", 9, ms + 5000),  # another trigger: its own fire
+    ]
+    verdict = judge([series_request(count=1)], [occurrence(1), *again], [], AS_OF)
+    assert kinds(verdict) == [ViolationKind.DUPLICATE] * 2
+    details = " ".join(v.detail for v in verdict.violations)
+    assert "trigger at request offset 7 fired 2 times" in details
+    assert "backfilled occurrence" in details
+    assert (verdict.extra_triggered, verdict.extra_backfilled) == (2, 1)
+
+
+def test_extra_fires_of_a_series_nobody_requested_are_unrequested() -> None:
+    ms = (START + 12) * 1000
+    stray = [series_extra("trigger", 7, ms), series_extra("backfill", START - EVERY, ms)]
+    nothing = judge([], stray, [], AS_OF)
+    assert kinds(nothing) == [ViolationKind.UNREQUESTED] * 2
+    assert nothing.status is Status.UNREQUESTED
+    other_token = judge([series_request(token="s2")], stray, [], AS_OF)
+    assert ViolationKind.UNREQUESTED in kinds(other_token)
+    one_shot = judge([schedule(0, token="s1")], stray, [], AS_OF)
+    assert kinds(one_shot).count(ViolationKind.UNREQUESTED) == 2, "a one-shot has no series"
+    wrong_due = series_extra("backfill", START - EVERY, ms, due=START - EVERY + 1)
+    assert ViolationKind.UNREQUESTED in kinds(judge([series_request()], [wrong_due], [], AS_OF))
+    # under retention the request may be gone: not a violation
+    gone = Rules(as_of_ms=AS_OF.as_of_ms, grace_ms=60_000, requests_complete=False)
+    assert judge([], stray, [], gone).status is Status.REQUEST_GONE
+
+
+def test_a_series_trigger_fire_before_its_trigger_was_applied_is_early() -> None:
+    ms = (START + 12) * 1000
+    early = series_extra("trigger", 7, ms, due=START + 12)
+    verdict = judge(
+        [series_request()],
+        [occurrence(1), early],
+        [],
+        AS_OF,
+        answers=[applied("trigger", ms + 400, "s1", 7)],
+    )
+    assert ViolationKind.EARLY in kinds(verdict)

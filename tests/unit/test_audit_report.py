@@ -13,6 +13,7 @@ from spark_audit.errors import AuditError
 from spark_audit.judging import (
     EVENT_FIELDS,
     SOURCE_FIRE,
+    SOURCE_REPORT,
     SOURCE_REQUEST,
     SOURCE_SKIP,
     judge_arrays,
@@ -90,6 +91,14 @@ def test_the_console_summary_ends_with_the_verdict_and_lists_violations() -> Non
     assert re.search(r"all\s+10\s+40\s+90\s+120\s+130", text)
 
 
+def test_the_reports_count_extra_fires_apart_from_the_occurrences() -> None:
+    counted = summary({}, extra_fires={"triggered": 2, "backfilled": 50})
+    text = console_summary(counted)
+    assert "  extra fires (not violations): triggered=2  backfilled=50" in text.splitlines()
+    assert "<td>extra: backfilled</td><td>50</td>" in html_report(counted)
+    assert "extra fires (not violations): triggered=0  backfilled=0" in console_summary(summary({}))
+
+
 def test_the_html_report_has_both_charts_and_escapes_what_it_shows() -> None:
     page = html_report(summary({"missing": 1}))
     assert page.count("<svg") == 3
@@ -162,9 +171,35 @@ def test_judge_arrays_turns_grouped_events_into_verdicts() -> None:
             ("spread", pa.int64()),
         ]
     )
-    events = pa.array([[], timer_a, timer_b, timer_c], pa.list_(struct)).slice(1)
+    # a one-shot triggered 60 s before its second, and a series' trigger and backfill,
+    # keyed under the series (occurrence: the number the extra id names), with the
+    # worker's answers (occurrence: the request offset)
+    triggered_ms = (due - 60) * 1000
+    timer_d = [
+        event(SOURCE_REQUEST, 3, "schedule", "k", due),
+        event(SOURCE_FIRE, triggered_ms + 300, "trigger", "k", due),
+        event(SOURCE_REPORT, triggered_ms, "trigger", "k", None, None, 4, "triggered"),
+    ]
+    timer_e = [
+        event(SOURCE_REQUEST, 5, "schedule", "k", due, series=every),
+        event(SOURCE_FIRE, due * 1000 + 5, "fired", "k", due, occurrence=1),
+        event(SOURCE_FIRE, due * 1000 + 900, "trigger", "k", due, occurrence=6),
+        event(SOURCE_FIRE, due * 1000 + 900, "backfill", "k", due - 100, occurrence=due - 100),
+        event(SOURCE_REPORT, due * 1000 + 200, "trigger", "k", None, None, 6, "triggered"),
+    ]
+    events = pa.array([[], timer_a, timer_b, timer_c, timer_d, timer_e], pa.list_(struct)).slice(1)
     verdicts = judge_arrays(events, Rules(as_of_ms=(due + 3600) * 1000)).to_pylist()
-    assert [v["status"] for v in verdicts] == ["fired", "missing", "fired"]
+    assert [v["status"] for v in verdicts] == ["fired", "missing", "fired", "fired", "missing"]
+    assert verdicts[3]["violations"] == [], "triggered: not early"
+    assert (verdicts[3]["extra_triggered"], verdicts[3]["extra_backfilled"]) == (1, 0)
+    assert verdicts[3]["fires"][0]["extra"] == "trigger"
+    assert verdicts[3]["fires"][0]["lateness_ms"] == 300
+    assert [x["kind"] for x in verdicts[4]["violations"]] == ["missing", "missing"]
+    assert (verdicts[4]["extra_triggered"], verdicts[4]["extra_backfilled"]) == (1, 1)
+    assert verdicts[4]["occurrences_fired"] == 1
+    extra = {f["extra"]: f for f in verdicts[4]["fires"]}
+    assert extra.keys() == {None, "trigger", "backfill"}
+    assert extra["trigger"]["lateness_ms"] == 700, "from the trigger's answer"
     assert (verdicts[2]["occurrences_fired"], verdicts[2]["occurrences_skipped"]) == (2, 1)
     assert verdicts[2]["violations"] == []
     assert verdicts[0]["fires"][0]["lateness_ms"] == 5

@@ -113,6 +113,7 @@ _FIELDS = (
     "seq",
     "coalesced",
     "reason",
+    "extra",
 )
 _HOSTILE_VALUES = st.one_of(
     st.sampled_from(HOSTILE_INTS),
@@ -120,7 +121,7 @@ _HOSTILE_VALUES = st.one_of(
     st.booleans(),
     st.none(),
     st.text(max_size=10),
-    st.sampled_from(["\ud800", "a\udfffb", "fired", "cancel", "skipped"]),
+    st.sampled_from(["\ud800", "a\udfffb", "fired", "cancel", "skipped", "trigger", "backfill"]),
     st.lists(st.integers(), max_size=2),
 )
 
@@ -135,6 +136,21 @@ def test_any_fired_record_is_read_or_set_aside_with_a_reason(
     assert (row["set_aside"] is None) == (row["event"] is not None)
     if row["set_aside"] is not None:
         assert row["detail"]
+
+
+def test_an_extra_fire_is_read_with_its_series_and_number() -> None:
+    def extra_of(timer_id: str, extra: Any) -> tuple[Any, ...]:
+        row = fired(json.dumps(_fired_doc(id=timer_id, extra=extra)).encode())
+        return row["set_aside"], row["extra"], row["extra_of"], row["extra_n"]
+
+    assert extra_of("t1", None) == (None, None, None, None)
+    assert extra_of("t1", "trigger") == (None, "trigger", None, None)  # a one-shot's own
+    assert extra_of("hb@trigger:42", "trigger") == (None, "trigger", "hb", 42)
+    assert extra_of("a@b@backfill:1767225600", "backfill") == (None, "backfill", "a@b", 1767225600)
+    assert extra_of("hb@trigger:42", None) == (None, None, None, None)  # an ordinary id
+    assert extra_of("hb", "backfill")[0] == "malformed"
+    assert extra_of("hb@trigger:1", "replayed")[0] == "malformed"
+    assert extra_of("hb@trigger:1", 1)[0] == "malformed"
 
 
 @settings(max_examples=300, deadline=None)

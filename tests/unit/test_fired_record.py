@@ -14,12 +14,20 @@ from app.core.fired import (
     Audit,
     FiredKind,
     FiredRecord,
+    extra_json,
     fired_json,
     fired_jsons,
     json_string,
     token_digest,
 )
 from app.core.timer import Timer
+from kafka_timers_client.extra_fires import (
+    BACKFILL_HEADER,
+    TRIGGER_HEADER,
+    backfill_id,
+    parse_extra_id,
+    trigger_id,
+)
 
 
 def cancel(**changes: object) -> FiredRecord:
@@ -60,6 +68,44 @@ def test_only_the_record_of_that_request_answers_it() -> None:
 def test_the_spark_schema_has_the_offset_as_a_bigint() -> None:
     assert "request_offset bigint" in FIRED_RECORD_DDL
     assert "partition int" in FIRED_RECORD_DDL
+    assert "coalesced bigint, extra string, reason string" in FIRED_RECORD_DDL
+
+
+def test_a_fire_says_it_was_triggered_or_backfilled_and_an_ordinary_one_says_nothing() -> None:
+    base = Timer(id="s", due=5, topic="cb", key=None, value=b"v", token="t")
+    marked = {
+        "trigger": Timer("s", 5, "cb", None, b"v", "t", ((TRIGGER_HEADER, b"9"), ("h", b"1"))),
+        "backfill": Timer("s@backfill:5", 5, "cb", None, b"v", "t", ((BACKFILL_HEADER, b"5"),)),
+        None: Timer("s", 5, "cb", None, b"v", "t", (("h", b"1"), (TRIGGER_HEADER, b"9"))),
+    }
+    for extra, timer in marked.items():
+        record = FiredRecord.fired(timer, partition=1, worker="w", fired_at_ms=7)
+        assert record.extra == extra
+        assert json.loads(record.to_json()).get("extra") == extra
+        assert FiredRecord.from_json(record.to_json()) == record
+    ordinary = FiredRecord.fired(base, partition=1, worker="w", fired_at_ms=7).to_json()
+    assert ordinary == (
+        b'{"event": "fired", "id": "s", "token": "' + token_digest("t").encode() + b'", '
+        b'"partition": 1, "worker": "w", "due": 5, "fired_at_ms": 7, "topic": "cb"}'
+    ), "an ordinary fire's record is what it always was"
+
+
+def test_an_extra_fires_id_is_parsed_back_to_its_series() -> None:
+    assert parse_extra_id(trigger_id("hb", 42)) == ("hb", "trigger", 42)
+    assert parse_extra_id(backfill_id("a@b", 1_767_225_600)) == ("a@b", "backfill", 1_767_225_600)
+    assert parse_extra_id(trigger_id("x@trigger:1", 0)) == ("x@trigger:1", "trigger", 0)
+    for other in (
+        "hb",
+        "@trigger:1",
+        "hb@trigger:",
+        "hb@trigger:01",
+        "hb@trigger:-1",
+        "hb@trigger:\u0661",
+        "hb@pause:1",
+        "hb@trigger1",
+        "hb@backfill:1x",
+    ):
+        assert parse_extra_id(other) is None, other
 
 
 def test_the_fired_template_writes_exactly_what_the_record_writes() -> None:
@@ -72,6 +118,10 @@ def test_the_fired_template_writes_exactly_what_the_record_writes() -> None:
         (Timer(id="s", due=5, topic="cb", key=b"k", value=None, token="t", seq=3), 0),
         (Timer(id="s", due=5, topic="cb", key=b"k", value=None, token="t", seq=7), 4),
         (Timer(id="x", due=0, topic="a.b-c_d", key=None, value=b"", token="tok"), 0),
+        (Timer("t", 5, "cb", None, b"v", "t", ((TRIGGER_HEADER, b"4"), ("h", b"1"))), 0),
+        (Timer("t@trigger:3", 4, "cb", None, b"v", "t", ((TRIGGER_HEADER, b"4"),)), 0),
+        (Timer("t@backfill:2", 2, "cb", None, b"v", "", ((BACKFILL_HEADER, b"2"),)), 0),
+        (Timer("u", 5, "cb", None, b"v", "t", (("h", b"1"), (BACKFILL_HEADER, b"4"))), 0),
     ]
     for worker in ("worker-1", 'w"é'):
         for timer, coalesced in cases:
@@ -108,32 +158,47 @@ _timers = st.builds(
     token=st.sampled_from(["", "tok"]) | _texts,
     seq=st.integers(0, 5),
     schema_id=st.none() | st.integers(0, 2**31 - 1),
+    headers=st.lists(
+        st.tuples(
+            st.sampled_from([TRIGGER_HEADER, BACKFILL_HEADER, "h", "timer-due"]), st.just(b"1")
+        ),
+        max_size=2,
+    ).map(tuple),
 )
-#: Runs that share a partition, a fire time and a topic, and runs that change them.
-_audits = st.lists(
+#: Fires in runs that share a partition, a fire time and a topic, and runs that change
+#: them: ``(timer, partition, fired_at_ms, coalesced)``; a trigger's or a backfill's fire
+#: (its marker first of its headers) is never coalesced.
+_fires = st.lists(
     st.tuples(
         _timers,
         st.sampled_from([0, 3, 11]),
         st.sampled_from([0, 7, 1_767_225_600_123]),
         st.integers(0, 3),
-    ),
+    ).map(lambda a: (*a[:3], 0 if extra_json(a[0].headers) else a[3])),
     max_size=12,
 )
 
 
-@given(_audits, st.sampled_from(["worker-1", 'w"\u00e9']))
-def test_a_units_audits_are_each_what_the_record_writes(audits: list[Audit], worker: str) -> None:
-    got = fired_jsons(audits, json_string(worker))
+def audit_of(timer: Timer, partition: int, fired_at_ms: int, coalesced: int) -> Audit:
+    """The audit the worker's callback keeps for this fire (OutputProducer.callback)."""
+    return (timer, partition, fired_at_ms, extra_json(timer.headers) or coalesced)
+
+
+@given(_fires, st.sampled_from(["worker-1", 'w"\u00e9']))
+def test_a_units_audits_are_each_what_the_record_writes(
+    fires: list[tuple[Timer, int, int, int]], worker: str
+) -> None:
+    got = fired_jsons([audit_of(*fire) for fire in fires], json_string(worker))
     expected = [
         FiredRecord.fired(
             timer, partition=partition, worker=worker, fired_at_ms=fired_at, coalesced=coalesced
         ).to_json()
-        for timer, partition, fired_at, coalesced in audits
+        for timer, partition, fired_at, coalesced in fires
     ]
     assert got == expected
     assert got == [
         fired_json(t, partition=p, worker_json=json_string(worker), fired_at_ms=f, coalesced=c)
-        for t, p, f, c in audits
+        for t, p, f, c in fires
     ]
 
 

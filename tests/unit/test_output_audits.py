@@ -9,6 +9,8 @@ blocking flush, commit, transaction) without them.
 from __future__ import annotations
 
 import asyncio
+import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -16,6 +18,7 @@ import pytest
 from app.core.fired import FiredRecord
 from app.core.timer import Timer
 from app.worker.output import OutputProducer
+from kafka_timers_client.extra_fires import BACKFILL_HEADER, TRIGGER_HEADER
 
 
 class _RecordingProducer:
@@ -74,6 +77,24 @@ def test_callbacks_are_produced_before_any_audit_record_and_the_flush_waits_for_
     ]
     assert [c[1] for c in recorder.calls[3:6]] == expected
     assert [c[2] for c in recorder.calls[3:6]] == [b"t0", b"t1", b"t2"]
+
+
+def test_a_triggered_or_backfilled_callbacks_audit_record_says_so() -> None:
+    out, recorder = _output()
+    plain, user, triggered, backfilled = _timers(4)
+    user = replace(user, headers=(("h", b"1"), (TRIGGER_HEADER, b"9")))  # not first: no mark
+    triggered = replace(triggered, headers=((TRIGGER_HEADER, b"9"), ("h", b"1")))
+    backfilled = replace(backfilled, headers=((BACKFILL_HEADER, b"5"),))
+    timers = [plain, user, triggered, backfilled]
+    for t in timers:
+        out.callback(t, partition=2, fired_at_ms=100_004)
+    asyncio.run(out.flush())
+    audits = [c[1] for c in recorder.calls if c[0] == "fired"]
+    assert audits == [
+        FiredRecord.fired(t, partition=2, worker="w-1", fired_at_ms=100_004).to_json()
+        for t in timers
+    ]
+    assert [json.loads(a).get("extra") for a in audits] == [None, None, "trigger", "backfill"]
 
 
 @pytest.mark.parametrize("transactional", [False, True])

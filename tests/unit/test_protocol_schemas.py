@@ -168,6 +168,9 @@ def _timers() -> Iterator[Timer]:
     yield Timer(id="a", due=1_800_000_000, topic="t", key=b"k", value=b"v", token="s")
     every = Recurrence.interval(30, start=1_800_000_000, count=3)
     yield Timer(id="b", due=1_800_000_000, topic="t", key=None, value=b"", recurrence=every, seq=2)
+    # a triggered one-shot and a backfilled occurrence: their records carry "extra"
+    yield Timer("c", 1_800_000_000, "t", None, b"v", "s", (("timer-trigger", b"1"),))
+    yield Timer("b@backfill:5", 5, "t", None, b"v", "s", (("timer-backfill", b"5"),))
 
 
 def test_every_kind_of_fired_record_validates() -> None:
@@ -198,6 +201,9 @@ def test_every_kind_of_fired_record_validates() -> None:
     for record in records:
         doc = json.loads(record.to_json())
         assert not _errors(FIRED, doc), (doc, _errors(FIRED, doc))
+    assert {r.extra for r in records} == {None, "trigger", "backfill"}
+    extra = next(json.loads(r.to_json()) for r in records if r.extra)
+    assert _errors(FIRED, {**extra, "extra": "replayed"})
     bulk = {
         "event": "bulk_cancel", "id": "cancel-bulk/r1", "token": "", "partition": 0,
         "worker": "w1", "outcome": "dry_run", "at_ms": 1, "request": "r1", "matched": 2,

@@ -26,6 +26,7 @@ never before their second:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from kafka_timers_client import protowire
@@ -35,12 +36,16 @@ from kafka_timers_client.outcome import BackfillOutcome, TriggerOutcome
 from kafka_timers_client.request_checks import check_named
 
 __all__ = [
+    "BACKFILL",
     "BACKFILL_HEADER",
     "MAX_BACKFILL",
+    "TRIGGER",
     "TRIGGER_HEADER",
     "ExtraFires",
     "backfill_id",
     "checked_window",
+    "extra_kind",
+    "parse_extra_id",
     "trigger_id",
 ]
 
@@ -51,6 +56,12 @@ BACKFILL_HEADER = "timer-backfill"
 #: Most occurrences one backfill fires; a window holding more is refused whole.
 MAX_BACKFILL = 10_000
 
+#: What a fired record's ``extra`` says of a fire a trigger asked for, and of a
+#: backfilled occurrence (ordinary fires have no ``extra``).
+TRIGGER, BACKFILL = "trigger", "backfill"
+#: The marker header of each kind of extra fire, and the kind.
+_MARKS = {TRIGGER_HEADER: TRIGGER, BACKFILL_HEADER: BACKFILL}
+
 
 def trigger_id(timer_id: str, request_offset: int) -> str:
     """The ``timer-id`` of the extra occurrence a trigger of series ``timer_id`` fires."""
@@ -60,6 +71,29 @@ def trigger_id(timer_id: str, request_offset: int) -> str:
 def backfill_id(timer_id: str, second: int) -> str:
     """The ``timer-id`` of series ``timer_id``'s occurrence at ``second``, backfilled."""
     return f"{timer_id}@backfill:{second}"
+
+
+def parse_extra_id(timer_id: str) -> tuple[str, str, int] | None:
+    """``(series id, kind, number)`` of an id :func:`trigger_id` (kind :data:`TRIGGER`,
+    number the request offset) or :func:`backfill_id` (:data:`BACKFILL`, the second)
+    made; ``None`` for any other id."""
+    at = timer_id.rfind("@")
+    if at <= 0:
+        return None
+    kind, colon, number = timer_id[at + 1 :].partition(":")
+    if not colon or kind not in (TRIGGER, BACKFILL) or not (number.isascii() and number.isdigit()):
+        return None
+    value = int(number)
+    if str(value) != number:  # "007": not what trigger_id or backfill_id write
+        return None
+    return timer_id[:at], kind, value
+
+
+def extra_kind(headers: Sequence[tuple[str, bytes]]) -> str | None:
+    """:data:`TRIGGER` or :data:`BACKFILL` if ``headers`` (a timer's) mark an extra fire,
+    else ``None``. The service puts its mark first, and no request may carry a
+    ``timer-*`` header, so only the first is looked at: a fire costs this one check."""
+    return _MARKS.get(headers[0][0]) if headers else None
 
 
 def checked_window(low: int, high: int) -> tuple[int, int]:

@@ -26,6 +26,8 @@ from dataclasses import dataclass, fields
 from enum import Enum
 from typing import Protocol
 
+from kafka_timers_client.extra_fires import extra_kind
+
 __all__ = [
     "TOKEN_DIGEST_PREFIX",
     "FiredKind",
@@ -53,6 +55,8 @@ class TimerLike(Protocol):
     def seq(self) -> int: ...
     @property
     def schema_id(self) -> int | None: ...
+    @property
+    def headers(self) -> tuple[tuple[str, bytes], ...]: ...
 
 
 class FiredKind(str, Enum):
@@ -184,6 +188,12 @@ class FiredRecord:
     seq: int | None = None
     #: Earlier occurrences folded into this record by ``coalesce`` (series, when any).
     coalesced: int | None = None
+    #: Why a fire came out of its schedule (fired only; absent for every scheduled fire):
+    #: ``trigger``, asked for by a trigger (a one-shot timer's own fire, before its
+    #: second, or a series' extra occurrence ``<id>@trigger:<request offset>``), or
+    #: ``backfill``, an occurrence a backfill fired (``<id>@backfill:<second>``); see
+    #: :mod:`kafka_timers_client.extra_fires`.
+    extra: str | None = None
     #: A :class:`SkipReason` value (skipped only).
     reason: str | None = None
     #: The Schema Registry schema id the timer's request was framed with (fired and
@@ -207,6 +217,7 @@ class FiredRecord:
             seq=timer.seq or None,
             coalesced=coalesced or None,
             schema_id=timer.schema_id,
+            extra=extra_kind(timer.headers),
         )
 
     @classmethod
