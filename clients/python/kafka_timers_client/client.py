@@ -260,13 +260,13 @@ class TimerClient(ExtraFires):
             # Due one debounce after the request's timestamp: set it, and compute the due
             # second here from the same millisecond.
             sent_ms = int(self._clock() * 1000)
+            due = debounced_due(sent_ms, seconds)
+            if not 0 <= due <= MAX_SECONDS:
+                raise KafkaTimersError(
+                    f"debounce {debounce!r}: due past epoch second {MAX_SECONDS}"
+                )
             self._send(timer_id, protowire.encode(future), timestamp_ms=sent_ms)
-            return ScheduledTimer(
-                id=timer_id,
-                token=token,
-                due=debounced_due(sent_ms, seconds),
-                spread=spread_seconds,
-            )
+            return ScheduledTimer(id=timer_id, token=token, due=due, spread=spread_seconds)
         if cron is None and every is None:
             if start is not None or end is not None or count is not None or tz is not None:
                 raise KafkaTimersError("start, end, count and tz need cron= or every=")
