@@ -17,6 +17,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from app.dev.stack import wait_until_firing
 from app.kafka.records import Record, TopicReader
 from kafka_timers_client.client import TimerClient
@@ -141,12 +143,14 @@ def test_a_burst_fires_once_after_its_last_request_and_max_wait_bounds_it(stack:
     print("debounce 5s, max-wait 8s, 10 requests 2s apart: " + "; ".join(figures))
 
 
+@pytest.mark.parametrize("disk", ["kept", "new"])
 def test_a_kill_9_between_requests_keeps_the_count_and_the_first_request_time(
-    stack: Stack,
+    stack: Stack, disk: str
 ) -> None:
-    """Three requests, the worker killed (-9) and restarted on its disk, three more: one
-    callback with all six, at the first request's time plus the max-wait (which only the
-    first request's time, kept across the crash, gives)."""
+    """Three requests, the worker killed (-9) and restarted, on its disk (RocksDB) or on
+    a new one (the changelog), three more: one callback with all six, at the first
+    request's time plus the max-wait (which only the first request's time, kept across
+    the crash, gives)."""
     topic = stack.callback_topic("debounced-crash")
     probes = stack.callback_topic("debounced-probes")
     settings = stack.settings
@@ -177,7 +181,13 @@ def test_a_kill_9_between_requests_keeps_the_count_and_the_first_request_time(
     )
     worker.process.kill()
     killed = time.time()
-    again = start_probed(stack, "worker", "debounce-worker", data_dir=data_dir, log_name="again")
+    again = start_probed(
+        stack,
+        "worker",
+        "debounce-worker",
+        data_dir=data_dir if disk == "kept" else stack.base_dir / "new-disk",
+        log_name="again",
+    )
     wait_until_firing(settings, client, probes)
     kept = shown(again.web)
     restarted = time.time()
@@ -209,7 +219,8 @@ def test_a_kill_9_between_requests_keeps_the_count_and_the_first_request_time(
     assert one.value == b"5"
     assert bound_ms <= fired_ms(one) <= bound_ms + 1500
     print(
-        f"\nkill -9 after 3 of 6 requests (debounce and max-wait {window}s): restarted and "
+        f"\nkill -9 after 3 of 6 requests (debounce and max-wait {window}s), {disk} disk: "
+        "restarted and "
         f"serving {restarted - killed:.1f}s after the kill; one callback with "
         f"timer-debounced: 6, {(fired_ms(one) - bound_ms) / 1000:.2f}s past first + max-wait"
     )
