@@ -198,6 +198,12 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
         for a token-less timer, which anyone could cancel anyway). Fired and cancelled ids
         are not protected: their token guards the version that ended, and another version
         with another token is a new timer (an id reused), as before.
+
+        A debounced request (``timer.debounce`` set) over a pending version is merged with
+        it (:func:`app.core.debounce.merge`), under the same token rule: what is stored is
+        the merged timer, and a request merged already (read again after a crash) stores
+        nothing. Over a version a round is delivering, it starts a new debounce and the
+        round still delivers the old one.
         """
         if self._behind:
             self._settle(timer.id)
