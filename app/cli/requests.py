@@ -56,6 +56,10 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     if args.late is not None:
         LatePolicy.parse(args.late)
     TimerClient.spread_seconds(args.spread, args.every)
+    if args.max_wait is not None and args.debounce is None:
+        raise KafkaTimersError("--max-wait needs --debounce")
+    if args.debounce is not None:
+        TimerClient.debounce_window(args.debounce, args.max_wait)
     if args.cron is None and args.every is None:
         for flag, value in (("--tz", args.tz), ("--start", args.start), ("--end", args.end)):
             if value is not None:
@@ -83,6 +87,8 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         timer_id=args.timer_id,
         token=args.token,
         headers=headers,
+        debounce=args.debounce,
+        max_wait=args.max_wait,
         **calendar,
     )
     client.flush(args.timeout)
@@ -248,6 +254,7 @@ def register(command: AddCommand) -> None:
         "--id remind-42 --token s3cret",
         "kafka-timers schedule --topic digest --cron '0 0 9 * * MON-FRI' --tz Europe/Paris",
         "kafka-timers schedule --topic heartbeat --every 30s --count 100 --late 'skip-after 10s'",
+        "kafka-timers schedule --topic reindex --id doc-7 --debounce 30s --max-wait 5m",
         func=cmd_schedule,
     )
     p.add_argument("--topic", required=True, help="callback topic")
@@ -261,6 +268,14 @@ def register(command: AddCommand) -> None:
         help="recurring: cron, 5 fields or 6 with the seconds first ('0 0 9 * * MON-FRI')",
     )
     when.add_argument("--every", help="recurring: a fixed interval, e.g. 30s, 5m, 1d")
+    when.add_argument(
+        "--debounce",
+        metavar="DURATION",
+        help="due this long after this request (e.g. 30s); each later --debounce request "
+        "for the same --id while it is pending moves it to that long after that request and "
+        "replaces its callback, which carries timer-debounced: <requests merged>. Without "
+        "--token none is sent, so every request for the id merges",
+    )
     p.add_argument("--tz", help="IANA time zone of the --cron times (default UTC)")
     p.add_argument("--start", help="recurring: no occurrence before (epoch s or ISO 8601)")
     p.add_argument("--end", help="recurring: no occurrence after (epoch s or ISO 8601)")
@@ -273,6 +288,12 @@ def register(command: AddCommand) -> None:
         "(comma-separated; default: the service's)",
     )
     p.add_argument(
+        "--max-wait",
+        metavar="DURATION",
+        help="with --debounce: never fire later than this after the first request merged "
+        "(at least the debounce; default: no bound)",
+    )
+    p.add_argument(
         "--spread",
         help="fire at a second in [due, due + spread] fixed by the id, e.g. 60s (at most 1d; "
         "default: none)",
@@ -282,7 +303,7 @@ def register(command: AddCommand) -> None:
         dest="timer_id",
         help="timer id (default: random; scheduling an id again replaces it)",
     )
-    p.add_argument("--token", help="cancellation token (default: random)")
+    p.add_argument("--token", help="cancellation token (default: random; with --debounce: none)")
     p.add_argument("--header", action="append", help="callback header name=value (repeatable)")
     timeout_flag(p, 10.0, "seconds to reach the broker and send")
     add_calendar_options(p)

@@ -63,11 +63,12 @@ def fits(
 
 
 #: The service's own headers on a callback (``timer-id``, ``-token``, ``-due``,
-#: ``-fired-at``, ``-seq``, ``-coalesced``) without the id and token: names and numbers.
+#: ``-fired-at``, ``-seq``, ``-coalesced``; a debounced one-shot has ``-debounced`` in
+#: place of the last two) without the id and token: names and numbers.
 _CALLBACK_HEADERS_BYTES = 6 * HEADER_OVERHEAD + 80 + 5 * 20
 #: A stored timer's layout around its fields (:mod:`app.core.stored`): version, due,
-#: length prefixes, the series numbers, the spread; plus its changelog key's prefix and
-#: due digits.
+#: length prefixes, the series numbers (or, never with them, a debounce's extension), the
+#: spread; plus its changelog key's prefix and due digits.
 _STORED_FRAMING_BYTES = 9 + 6 * 4 + 18 + 40 + 16 + 2 * 4 + 14
 
 

@@ -9,9 +9,11 @@ import json
 from decimal import Decimal
 from typing import Any
 
+from app.core.debounce import Debounce
 from app.core.raw_record import RawRecord, derived_id
 from app.core.request_rules import (
     checked_spread,
+    debounce_of,
     due_from_key,
     late_policy,
     recurrence_of,
@@ -22,6 +24,7 @@ from app.core.request_rules import (
 from app.core.timer import Cancel, Header, Timer, TokenAction
 from kafka_timers_client.bounds import MAX_HEADERS
 from kafka_timers_client.calendars import Calendar
+from kafka_timers_client.debounce import debounce_seconds
 from kafka_timers_client.due import due_second, parse_at, parse_duration
 from kafka_timers_client.errors import InvalidTimeSpec, RejectedRequest, RejectReason
 from kafka_timers_client.recurrence import Recurrence
@@ -88,7 +91,10 @@ def from_json(record: RawRecord, now: float | None) -> Timer | Cancel:
         late = doc.get("late")
         if late is not None and not isinstance(late, str):
             raise TypeError('\'late\' must be a string such as "skip-after 5m" or "all"')
-        if recurrence is not None:
+        debounce = None
+        if "debounce" in doc or "max_wait" in doc:
+            due, debounce = _json_debounce(doc, record, recurrence)
+        elif recurrence is not None:
             assert recurrence.start is not None
             due = recurrence.start
         else:
@@ -105,6 +111,7 @@ def from_json(record: RawRecord, now: float | None) -> Timer | Cancel:
             seq=1 if recurrence is not None else 0,
             late=late_policy(late),
             spread=_json_spread(doc, recurrence) if "spread" in doc else 0,
+            debounce=debounce,
         )
     except (TypeError, ValueError, binascii.Error) as exc:
         raise RejectedRequest(RejectReason.UNKNOWN_FORMAT, f"bad JSON request: {exc}") from exc
@@ -274,3 +281,19 @@ def _json_spread(doc: dict[str, Any], recurrence: Recurrence | None) -> int:
             f"spread {str(value)[:40]!r}: use whole seconds (the service's resolution)",
         )
     return checked_spread(int(seconds), recurrence)
+
+
+def _json_debounce(
+    doc: dict[str, Any], record: RawRecord, recurrence: Recurrence | None
+) -> tuple[int, Debounce]:
+    """``"debounce"`` and ``"max_wait"``: durations (``"30s"``, ``"5m"``) or seconds, whole
+    (:func:`app.core.request_rules.debounce_of`)."""
+    debounce = doc.get("debounce")
+    max_wait = doc.get("max_wait")
+    return debounce_of(
+        record,
+        None if debounce is None else debounce_seconds(debounce, "debounce"),
+        None if max_wait is None else debounce_seconds(max_wait, "max_wait"),
+        has_due="at" in doc or "in" in doc,
+        recurrence=recurrence,
+    )

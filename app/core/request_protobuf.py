@@ -16,6 +16,7 @@ from app.core import proto
 from app.core.raw_record import RawRecord, derived_id
 from app.core.request_rules import (
     checked_spread,
+    debounce_of,
     due_from_key,
     late_policy,
     recurrence_of,
@@ -98,7 +99,16 @@ def from_protobuf(record: RawRecord, now: float | None) -> Timer | Cancel:
             has_due=has("due"),
             calendar=calendar,
         )
-    if recurrence is not None:
+    debounce = None
+    if future.debounce or future.max_wait:  # attributes: no presence check per request
+        due, debounce = debounce_of(
+            record,
+            future.debounce if has("debounce") else None,
+            future.max_wait if has("max_wait") else None,
+            has_due=has("due"),
+            recurrence=recurrence,
+        )
+    elif recurrence is not None:
         assert recurrence.start is not None
         due = recurrence.start
     else:
@@ -116,6 +126,7 @@ def from_protobuf(record: RawRecord, now: float | None) -> Timer | Cancel:
         seq=1 if recurrence is not None else 0,
         late=late_policy(future.late) if has("late") else None,
         spread=checked_spread(future.spread, recurrence) if future.spread else 0,
+        debounce=debounce,
     )
 
 

@@ -7,10 +7,12 @@ rule holds the same whatever format a request came in.
 
 from __future__ import annotations
 
+from app.core.debounce import Debounce, debounced_due
 from app.core.raw_record import RawRecord
 from app.core.timer import Header
 from kafka_timers_client.bounds import MAX_SPEC_CHARS, RESERVED_HEADER_PREFIXES, checked_text
 from kafka_timers_client.calendars import Calendar
+from kafka_timers_client.debounce import checked_debounce
 from kafka_timers_client.due import due_second, parse_epoch
 from kafka_timers_client.errors import (
     InvalidTimeSpec,
@@ -25,6 +27,7 @@ from kafka_timers_client.spread import MAX_SPREAD_SECONDS
 
 __all__ = [
     "checked_spread",
+    "debounce_of",
     "due_from_key",
     "late_policy",
     "recurrence_of",
@@ -161,3 +164,36 @@ def request_window(low: int | None, high: int | None) -> tuple[int, int]:
         return checked_window(low, high)
     except KafkaTimersError as exc:
         raise RejectedRequest(RejectReason.OUT_OF_BOUNDS, str(exc)) from exc
+
+
+def debounce_of(
+    record: RawRecord,
+    debounce: int | None,
+    max_wait: int | None,
+    *,
+    has_due: bool,
+    recurrence: Recurrence | None,
+) -> tuple[int, Debounce]:
+    """The due second and the :class:`Debounce` of a debounced request read from
+    ``record``: due one debounce after the request's time, its record timestamp (as for
+    ``in``; a copy forwarded to the id's owner keeps it).
+
+    Refused (``invalid_debounce``): what :func:`kafka_timers_client.debounce.checked_debounce`
+    refuses, and a debounce with a due time (the request's time gives it) or with a
+    recurrence (a series is not merged).
+    """
+    checked = checked_debounce(debounce, max_wait)
+    assert checked is not None  # a max-wait alone is refused
+    if has_due:
+        raise RejectedRequest(
+            RejectReason.INVALID_DEBOUNCE,
+            "a debounced request takes no due time (at, in, due): it is due one debounce "
+            "after the request",
+        )
+    if recurrence is not None:
+        raise RejectedRequest(
+            RejectReason.INVALID_DEBOUNCE, "a series (cron, every) cannot be debounced"
+        )
+    seconds, longest = checked
+    sent_ms = record.timestamp_ms
+    return debounced_due(sent_ms, seconds), Debounce(seconds, longest, sent_ms, 1, record.offset)

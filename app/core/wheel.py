@@ -73,6 +73,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
+from app.core.debounce import merge as merge_debounced
 from app.core.expiry_sweep import EXPIRY_SWEEP_PER_TICK, ExpirySweep
 from app.core.forecast import PartitionForecast
 from app.core.keys import (
@@ -197,6 +198,12 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
         for a token-less timer, which anyone could cancel anyway). Fired and cancelled ids
         are not protected: their token guards the version that ended, and another version
         with another token is a new timer (an id reused), as before.
+
+        A debounced request (``timer.debounce`` set) over a pending version is merged with
+        it (:func:`app.core.debounce.merge`), under the same token rule: what is stored is
+        the merged timer, and a request merged already (read again after a crash) stores
+        nothing. Over a version a round is delivering, it starts a new debounce and the
+        round still delivers the old one.
         """
         if self._behind:
             self._settle(timer.id)
@@ -209,6 +216,11 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
             if refused is not None:
                 return refused
             if index.state == INDEX_PENDING:
+                if timer.debounce is not None:
+                    merged = self._debounced(timer, index.due)
+                    if merged is None:
+                        return STORED_REPLACED  # merged already: nothing to write again
+                    timer = merged
                 if (
                     timer.recurrence is not None
                     and index.token == timer.token
@@ -216,7 +228,7 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
                 ):
                     return DUPLICATE
                 if timer.id in self._in_flight:
-                    self._replaced_in_flight(timer.id)
+                    self._replaced_in_flight(timer.id, keep_firing=timer.debounce is not None)
                 self._drop_pending(timer.id, index.due)
                 replaced = True
         fire_at = timer.fire_at
@@ -231,6 +243,17 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
         self._store_occurrence(timer, fire_at)
         self._count_stored(was=index)
         return STORED_REPLACED if replaced else STORED_NEW
+
+    def _debounced(self, request: Timer, slot: int) -> Timer | None:
+        """What the debounced ``request`` stores over its id's pending version, keyed
+        under ``slot`` (:func:`app.core.debounce.merge`); None: nothing (merged already).
+
+        A version a round is delivering has fired as far as this request can tell: it
+        goes out as it is, and the request starts a new debounce (see
+        :meth:`_replaced_in_flight`)."""
+        if request.id in self._in_flight:
+            return request
+        return merge_debounced(self._stored(slot, request.id), request)
 
     def _stored(self, slot: int, timer_id: str) -> Timer | None:
         """The pending timer ``timer_id`` keyed under ``slot``, or None."""
@@ -286,9 +309,13 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
         entry = IndexEntry(INDEX_FIRED, timer.version_due, timer.token)
         self._terminal(timer.id, entry, was=self._index(timer.id))
 
-    def _replaced_in_flight(self, timer_id: str) -> None:
-        """A new version of ``timer_id`` replaces the one a round is delivering."""
-        if timer_id not in self._in_flight_series:
+    def _replaced_in_flight(self, timer_id: str, *, keep_firing: bool = False) -> None:
+        """A new version of ``timer_id`` replaces the one a round is delivering.
+
+        ``keep_firing``: the round still delivers the old one (a debounced request that
+        starts a new debounce behind a fire under way), where a reschedule stops it if
+        it is not produced yet."""
+        if timer_id not in self._in_flight_series and not keep_firing:
             self._superseded.add(timer_id)  # see still_due
         # Taken from the held ones, it is forgotten at the round's end, its index entry
         # checked, never later unchecked (a delivery left behind is forgotten without a

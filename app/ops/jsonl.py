@@ -13,10 +13,11 @@ are bytes). ``"spread"`` (seconds) is there for a spread timer. ``"partition"``,
 the timer was found, is informational and ignored when read back. Fields left out of a
 line (``late``, ``end``, ``count``, ``spread``) are absent. A series with a calendar has
 ``"skip_holidays"``, ``"skip_dates"`` and ``"skip_policy"`` as in a JSON request (and an
-interval series its ``"tz"``).
+interval series its ``"tz"``). A debounced timer is written as the plain timer it fires
+as (its debounce, what it merged, is not exported).
 
 :func:`encode_timer` and :func:`decode_timer` are exact inverses over every
-:class:`~app.core.timer.Timer` the worker can store.
+:class:`~app.core.timer.Timer` the worker can store, a debounced one's debounce aside.
 """
 
 from __future__ import annotations

@@ -20,7 +20,8 @@ Served by the worker's own Faust web server (``KAFKA_TIMERS_WEB_PORT``):
     partition; 404 if no partition this worker holds knows it. A pending series also
     shows ``series``: its recurrence, its next occurrence (due second and number) and
     how many occurrences have fired so far; a series that has ended is ``fired``, under
-    its first occurrence's second.
+    its first occurrence's second. A pending debounced timer shows ``debounce``: its
+    window, max-wait, first request's time and the requests merged so far.
 ``GET /status/forecast``
     the due-load forecast by callback topic (per minute for 3 hours, per hour for 7
     days): the operator's credential, as for ``/timers/next``. ``/status/data`` has the
@@ -139,6 +140,14 @@ def timer_json(partition: int, timer: Timer) -> dict[str, Any]:
         doc["late"] = timer.late.text()
     if timer.spread:
         doc.update(spread=timer.spread, fires_at=timer.fire_at)
+    if timer.debounce is not None:
+        debounce = timer.debounce
+        doc["debounce"] = {
+            "seconds": debounce.seconds,
+            "max_wait": debounce.max_wait,
+            "first_request_ms": debounce.first_ms,
+            "merged": debounce.merged,
+        }
     if timer.recurrence is not None:
         rec = timer.recurrence
         doc["series"] = {

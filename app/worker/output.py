@@ -31,6 +31,7 @@ from app.core.raw_record import RawRecord
 from app.core.routing import HOP_HEADER
 from app.core.timer import Timer
 from app.worker.tracing import Tracing
+from kafka_timers_client.debounce import DEBOUNCED_HEADER
 from kafka_timers_client.errors import RejectReason, SystemicFailure
 
 __all__ = [
@@ -303,7 +304,8 @@ class OutputProducer:
         ahead a timestamp may be (Kafka 4's ``message.timestamp.after.max.ms``, 1 hour)
         when a test moves that clock, and would add nothing in production.
         A series occurrence also carries ``timer-seq``, and ``timer-coalesced`` when the
-        ``coalesce`` policy folded earlier occurrences into it. With tracing on, its
+        ``coalesce`` policy folded earlier occurrences into it; a debounced timer
+        ``timer-debounced``, the requests merged into it. With tracing on, its
         ``traceparent`` is its fire span's (:mod:`app.worker.tracing`).
         """
         if fired_at_ms != self._fired_at[0]:
@@ -321,6 +323,8 @@ class OutputProducer:
             headers.append(("timer-seq", b"%d" % timer.seq))
             if coalesced:
                 headers.append(("timer-coalesced", b"%d" % coalesced))
+        elif timer.debounce is not None:
+            headers.append((DEBOUNCED_HEADER, b"%d" % timer.debounce.merged))
         own = timer.headers
         audit: Audit = (timer, partition, fired_at_ms, coalesced)
         if own:  # most timers have none: neither the copy nor the look for a marker

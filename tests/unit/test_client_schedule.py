@@ -51,8 +51,15 @@ texts = st.one_of(st.from_regex(r"[a-z0-9._-]{1,20}", fullmatch=True), st.text(m
 def calls(draw: st.DrawFn) -> dict[str, Any]:
     """The keyword arguments of one ``schedule`` call (topic and value aside)."""
     kwargs: dict[str, Any] = {}
-    kind = draw(st.sampled_from(["at", "delay", "every", "cron"]))
-    if kind == "at":
+    kind = draw(st.sampled_from(["at", "delay", "every", "cron", "debounce"]))
+    if kind == "debounce":
+        durations = st.one_of(
+            st.integers(-5, 10**13), st.sampled_from(["30s", "1.5s", "0s", "5m", "1e400"])
+        )
+        kwargs["debounce"] = draw(durations)
+        if draw(st.booleans()):
+            kwargs["max_wait"] = draw(durations)
+    elif kind == "at":
         kwargs["at"] = draw(times)
     elif kind == "delay":
         kwargs["delay"] = draw(delays)

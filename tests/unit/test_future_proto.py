@@ -262,8 +262,8 @@ def test_a_field_of_the_schema_with_the_wrong_wire_type_is_dead_lettered() -> No
     cron_as_varint = bytes([9 << 3 | 0, 1])
     record = RawRecord("timer-request", 0, 0, 0, b"1767225600", article + cron_as_varint)
     assert parsed(record) is RejectReason.MALFORMED
-    # fields 22 (varint) and 23 (fixed32): numbers no version of the schema uses yet
-    newer = article + bytes([0xB0, 0x01, 1]) + bytes([0xBD, 0x01]) + b"abcd"
+    # fields 24 (varint) and 25 (fixed32): numbers no version of the schema uses yet
+    newer = article + bytes([0xC0, 0x01, 1]) + bytes([0xCD, 0x01]) + b"abcd"
     record = RawRecord("timer-request", 0, 0, 0, b"1767225600", newer)
     assert isinstance(parsed(record), Timer), "a newer producer's fields are skipped"
 

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.core.debounce import Debounce
 from app.core.keys import timer_key
 from app.core.stored import (
     NEWEST_LAYOUT,
@@ -244,20 +245,41 @@ def test_reading_the_topic_of_a_too_new_layout_refuses_as_a_full_read_does() -> 
         stored_topic(packed)
 
 
+#: A debounced timer's state, or None.
+_DEBOUNCES = st.none() | st.builds(
+    Debounce,
+    st.integers(1, 10**6),
+    st.none() | st.integers(1, 10**7),
+    st.integers(0, 2**50),
+    st.integers(1, 2**40),
+    st.integers(-1, 2**62),
+)
+
+
 @settings(max_examples=300, deadline=None)
-@given(stored_timers(), st.integers(0, 120), st.none() | st.integers(1, 2**40), st.binary())
+@given(
+    stored_timers(),
+    st.integers(0, 120),
+    st.none() | st.integers(1, 2**40),
+    _DEBOUNCES,
+    st.binary(),
+)
 def test_every_layout_unpacks_to_what_was_packed_and_a_cut_one_never_passes_for_it(
-    timer: Timer, spread: int, schema_id: int | None, junk: bytes
+    timer: Timer, spread: int, schema_id: int | None, debounce: Debounce | None, junk: bytes
 ) -> None:
     """unpack_timer reads its fields inline (it runs for every timer fired): every
     layout and extension comes back whole, and bytes cut short or with junk after the
     cut raise or read as some timer, never hang or read past the bytes."""
-    timer = dataclasses.replace(timer, spread=spread, schema_id=schema_id)
+    timer = dataclasses.replace(timer, spread=spread, schema_id=schema_id, debounce=debounce)
     packed = pack_timer(timer)
     unpacked = unpack_timer(packed)
     assert unpacked == timer
-    # Built without Timer.__init__: every field there, and nothing else.
-    assert vars(unpacked).keys() == {field.name for field in dataclasses.fields(Timer)}
+    # Built without Timer.__init__: every field there, and nothing else (a timer that
+    # is not debounced leaves its debounce to the class attribute, None).
+    fields = {field.name for field in dataclasses.fields(Timer)}
+    if debounce is None:
+        fields.discard("debounce")
+    assert vars(unpacked).keys() == fields
     for cut in range(len(packed)):
         # UnicodeDecodeError is a ValueError
         with contextlib.suppress(ValueError, struct.error, StoredLayoutTooNew):

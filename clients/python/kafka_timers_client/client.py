@@ -37,6 +37,7 @@ from kafka_timers_client.config import (
     ClientConfigSource,
     confluent_producer,
 )
+from kafka_timers_client.debounce import checked_debounce, debounce_seconds, debounced_due
 from kafka_timers_client.due import due_second, parse_at, parse_duration
 from kafka_timers_client.errors import BrokerUnavailable, CancelNotAnswered, KafkaTimersError
 from kafka_timers_client.extra_fires import ExtraFires
@@ -173,9 +174,11 @@ class TimerClient(ExtraFires):
         skip_dates: Iterable[date | str] = (),
         skip_ics: str | Path | bytes | None = None,
         skip_policy: SkipPolicy | str | None = None,
+        debounce: float | str | None = None,
+        max_wait: float | str | None = None,
     ) -> ScheduledTimer:
         """Ask for ``value`` to reach ``topic`` (with ``key``) at ``at`` or after ``delay``,
-        or on every occurrence of a recurrence.
+        on every occurrence of a recurrence, or once a burst of requests is over.
 
         A one-shot timer takes exactly one of ``at`` (epoch seconds) or ``delay``
         (seconds). A recurring timer takes ``cron`` (5 fields, or 6 with the seconds
@@ -199,6 +202,18 @@ class TimerClient(ExtraFires):
         :class:`~kafka_timers_client.calendars.SkipPolicy`). Needs the ``[calendars]``
         extra.
 
+        A debounced timer takes ``debounce`` (seconds, or a duration such as ``"30s"``;
+        whole seconds, at least 1) instead of a due time, and optionally ``max_wait``
+        (at least ``debounce``): it is due one debounce after this request, and each
+        later debounced request for the same ``timer_id`` while it is pending moves it
+        to one debounce after that request (never past this first request plus
+        ``max_wait``) and makes the callback its own; the callback carries a
+        ``timer-debounced: <n>`` header, the requests merged (see
+        :mod:`kafka_timers_client.debounce`). Without a ``token`` a debounced request
+        sends none (not a random one): every request for the id then merges. With one,
+        only requests carrying it merge (others are refused ``wrong_token``). The
+        ``due`` returned is this request's alone, as if none followed.
+
         A due time with a fraction of a second is rounded up: a timer never fires early.
         Scheduling again with the same ``timer_id`` and the pending version's ``token``
         replaces it (a whole series); with another token (or none, which draws a new
@@ -208,7 +223,13 @@ class TimerClient(ExtraFires):
         policy raises :class:`KafkaTimersError` here.
         """
         timer_id = checked_text(timer_id or uuid.uuid4().hex, "the id", MAX_ID_CHARS)
-        token = checked_text(token or secrets.token_hex(8), "the token", MAX_TOKEN_CHARS)
+        debounced = debounce is not None or max_wait is not None
+        if debounced and token is None:
+            token = ""  # token-less: the id's next debounced request merges into it
+        elif not debounced:
+            token = token or secrets.token_hex(8)
+        assert token is not None
+        token = checked_text(token, "the token", MAX_TOKEN_CHARS)
         checked_text(topic, "the topic", len(topic))  # UTF-8: the policy judges the name
         header_list = checked_headers(headers)
         key = key_text(key)
@@ -227,6 +248,25 @@ class TimerClient(ExtraFires):
             spread=spread_seconds or None,
         )
         calendar = self.build_calendar(skip_holidays, skip_dates, skip_ics, skip_policy)
+        if debounced:
+            if at is not None or delay is not None or cron is not None or every is not None:
+                raise KafkaTimersError("debounce= takes no at=, delay=, cron= or every=")
+            if start is not None or end is not None or count is not None or tz is not None:
+                raise KafkaTimersError("start, end, count and tz need cron= or every=")
+            if calendar is not None:
+                raise KafkaTimersError("skip_* need cron= or every=")
+            seconds, longest = self.debounce_window(debounce, max_wait)
+            future.debounce, future.max_wait = seconds, longest
+            # Due one debounce after the request's timestamp: set it, and compute the due
+            # second here from the same millisecond.
+            sent_ms = int(self._clock() * 1000)
+            due = debounced_due(sent_ms, seconds)
+            if not 0 <= due <= MAX_SECONDS:
+                raise KafkaTimersError(
+                    f"debounce {debounce!r}: due past epoch second {MAX_SECONDS}"
+                )
+            self._send(timer_id, protowire.encode(future), timestamp_ms=sent_ms)
+            return ScheduledTimer(id=timer_id, token=token, due=due, spread=spread_seconds)
         if cron is None and every is None:
             if start is not None or end is not None or count is not None or tz is not None:
                 raise KafkaTimersError("start, end, count and tz need cron= or every=")
@@ -285,6 +325,21 @@ class TimerClient(ExtraFires):
                 f"{given[:60]}: the due time must be epoch seconds from 0 to {MAX_SECONDS}"
             )
         return due_second(when)
+
+    @staticmethod
+    def debounce_window(
+        debounce: float | str | None, max_wait: float | str | None
+    ) -> tuple[int, int | None]:
+        """``(debounce, max_wait)`` in whole seconds, checked as the worker checks them:
+        raises :class:`KafkaTimersError` with one line if they would be dead-lettered
+        (``invalid_debounce``)."""
+        checked = checked_debounce(
+            None if debounce is None else debounce_seconds(debounce, "debounce"),
+            None if max_wait is None else debounce_seconds(max_wait, "max_wait"),
+        )
+        if checked is None:
+            raise KafkaTimersError("give debounce= (max_wait= alone is no debounce)")
+        return checked
 
     @staticmethod
     def spread_seconds(spread: float | str | None, every: float | str | None = None) -> int:

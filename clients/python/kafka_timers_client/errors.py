@@ -110,6 +110,10 @@ class RejectReason(str, Enum):
     #: (:data:`kafka_timers_client.spread.MAX_SPREAD_SECONDS`), or one as long as the interval of
     #: the series it spreads.
     INVALID_SPREAD = "invalid_spread"
+    #: A debounce that cannot be (:mod:`kafka_timers_client.debounce`): not whole seconds
+    #: of at least 1, a max-wait shorter than the debounce or without one, or a debounce
+    #: given with a due time or a recurrence.
+    INVALID_DEBOUNCE = "invalid_debounce"
     #: A field is out of the bounds the service accepts: a number that is NaN, infinite
     #: or too large, text that is not UTF-8 or too long, JSON nested too deep.
     OUT_OF_BOUNDS = "out_of_bounds"

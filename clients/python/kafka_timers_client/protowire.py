@@ -3,7 +3,7 @@
 The schema of record is ``app/core/proto/kafka_timers/v1/future.proto`` (shipped with the
 package; see docs/protocol.md): fields 1-3 are the original article's
 ``Future``, fields 4-8 ours, 9-15 recurring timers and the late-fire policy, 16 the
-spread, 17-19 a series' calendar, 20-21 a backfill's window. This codec
+spread, 17-19 a series' calendar, 20-21 a backfill's window, 22-23 a debounce. This codec
 follows it exactly, ``None`` standing for an absent field, and
 tests/unit/test_future_proto.py checks it against code generated from that file in
 both directions. The worker decodes requests with the protobuf runtime
@@ -69,6 +69,8 @@ class Future:
     skip_policy: str | None = None
     backfill_from: int | None = None
     backfill_to: int | None = None
+    debounce: int | None = None
+    max_wait: int | None = None
 
 
 def encode_varint(value: int) -> bytes:
@@ -139,7 +141,12 @@ def encode(future: Future) -> bytes:
         parts.append(_len_field(18, day.encode()))
     if future.skip_policy is not None:
         parts.append(_len_field(19, future.skip_policy.encode()))
-    for number, num in ((20, future.backfill_from), (21, future.backfill_to)):
+    for number, num in (
+        (20, future.backfill_from),
+        (21, future.backfill_to),
+        (22, future.debounce),
+        (23, future.max_wait),
+    ):
         if num is not None:
             parts.append(_tag(number, _VARINT) + encode_varint(num))
     return b"".join(parts)
@@ -261,4 +268,8 @@ def decode(data: bytes) -> Future:
             future.backfill_from = _signed(value, wire_type, "backfill_from", 64)
         elif number == 21:
             future.backfill_to = _signed(value, wire_type, "backfill_to", 64)
+        elif number == 22:
+            future.debounce = _signed(value, wire_type, "debounce", 64)
+        elif number == 23:
+            future.max_wait = _signed(value, wire_type, "max_wait", 64)
     return future
