@@ -115,7 +115,7 @@ def test_a_burst_fires_once_after_its_last_request_and_max_wait_bounds_it(stack:
         f"({(fired_ms(one) - sent_ms[0]) / 1000:.2f}s after the first), timer-debounced: 10"
     )
 
-    # With an 8 s max-wait: at first + 8 s (within 1.5 s), then a new debounce from the
+    # With an 8 s max-wait: at first + 8 s (within 3 s), then a new debounce from the
     # first request after that fire; every request counted once, in order.
     bounded = of(records, bounded_id)
     assert len(bounded) >= 2, [(r.value, header(r, "timer-debounced")) for r in bounded]
@@ -130,7 +130,11 @@ def test_a_burst_fires_once_after_its_last_request_and_max_wait_bounds_it(stack:
         at = fired_ms(record)
         assert at >= min(bound_ms, quiet_ms), "fired early"
         if bound_ms < quiet_ms:  # the max-wait ended it
-            assert at <= bound_ms + 1500, f"{(at - bound_ms) / 1000:.2f}s past the max-wait"
+            # Due at the max-wait rounded up to its second (up to 1 s), then fired by that
+            # second's tick: 2 s more for a tick on a test machine running other tests
+            # beside this one (measured alone: 0.06-0.98 s past). Without the max-wait
+            # it would fire 5 s after the burst's last request, 15 s past it.
+            assert at <= bound_ms + 3000, f"{(at - bound_ms) / 1000:.2f}s past the max-wait"
         figures.append(
             f"requests {first_of}-{last_of} ({merged}): fired "
             f"{(at - bounded_ms[first_of]) / 1000:.2f}s after its first, "
