@@ -100,14 +100,14 @@ def _until_fraction_fired(scene: FaultScene, share: float) -> None:
 def test_a_full_restart_in_exactly_once_mode_fires_each_pending_timer_once(
     settings: Settings, tmp_path: Path
 ) -> None:
-    """Every worker stopped while timers are pending, then started again on its own
+    """Every worker stopped while 20,000 timers are pending, then started again on its own
     store: each store's changelog ends in a commit marker, which recovery must not wait
     for (it did: the restarted workers never became ready and nothing more fired)."""
-    with eos_scene(settings, tmp_path, "eos-restart", timers=4000, last_due_in=40) as scene:
-        _until_fraction_fired(scene, 0.15)
+    with eos_scene(settings, tmp_path, "eos-restart", timers=26000, last_due_in=40) as scene:
+        _until_fraction_fired(scene, 0.1)
         for worker in scene.workers.values():
             worker.stop()
-        assert scene.pending() > 1000, "the restart must happen while most are pending"
+        assert scene.pending() > 20000, "the restart must happen while 20,000 are pending"
         for name in scene.workers:
             scene.worker(name, log_name=f"{name}-back")
         _exactly_once_verdict(scene, "full restart")
