@@ -47,7 +47,7 @@ from app.core.wheel import CancelOutcome, PartitionWheel
 from app.kafka.config import confluent_producer
 from app.kafka.control import ControlReader
 from app.settings import Settings
-from app.worker.output import Output
+from app.worker.output_port import Output
 from app.worker.service import TimerService
 from app.worker.topic_gates import TopicGates
 

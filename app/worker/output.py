@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Message, Producer
 
@@ -37,7 +37,6 @@ from kafka_timers_client.errors import RejectReason, SystemicFailure
 __all__ = [
     "REFUSED_RECORD_ERRORS",
     "DeliveryFailure",
-    "Output",
     "OutputProducer",
     "TransactionAborted",
 ]
@@ -90,64 +89,6 @@ class DeliveryFailure(SystemicFailure):
 
 class TransactionAborted(Exception):
     """The unit's transaction was aborted: none of its records are visible; retry later."""
-
-
-class Output(Protocol):
-    """What the service writes through: :class:`OutputProducer`, or a fake in unit tests."""
-
-    #: Whether every unit of work is one Kafka transaction (exactly-once mode).
-    transactional: bool
-    #: Highest changelog offset acknowledged, per changelog partition.
-    changelog_acked: dict[int, int]
-    #: The largest record this output can write (the producer's ``message.max.bytes``).
-    max_record_bytes: int
-
-    def callback(
-        self, timer: Timer, *, partition: int, fired_at_ms: int, coalesced: int = 0
-    ) -> None: ...
-
-    def skipped(
-        self, timer: Timer, reason: SkipReason, *, partition: int, coalesced: int = 0
-    ) -> None: ...
-
-    def cancel_outcome(
-        self,
-        timer_id: str,
-        token: str,
-        outcome: str,
-        partition: int,
-        request_offset: int | None = None,
-    ) -> None: ...
-
-    def pause_outcome(
-        self,
-        timer_id: str,
-        token: str,
-        action: str,
-        outcome: str,
-        partition: int,
-        request_offset: int | None = None,
-    ) -> None: ...
-
-    def dropped(
-        self, timer: Timer, outcome: str, partition: int, request_offset: int | None = None
-    ) -> None: ...
-
-    def dead_letter(self, record: RawRecord, reason: RejectReason, detail: str) -> None: ...
-
-    def dead_letter_timer(self, timer: Timer, reason: RejectReason, detail: str) -> None: ...
-
-    def forward(self, record: RawRecord, partition: int, hop: bytes) -> None: ...
-
-    def changelog(self, topic: str, partition: int, key: bytes, value: bytes | None) -> None: ...
-
-    def begin(self) -> None: ...
-
-    async def commit(self, timeout: float = 60.0) -> None: ...
-
-    async def flush(self, timeout: float = 60.0) -> None: ...
-
-    def take_failures(self) -> list[tuple[Timer, str]]: ...
 
 
 class OutputProducer:

@@ -38,7 +38,7 @@ from app.core.tick_gate import MAX_AHEAD_SECONDS, TickGate
 from app.core.wheel import DEFAULT_MAX_CANCELS_IN_ADVANCE, DEFAULT_MEMORY_SECONDS
 from app.worker.group_lease import GroupLease
 from app.worker.metrics import WorkerMetrics
-from app.worker.output import Output
+from app.worker.output_port import Output
 from app.worker.service_gates import FORGET_MARGIN, FORGET_SECONDS, FORGET_SLICE, GateJob
 from app.worker.service_partitions import PartitionJob
 from app.worker.service_requests import UNIT_BUDGET_SECONDS, RequestJob

@@ -14,7 +14,8 @@ import logging
 from collections.abc import Callable, Iterable
 
 from app.core.wheel import PartitionWheel
-from app.worker.output import DeliveryFailure, Output, TransactionAborted
+from app.worker.output import DeliveryFailure, TransactionAborted
+from app.worker.output_port import Output
 from app.worker.service_state import KEY_KINDS, ServiceState
 
 __all__ = ["PartitionJob"]

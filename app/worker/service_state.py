@@ -28,7 +28,7 @@ from app.core.timer import Timer
 from app.core.wheel import PartitionWheel
 from app.worker.group_lease import GroupLease
 from app.worker.metrics import WorkerMetrics
-from app.worker.output import Output
+from app.worker.output_port import Output
 from app.worker.stores import PartitionStore, StoreFactory
 from app.worker.topic_directory import TopicDirectory
 from app.worker.topic_gates import TopicGates

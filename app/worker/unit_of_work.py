@@ -2,7 +2,7 @@
 
 The worker's writes go two ways: to RocksDB (through each partition's
 :class:`~app.worker.stores.PartitionStore`) and to the broker (callbacks, forwarded
-copies and the stores' changelogs, through the :class:`~app.worker.output.Output`).
+copies and the stores' changelogs, through the :class:`~app.worker.output_port.Output`).
 Which of them goes first decides what a crash leaves behind, so the pairing lives
 here, once: :class:`Commits` opens a :class:`Unit` (the output's transaction begun, the
 stores' local writes held back), the unit stages values that must only become local once
@@ -16,7 +16,8 @@ import contextlib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from app.core.keys import REQUEST_OFFSET
-from app.worker.output import Output, TransactionAborted
+from app.worker.output import TransactionAborted
+from app.worker.output_port import Output
 from app.worker.stores import PartitionStore
 
 __all__ = ["Commits", "Unit"]

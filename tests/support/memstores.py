@@ -49,7 +49,7 @@ class Produced:
 
 
 class FakeOutput:
-    """An :class:`~app.worker.output.Output` that keeps what it is given.
+    """An :class:`~app.worker.output_port.Output` that keeps what it is given.
 
     Records become "durable" at :meth:`flush`/:meth:`commit`: only then are they moved
     from :attr:`pending` to :attr:`durable`; a failed flush drops them. Set
