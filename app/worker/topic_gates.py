@@ -181,6 +181,11 @@ class TokenBucket:
         if rates and rates[-1][0] >= now:
             rates.pop()
         rates.append((now, rate))
+        # Trimmed here too, not only when the window is read: a bucket retuned four
+        # times a second that nobody asks for tokens would otherwise keep every rate.
+        horizon = now - WINDOW_SECONDS
+        while len(rates) > 1 and rates[1][0] <= horizon:
+            rates.popleft()
 
     def available(self, now: float) -> int:
         self.refill(now)

@@ -260,3 +260,12 @@ def test_set_rate_changes_a_limit_at_run_time_and_none_lifts_it() -> None:
     assert gates.gated == frozenset() and gates.budget(0, "t") is None
     with pytest.raises(ValueError):
         gates.set_rate("t", 0)
+
+
+def test_a_bucket_retuned_for_ever_without_being_asked_keeps_one_window_of_rates() -> None:
+    """Shares are retuned four times a second while a topic has a backlog anywhere; a
+    partition's bucket that is never asked for tokens meanwhile must not keep them all."""
+    bucket = TokenBucket(10.0, now=0.0)
+    for step in range(1, 4001):
+        bucket.retune(10.0 + step % 7, now=step * 0.25)
+    assert len(bucket._rates) <= 1 + WINDOW_SECONDS / 0.25
