@@ -1,5 +1,7 @@
 """The processes a nemesis run hurts: a dev broker that survives its own restarts (Tansu on
-its ``s3://`` engine, :mod:`tests.support.persistent_broker`) reached only through the
+its ``s3://`` engine, :mod:`tests.support.persistent_broker`), or with
+``NEMESIS_KAFKA_HOME`` (an Apache Kafka distribution) one Apache Kafka node
+(:mod:`tests.support.apache_kafka_broker`), reached only through the
 :class:`~tests.nemesis.proxy.PartitionProxy`, three workers and two oscillators.
 
 One worker (:data:`SMALL_DISK_WORKER`) keeps its RocksDB on a tmpfs of its own, so that
@@ -14,6 +16,7 @@ stamped them.
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import uuid
 from dataclasses import replace
@@ -23,6 +26,7 @@ from app.dev.stack import ServiceProcess, start_oscillator, start_worker
 from app.kafka.topics import ensure_topics
 from app.settings import Settings, TopicNames
 from tests.nemesis.proxy import PartitionProxy
+from tests.support.apache_kafka_broker import ApacheKafkaBroker
 from tests.support.clock import moved_clock
 from tests.support.persistent_broker import PersistentBroker
 
@@ -79,7 +83,12 @@ class NemesisStack:
     def __init__(self, base_dir: Path) -> None:
         self.base_dir = base_dir
         base_dir.mkdir(parents=True, exist_ok=True)
-        self.broker = _ProxiedBroker(base_dir / "broker")
+        kafka_home = os.environ.get("NEMESIS_KAFKA_HOME")
+        self.broker: _ProxiedBroker | ApacheKafkaBroker = (
+            ApacheKafkaBroker(base_dir / "broker", Path(kafka_home))
+            if kafka_home
+            else _ProxiedBroker(base_dir / "broker")
+        )
         self.proxy: PartitionProxy | None = None
         tag = uuid.uuid4().hex[:8]
         self.settings = replace(
@@ -99,11 +108,16 @@ class NemesisStack:
         self._restarts: dict[str, int] = {}
 
     def start(self) -> None:
-        self.broker.start()  # binds the broker's port; the proxy forwards to it
-        self.proxy = PartitionProxy(self.broker.port)
-        self.broker.proxy_port = self.proxy.port
-        self.broker.kill()
-        self.broker.start_broker()  # now advertising the proxy
+        if isinstance(self.broker, ApacheKafkaBroker):
+            self.proxy = PartitionProxy(self.broker.port)
+            self.broker.advertised_port = self.proxy.port
+            self.broker.start()
+        else:
+            self.broker.start()  # binds the broker's port; the proxy forwards to it
+            self.proxy = PartitionProxy(self.broker.port)
+            self.broker.proxy_port = self.proxy.port
+            self.broker.kill()
+            self.broker.start_broker()  # now advertising the proxy
         self.settings = replace(self.settings, bootstrap_servers=f"127.0.0.1:{self.proxy.port}")
         ensure_topics(self.settings)
         ensure_topics(self.settings, [PLAIN_TOPIC, SPREAD_TOPIC, LIMITED_TOPIC])
