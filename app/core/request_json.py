@@ -92,7 +92,9 @@ def from_json(record: RawRecord, now: float | None) -> Timer | Cancel:
         if late is not None and not isinstance(late, str):
             raise TypeError('\'late\' must be a string such as "skip-after 5m" or "all"')
         debounce = None
-        if "debounce" in doc or "max_wait" in doc:
+        # null is absent, as for every optional field (a null debounce read as one
+        # failed an assertion in debounce_of); 0 is refused (invalid_debounce).
+        if doc.get("debounce") is not None or doc.get("max_wait") is not None:
             due, debounce = _json_debounce(doc, record, recurrence)
         elif recurrence is not None:
             assert recurrence.start is not None

@@ -100,7 +100,10 @@ def from_protobuf(record: RawRecord, now: float | None) -> Timer | Cancel:
             calendar=calendar,
         )
     debounce = None
-    if future.debounce or future.max_wait:  # attributes: no presence check per request
+    # By presence, as JSON reads its keys: a debounce (or max-wait) sent as 0 is refused
+    # (invalid_debounce), never read as "not debounced". On upb a presence check costs
+    # less than reading the field.
+    if has("debounce") or has("max_wait"):
         due, debounce = debounce_of(
             record,
             future.debounce if has("debounce") else None,

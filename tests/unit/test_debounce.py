@@ -263,6 +263,44 @@ def test_a_debounce_that_cannot_be_is_refused_with_its_reason(record: RawRecord)
     assert refused.value.reason is RejectReason.INVALID_DEBOUNCE, refused.value
 
 
+@pytest.mark.parametrize(
+    ("json_fields", "proto_fields"),
+    [
+        ({"debounce": 0}, {"debounce": 0}),
+        ({"debounce": 0, "in": 60}, {"debounce": 0, "due": NOW + 60}),
+        ({"debounce": 0, "max_wait": 300}, {"debounce": 0, "max_wait": 300}),
+        ({"max_wait": 0}, {"max_wait": 0}),
+        ({"max_wait": 0, "in": 60}, {"max_wait": 0, "due": NOW + 60}),
+        ({"debounce": 5, "max_wait": 0}, {"debounce": 5, "max_wait": 0}),
+    ],
+)
+def test_a_debounce_or_max_wait_of_0_is_refused_alike_in_json_and_protobuf(
+    json_fields: dict[str, Any], proto_fields: dict[str, Any]
+) -> None:
+    """0 is set, not absent: protobuf reads field 22-23 by presence, as JSON its keys (a
+    protobuf debounce of 0 was a plain timer, or missing_due without a due second)."""
+    for record in (json_record(**json_fields), proto_record(**proto_fields)):
+        with pytest.raises(RejectedRequest) as refused:
+            parse_request(record, now=NOW)
+        assert refused.value.reason is RejectReason.INVALID_DEBOUNCE, refused.value
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        json_record(MS, debounce=None, **{"in": 60}),
+        json_record(MS, max_wait=None, **{"in": 60}),
+        proto_record(due=NOW + 60),
+    ],
+)
+def test_an_absent_debounce_is_a_plain_timer(record: RawRecord) -> None:
+    """JSON null is absent, as for every optional field (it failed an assertion)."""
+    timer = parse_request(record, now=NOW)
+    assert isinstance(timer, Timer)
+    assert timer.debounce is None
+    assert timer.due == NOW + 60
+
+
 @pytest.fixture
 def client() -> Iterator[TimerClient]:
     """A client on the clock NOW + 0.5 whose sends are recorded, never produced."""
