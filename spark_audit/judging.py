@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 
 from kafka_timers_client.extra_fires import BACKFILL, TRIGGER
-from spark_audit.parsing import internal_error, series_from_json
+from spark_audit.parsing import internal_error, schedule_from_json
 from spark_audit.reconcile import judge
 from spark_audit.verdicts import (
     CancelReport,
@@ -181,6 +181,7 @@ def judge_one(columns: dict[str, list[Any]], lo: int, hi: int, rules: Rules) -> 
     answers: list[ExtraAnswer] = []
     for i in range(lo, hi):
         if src[i] == SOURCE_REQUEST:
+            recurrence, debounce = schedule_from_json(series[i])
             requests.append(
                 RequestEvent(
                     seq[i],
@@ -190,8 +191,9 @@ def judge_one(columns: dict[str, list[Any]], lo: int, hi: int, rules: Rules) -> 
                     due[i],
                     check_token[i] is not False,
                     topic[i],
-                    series_from_json(series[i]) if series[i] else None,
+                    recurrence,
                     spread[i] or 0,
+                    debounce,
                 )
             )
         elif src[i] == SOURCE_FIRE:

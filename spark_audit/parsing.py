@@ -22,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from app.core.budget import DEFAULT_MAX_RECORD_BYTES, check_fits
+from app.core.debounce import Debounce
 from app.core.fired import token_digest
 from app.core.policy import RequestPolicy
 from app.core.raw_record import RawRecord
@@ -38,11 +39,13 @@ __all__ = [
     "RECONCILED_KINDS",
     "SCHEDULE",
     "ParsedColumns",
+    "debounce_json",
     "internal_error",
     "judge_request",
     "parse_request_arrays",
     "policy_for",
     "safe_text",
+    "schedule_from_json",
     "series_from_json",
     "series_json",
 ]
@@ -89,6 +92,30 @@ def series_json(recurrence: Recurrence) -> str:
 def series_from_json(text: str) -> Recurrence:
     """Inverse of :func:`series_json`."""
     return Recurrence(**json.loads(text))
+
+
+#: How a debounce's JSON begins in the ``series`` column (a recurrence's never does).
+_DEBOUNCE_PREFIX = '{"debounce":'
+
+
+def debounce_json(debounce: Debounce) -> str:
+    """A debounced request's window (and, restored whole by an import, the first request's
+    time and merged count it brings) as the JSON the audit carries through Spark in the
+    ``series`` column: a debounced request has no recurrence, and one column of text
+    carries either without another column in every schema the requests pass through."""
+    fields = [debounce.seconds, debounce.max_wait, debounce.first_ms, debounce.merged]
+    return json.dumps({"debounce": [*fields, debounce.restored]}, separators=(",", ":"))
+
+
+def schedule_from_json(text: str | None) -> tuple[Recurrence | None, Debounce | None]:
+    """The ``series`` column read back: a series' recurrence (:func:`series_json`), or a
+    debounce (:func:`debounce_json`), or neither."""
+    if not text:
+        return None, None
+    if text.startswith(_DEBOUNCE_PREFIX):
+        seconds, max_wait, first_ms, merged, restored = json.loads(text)["debounce"]
+        return None, Debounce(seconds, max_wait, first_ms, merged, restored=restored)
+    return series_from_json(text), None
 
 
 def policy_for(settings: Settings) -> RequestPolicy:
@@ -227,6 +254,8 @@ def judge_request(record: RawRecord, policy: RequestPolicy, out: ParsedColumns) 
         policy.check(request, record.timestamp_ms / 1000)
         check_fits(request, DEFAULT_MAX_RECORD_BYTES)  # the worker's default budget
         series = None if request.recurrence is None else series_json(request.recurrence)
+        if request.debounce is not None:
+            series = debounce_json(request.debounce)
         if not _fits_int64(request.due):
             raise RejectedRequest(RejectReason.DUE_OUT_OF_RANGE, "the due second is out of range")
         if not _encodable(request.id, request.topic):

@@ -32,6 +32,12 @@ at the request's timestamp when there is no report. Then every fire is judged:
 Identical fire records (same version, time and worker) are one fire written twice by a
 producer retry, not two fires.
 
+A **debounced** id's requests merge as the wheel merges them (:mod:`spark_audit.replay`):
+a burst of N requests is one version, expected to fire once, no earlier than its last
+request plus the debounce or, capped, the first request plus the max-wait (its due
+second), and late from there; the N-1 versions it went through are superseded, never
+missing.
+
 A fire a trigger or a backfill asked for (its record's ``extra``) is judged by what it
 is (:mod:`spark_audit.extras`): a triggered one-shot is not early for firing before its
 second, and a series' extra fires (keyed under the series' id) are no occurrences of it.
@@ -106,7 +112,13 @@ def judge(
     include the fires they asked for (:mod:`spark_audit.extras`)."""
     requests = list(requests)
     answers = list(answers)
-    replay = Replay(reports)
+    fires = list(fires)
+    fired_ms: dict[Version, int] = {}  # each one-shot version's first fire
+    for f in fires:
+        if f.seq is None and f.extra_n is None:
+            version = (f.token, f.due)
+            fired_ms[version] = min(f.fired_at_ms, fired_ms.get(version, f.fired_at_ms))
+    replay = Replay(reports, fired_ms)
     for request in requests:
         if request.kind == "schedule":
             replay.schedule(request)

@@ -1,11 +1,28 @@
-"""The worker's request-side rules replayed for one timer id: which version is live, and when."""
+"""The worker's request-side rules replayed for one timer id: which version is live, and when.
+
+A **debounced** request (:mod:`app.core.debounce`) over a pending debounced version is
+merged into it as the wheel merges it: one version, due one debounce after this request
+but no later than the first request's time plus the max-wait, counting one more
+request; the version it replaces is superseded, as by any reschedule. A burst of N
+requests is thus one final version and one expected fire, not N versions of which N-1
+never fire, and a fire at the max-wait's bound is that version's, not an unrequested one.
+A pending debounced version that has fired was delivered, and the request starts a new
+debounce (:meth:`Replay._delivered`: unless the fire is the one the merge makes, a
+max-wait bound kept), however its timestamp compares with the fire: a worker that read
+it while the round was under way did exactly that. Bursts apart in time are so judged
+each on its own. The audit cannot tell that from a worker that merged a request and
+still fired the old version (the merged version, if it never fires, is missing).
+A debounced timer restored whole by an import replaces the pending version, as the
+wheel does.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, NamedTuple, TypeVar
 
+from app.core.debounce import Debounce
 from kafka_timers_client.recurrence import Recurrence
 from spark_audit.verdicts import CancelReport, RequestEvent, Version, ViolationKind
 
@@ -37,8 +54,15 @@ class DeadSpan(NamedTuple):
 class Replay:
     """The request-side state of the worker's wheel for one timer id."""
 
-    def __init__(self, reports: Iterable[CancelReport]) -> None:
+    def __init__(
+        self, reports: Iterable[CancelReport], fired_ms: Mapping[Version, int] | None = None
+    ) -> None:
+        """``fired_ms``: when each one-shot version first fired (a debounced request over
+        a version that fired starts a new debounce)."""
         self.pending: Version | None = None
+        self._fired_ms = fired_ms or {}
+        #: Each debounced version's debounce: its first request's time, requests merged.
+        self.debounces: dict[Version, Debounce] = {}
         #: Token of a cancel waiting for its request, or of the version it cancelled, and
         #: that version's due second (0 for a cancel in advance): the wheel's ``C`` entry.
         self.cancelled_token: str | None = None
@@ -74,6 +98,8 @@ class Replay:
 
     def schedule(self, request: RequestEvent) -> None:
         """Apply a schedule request, as the wheel does when it reads one."""
+        if request.debounce is not None:
+            request = self._debounced(request)
         assert request.due is not None
         version = (request.token, request.due)
         self.final = request
@@ -99,6 +125,48 @@ class Replay:
             self.live_since[version] = request.ts_ms
         self.pending = version
         self.cancelled_token = None
+
+    def _debounced(self, request: RequestEvent) -> RequestEvent:
+        """``request`` as the version it makes: merged into the pending debounced version
+        (see the module), or a new debounce."""
+        asked = request.debounce
+        assert asked is not None and request.due is not None
+        pending = self.pending
+        held = self.debounces.get(pending) if pending is not None else None
+        if held is not None and pending is not None and pending[0] not in ("", request.token):
+            held = None  # the token rule: no merge (the request replaces, as any would)
+        due = request.due
+        if asked.restored or held is None:
+            state = Debounce(asked.seconds, asked.max_wait, asked.first_ms, asked.merged)
+        else:
+            state = Debounce(asked.seconds, asked.max_wait, held.first_ms, held.merged + 1)
+            deadline = state.deadline
+            if deadline is not None and deadline < due:
+                due = deadline
+            if pending is not None and self._delivered(pending, request, due):
+                self.pending = None  # fired, not replaced: the request starts anew
+                state = Debounce(asked.seconds, asked.max_wait, asked.first_ms, asked.merged)
+                due = request.due
+        self.debounces[(request.token, due)] = state
+        return request._replace(due=due, debounce=state)
+
+    def _delivered(self, pending: Version, request: RequestEvent, merged_due: int) -> bool:
+        """Whether the pending debounced version had been delivered when the wheel read
+        ``request``, so that it started a new debounce rather than merging into it.
+
+        Only a version that fired was, and it was unless the fire is the merged
+        version's own (a max-wait bound the merge kept): so when the request came at or
+        after its due second (the round had taken it), when the merge would have made
+        another version (this one would then not have fired), or when the request's own
+        version fired too."""
+        assert request.due is not None
+        if pending not in self._fired_ms:
+            return False
+        return (
+            request.ts_ms >= pending[1] * 1000
+            or (request.token, merged_due) != pending
+            or (request.token, request.due) in self._fired_ms
+        )
 
     def cancel(self, request: RequestEvent) -> None:
         """Apply a cancel request, at the time the worker's report gives, if any."""

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from enum import Enum
 from typing import Any, NamedTuple
 
+from app.core.debounce import Debounce
 from kafka_timers_client.recurrence import Recurrence
 
 __all__ = [
@@ -88,6 +89,10 @@ class RequestEvent(NamedTuple):
     recurrence: Recurrence | None = None
     #: Seconds after its due second the fire may come, on time (schedules only).
     spread: int = 0
+    #: A debounced schedule's window (its ``first_ms`` is the request's own, merged 1),
+    #: or a debounced timer restored whole by an import (``restored``: its first
+    #: request's time and merged count): see :mod:`spark_audit.replay`.
+    debounce: Debounce | None = None
 
 
 class FireEvent(NamedTuple):

@@ -42,6 +42,12 @@ class Debounce:
     #: The offset, in its request partition, of the last request merged (-1: unknown).
     #: A request read again after a crash, at or below it, is merged already.
     last_offset: int = -1
+    #: Read from a request that restores a debounced timer whole (what ``kafka-timers
+    #: import`` sends: its due second, first request's time and merged count): it
+    #: replaces the pending version, as a reschedule does, instead of merging into it,
+    #: so the same import twice leaves the same timer. Never stored (a stored one is
+    #: ``False``).
+    restored: bool = False
 
     @property
     def deadline(self) -> int | None:
@@ -60,13 +66,14 @@ def merge(pending: Timer | None, request: Timer) -> Timer | None:
     headers, token), due one debounce after the request but no later than the first
     request's time plus the max-wait, the first request's time kept and one more request
     counted. The debounce and max-wait are the request's own (the last word, as its
-    callback is). Anything else pending (a plain timer) is replaced by the request, a new
-    debounce. ``None``: ``request`` was merged already (its offset is not past the last
-    one merged: a request read again after a crash), nothing to change.
+    callback is). Anything else pending (a plain timer), or a request that restores a
+    debounced timer whole (:attr:`Debounce.restored`), is replaced by the request.
+    ``None``: ``request`` was merged already (its offset is not past the last one
+    merged: a request read again after a crash), nothing to change.
     """
     asked = request.debounce
     assert asked is not None
-    if pending is None:
+    if pending is None or asked.restored:
         return request
     held = pending.debounce
     if held is None:

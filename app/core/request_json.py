@@ -19,6 +19,7 @@ from app.core.request_rules import (
     recurrence_of,
     refuse_reserved,
     request_window,
+    restored_debounce,
     sent_second,
 )
 from app.core.timer import Cancel, Header, Timer, TokenAction
@@ -92,8 +93,14 @@ def from_json(record: RawRecord, now: float | None) -> Timer | Cancel:
         if late is not None and not isinstance(late, str):
             raise TypeError('\'late\' must be a string such as "skip-after 5m" or "all"')
         debounce = None
-        if "debounce" in doc or "max_wait" in doc:
-            due, debounce = _json_debounce(doc, record, recurrence)
+        # null is absent, as for every optional field (a null debounce read as one
+        # failed an assertion in debounce_of); 0 is refused (invalid_debounce).
+        if doc.get("debounce") is not None or doc.get("max_wait") is not None:
+            if "debounce_first_ms" in doc or "debounce_merged" in doc:  # an import's
+                debounce = _json_restored_debounce(doc, record, recurrence)
+                due = _json_due(doc, record)
+            else:
+                due, debounce = _json_debounce(doc, record, recurrence)
         elif recurrence is not None:
             assert recurrence.start is not None
             due = recurrence.start
@@ -281,6 +288,32 @@ def _json_spread(doc: dict[str, Any], recurrence: Recurrence | None) -> int:
             f"spread {str(value)[:40]!r}: use whole seconds (the service's resolution)",
         )
     return checked_spread(int(seconds), recurrence)
+
+
+def _json_restored_debounce(
+    doc: dict[str, Any], record: RawRecord, recurrence: Recurrence | None
+) -> Debounce:
+    """A debounced timer restored whole (``"debounce_first_ms"``, ``"debounce_merged"``,
+    with ``"at"``): :func:`app.core.request_rules.restored_debounce`."""
+    debounce, max_wait = doc.get("debounce"), doc.get("max_wait")
+    return restored_debounce(
+        record,
+        None if debounce is None else debounce_seconds(debounce, "debounce"),
+        None if max_wait is None else debounce_seconds(max_wait, "max_wait"),
+        _json_whole(doc, "debounce_first_ms"),
+        _json_whole(doc, "debounce_merged"),
+        has_due="at" in doc or "in" in doc,
+        recurrence=recurrence,
+    )
+
+
+def _json_whole(doc: dict[str, Any], name: str) -> int | None:
+    value = doc.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RejectedRequest(RejectReason.INVALID_DEBOUNCE, f"{name!r} must be a whole number")
+    return value
 
 
 def _json_debounce(

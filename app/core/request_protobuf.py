@@ -22,6 +22,7 @@ from app.core.request_rules import (
     recurrence_of,
     refuse_reserved,
     request_window,
+    restored_debounce,
     sent_second,
 )
 from app.core.timer import Cancel, Header, Timer, TokenAction
@@ -100,14 +101,29 @@ def from_protobuf(record: RawRecord, now: float | None) -> Timer | Cancel:
             calendar=calendar,
         )
     debounce = None
-    if future.debounce or future.max_wait:  # attributes: no presence check per request
-        due, debounce = debounce_of(
-            record,
-            future.debounce if has("debounce") else None,
-            future.max_wait if has("max_wait") else None,
-            has_due=has("due"),
-            recurrence=recurrence,
-        )
+    # By presence, as JSON reads its keys: a debounce (or max-wait) sent as 0 is refused
+    # (invalid_debounce), never read as "not debounced". On upb a presence check costs
+    # less than reading the field.
+    if has("debounce") or has("max_wait"):
+        if has("debounce_first_ms") or has("debounce_merged"):  # restored whole (import)
+            debounce = restored_debounce(
+                record,
+                future.debounce if has("debounce") else None,
+                future.max_wait if has("max_wait") else None,
+                future.debounce_first_ms if has("debounce_first_ms") else None,
+                future.debounce_merged if has("debounce_merged") else None,
+                has_due=has("due"),
+                recurrence=recurrence,
+            )
+            due = future.due
+        else:
+            due, debounce = debounce_of(
+                record,
+                future.debounce if has("debounce") else None,
+                future.max_wait if has("max_wait") else None,
+                has_due=has("due"),
+                recurrence=recurrence,
+            )
     elif recurrence is not None:
         assert recurrence.start is not None
         due = recurrence.start

@@ -10,7 +10,12 @@ from __future__ import annotations
 from app.core.debounce import Debounce, debounced_due
 from app.core.raw_record import RawRecord
 from app.core.timer import Header
-from kafka_timers_client.bounds import MAX_SPEC_CHARS, RESERVED_HEADER_PREFIXES, checked_text
+from kafka_timers_client.bounds import (
+    MAX_SECONDS,
+    MAX_SPEC_CHARS,
+    RESERVED_HEADER_PREFIXES,
+    checked_text,
+)
 from kafka_timers_client.calendars import Calendar
 from kafka_timers_client.debounce import checked_debounce
 from kafka_timers_client.due import due_second, parse_epoch
@@ -33,6 +38,7 @@ __all__ = [
     "recurrence_of",
     "refuse_reserved",
     "request_window",
+    "restored_debounce",
     "sent_second",
 ]
 
@@ -197,3 +203,50 @@ def debounce_of(
     seconds, longest = checked
     sent_ms = record.timestamp_ms
     return debounced_due(sent_ms, seconds), Debounce(seconds, longest, sent_ms, 1, record.offset)
+
+
+def restored_debounce(
+    record: RawRecord,
+    debounce: int | None,
+    max_wait: int | None,
+    first_ms: int | None,
+    merged: int | None,
+    *,
+    has_due: bool,
+    recurrence: Recurrence | None,
+) -> Debounce:
+    """The :class:`Debounce` of a request that restores a debounced timer whole (what
+    ``kafka-timers import`` sends for one: its window, its first request's time
+    ``first_ms`` and the requests it had ``merged``, with its due second): stored as it
+    is, replacing the pending version (:attr:`Debounce.restored`), merged into nothing.
+
+    Refused (``invalid_debounce``): the window :func:`debounce_of` refuses, one of
+    ``first_ms`` and ``merged`` without the other, a first request's time before the
+    epoch, a merged count below 1, no due second, a recurrence.
+    """
+    checked = checked_debounce(debounce, max_wait)
+    if checked is None:
+        raise RejectedRequest(
+            RejectReason.INVALID_DEBOUNCE, "a restored debounce needs its debounce"
+        )
+    if first_ms is None or merged is None:
+        raise RejectedRequest(
+            RejectReason.INVALID_DEBOUNCE,
+            "a restored debounce needs both its first request's time and its merged count",
+        )
+    if not 0 <= first_ms <= 1000 * MAX_SECONDS + 999 or not 1 <= merged < 2**63:
+        raise RejectedRequest(
+            RejectReason.INVALID_DEBOUNCE,
+            f"a restored debounce's first request at {first_ms} ms and {merged} merged: "
+            f"epoch ms from 0 to {MAX_SECONDS} s, and at least 1 request",
+        )
+    if not has_due:
+        raise RejectedRequest(
+            RejectReason.INVALID_DEBOUNCE, "a restored debounce takes its due second (at, due)"
+        )
+    if recurrence is not None:
+        raise RejectedRequest(
+            RejectReason.INVALID_DEBOUNCE, "a series (cron, every) cannot be debounced"
+        )
+    seconds, longest = checked
+    return Debounce(seconds, longest, first_ms, merged, record.offset, restored=True)

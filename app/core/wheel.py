@@ -203,7 +203,9 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
         it (:func:`app.core.debounce.merge`), under the same token rule: what is stored is
         the merged timer, and a request merged already (read again after a crash) stores
         nothing. Over a version a round is delivering, it starts a new debounce and the
-        round still delivers the old one.
+        round still delivers the old one. A debounced timer restored whole (an import's
+        request, :attr:`~app.core.debounce.Debounce.restored`) replaces the pending
+        version as any reschedule does.
         """
         if self._behind:
             self._settle(timer.id)
@@ -228,7 +230,11 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
                 ):
                     return DUPLICATE
                 if timer.id in self._in_flight:
-                    self._replaced_in_flight(timer.id, keep_firing=timer.debounce is not None)
+                    # A debounced request starts a new debounce behind the fire under
+                    # way; a restored one (an import) is a reschedule, as a plain one.
+                    debounce = timer.debounce
+                    keep_firing = debounce is not None and not debounce.restored
+                    self._replaced_in_flight(timer.id, keep_firing=keep_firing)
                 self._drop_pending(timer.id, index.due)
                 replaced = True
         fire_at = timer.fire_at

@@ -13,11 +13,16 @@ are bytes). ``"spread"`` (seconds) is there for a spread timer. ``"partition"``,
 the timer was found, is informational and ignored when read back. Fields left out of a
 line (``late``, ``end``, ``count``, ``spread``) are absent. A series with a calendar has
 ``"skip_holidays"``, ``"skip_dates"`` and ``"skip_policy"`` as in a JSON request (and an
-interval series its ``"tz"``). A debounced timer is written as the plain timer it fires
-as (its debounce, what it merged, is not exported).
+interval series its ``"tz"``). A debounced timer has its window, ``"debounce"`` and
+``"max_wait"`` (seconds, as in a request; ``max_wait`` absent for none), its first
+request's time ``"debounce_first_ms"`` (epoch ms: the max-wait runs from it) and the
+requests it merged so far, ``"debounce_merged"`` (its ``timer-debounced``): imported, it
+fires at the same second with the same header, and later requests go on merging into it.
 
 :func:`encode_timer` and :func:`decode_timer` are exact inverses over every
-:class:`~app.core.timer.Timer` the worker can store, a debounced one's debounce aside.
+:class:`~app.core.timer.Timer` the worker can store, but for a debounced timer's last
+request offset (an offset of the partition it was read from, meaningless in another:
+read back as -1, unknown).
 """
 
 from __future__ import annotations
@@ -27,9 +32,11 @@ import binascii
 import json
 from typing import Any
 
+from app.core.debounce import Debounce
 from app.core.timer import Timer
 from kafka_timers_client.bounds import MAX_SECONDS
 from kafka_timers_client.calendars import Calendar
+from kafka_timers_client.debounce import checked_debounce
 from kafka_timers_client.errors import KafkaTimersError
 from kafka_timers_client.late import LatePolicy
 from kafka_timers_client.recurrence import Recurrence
@@ -68,6 +75,13 @@ def encode_timer(timer: Timer, partition: int | None = None) -> dict[str, Any]:
         doc["late"] = timer.late.text()
     if timer.spread:
         doc["spread"] = timer.spread
+    debounce = timer.debounce
+    if debounce is not None:
+        doc["debounce"] = debounce.seconds
+        if debounce.max_wait is not None:
+            doc["max_wait"] = debounce.max_wait
+        doc["debounce_first_ms"] = debounce.first_ms
+        doc["debounce_merged"] = debounce.merged
     rec = timer.recurrence
     if rec is not None:
         if rec.cron is not None:
@@ -173,6 +187,23 @@ def _get_bytes(doc: dict[str, Any], name: str, *, nullable: bool) -> bytes | Non
         raise LineError(f"{name!r} is not valid UTF-8 (a lone surrogate)") from exc
 
 
+def _debounce(doc: dict[str, Any]) -> Debounce:
+    """A debounced timer's window, first request's time and merged count."""
+    seconds, max_wait = _int(doc, "debounce", required=True), _int(doc, "max_wait")
+    first_ms = _int(doc, "debounce_first_ms", required=True)
+    merged = _int(doc, "debounce_merged", required=True)
+    assert seconds is not None and first_ms is not None and merged is not None
+    try:
+        checked_debounce(seconds, max_wait)
+    except KafkaTimersError as exc:
+        raise LineError(f"'debounce': {exc}") from exc
+    if not 0 <= first_ms <= 1000 * MAX_SECONDS + 999:
+        raise LineError("'debounce_first_ms' must be epoch milliseconds from 0")
+    if not 1 <= merged < 2**63:
+        raise LineError("'debounce_merged' must be at least 1")
+    return Debounce(seconds, max_wait, first_ms, merged)
+
+
 def decode_timer(doc: Any) -> Timer:
     """The :class:`Timer` an export line's JSON object stands for; :class:`LineError`
     if it is not one."""
@@ -240,6 +271,11 @@ def decode_timer(doc: Any) -> Timer:
     timer_id = _text(doc, "id")
     if not timer_id:
         raise LineError("'id' must not be empty")
+    debounce = None
+    if "debounce" in doc or "max_wait" in doc:
+        if recurrence is not None:
+            raise LineError("a series (cron, every) cannot be debounced")
+        debounce = _debounce(doc)
     return Timer(
         id=timer_id,
         due=due,
@@ -253,6 +289,7 @@ def decode_timer(doc: Any) -> Timer:
         fired_before=fired_before,
         late=late,
         spread=spread,
+        debounce=debounce,
     )
 
 

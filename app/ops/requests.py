@@ -23,6 +23,14 @@ seconds, and a cancel with the same token stops it. No request format can say
 second); as its occurrences are numbered anew, each of a spread series may land on
 another second of its window.
 
+A **debounced** timer is sent as a request that restores it whole (its due second, its
+debounce and max-wait, its first request's time and merged count: protobuf fields 24-25,
+JSON ``debounce_first_ms`` and ``debounce_merged``): the target stores the very same
+timer, which fires at the same second with the same ``timer-debounced`` header unless
+more requests merge into it there, and the max-wait still runs from its first request.
+It replaces a pending version of its id (under the token rule) rather than merging into
+it, so importing it twice leaves it as it was.
+
 Every request is keyed by the timer id and sent to the id's owner partition for the
 target's partition count (:func:`app.core.routing.owner_of`).
 """
@@ -78,15 +86,20 @@ def _is_etf1(timer: Timer) -> bool:
         and timer.recurrence is None
         and timer.late is None
         and not timer.spread
+        and timer.debounce is None
         and timer.headers[1][1] == timer.id.encode()
     )
 
 
 def continued(timer: Timer) -> Timer:
-    """The timer the target stores for ``timer``: itself for a one-shot timer; for a
-    series, the series from its pending occurrence on, numbered from 1."""
+    """The timer the target stores for ``timer``: itself for a one-shot timer (a
+    debounced one as restored whole, its last request's offset unknown until the target
+    reads it); for a series, the series from its pending occurrence on, numbered from 1."""
     rec = timer.recurrence
     if rec is None:
+        if timer.debounce is not None:
+            restored = replace(timer.debounce, last_offset=-1, restored=True)
+            return replace(timer, debounce=restored)
         return timer
     remaining = None if rec.count is None else rec.count - (timer.seq - 1)
     return replace(
@@ -135,6 +148,11 @@ def as_request(timer: Timer, now_ms: int) -> RequestRecord:
     )
     if rec is None:
         future.due = target.due
+        debounce = target.debounce
+        if debounce is not None:
+            future.debounce, future.max_wait = debounce.seconds, debounce.max_wait
+            future.debounce_first_ms = debounce.first_ms
+            future.debounce_merged = debounce.merged
     else:
         future.cron, future.every = rec.cron, rec.every
         future.tz = rec.tz if rec.cron is not None or rec.calendar is not None else None
@@ -166,6 +184,8 @@ def checked_request(timer: Timer, now_ms: int) -> RequestRecord:
         back = parse_request(request.read_from(topic))
     except RejectedRequest as refused:
         raise LineError(f"the worker would refuse its request: {refused}") from None
+    if isinstance(back, Timer) and back.debounce is not None:  # its offset is the target's
+        back = replace(back, debounce=replace(back.debounce, last_offset=-1))
     if back != continued(timer):
         raise LineError("no request recreates it exactly: a number past what a request holds?")
     return request
@@ -201,6 +221,13 @@ def _as_json(timer: Timer) -> bytes:
     rec = timer.recurrence
     if rec is None:
         doc["at"] = timer.due
+        debounce = timer.debounce
+        if debounce is not None:
+            doc["debounce"] = debounce.seconds
+            if debounce.max_wait is not None:
+                doc["max_wait"] = debounce.max_wait
+            doc["debounce_first_ms"] = debounce.first_ms
+            doc["debounce_merged"] = debounce.merged
     else:
         if rec.cron is not None:
             doc["cron"], doc["tz"] = rec.cron, rec.tz

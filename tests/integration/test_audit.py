@@ -162,6 +162,14 @@ class History:
         )  # fmt: skip
         self.request(timer_id, protowire.encode(future), start - 600)
 
+    def debounced(self, timer_id: str, ts_s: float, seconds: int, max_wait: int | None) -> None:
+        """A debounced request, token-less as the clients send one."""
+        future = protowire.Future(
+            callback_topic="cb", callback=b"x", id=timer_id, token="", debounce=seconds,
+            max_wait=max_wait,
+        )  # fmt: skip
+        self.request(timer_id, protowire.encode(future), ts_s)
+
     def trigger(self, timer_id: str, token: str, ts_s: int, answered: bool = True) -> int:
         """A trigger request, and the worker's answer a moment later; its offset."""
         future = protowire.Future(id=timer_id, token=token, action=protowire.ACTION_TRIGGER)
@@ -315,6 +323,56 @@ def test_triggered_and_backfilled_fires_are_extra_fires_judged_by_what_they_are(
     # and no lateness samples: the clean history's 16, x-hb's 2 and x-twice's 1
     assert summary["lateness_overall"]["fires"] == 16 + 2 + 1
     # The scale tool's single-process yardstick reads the same records the same way.
+    since_ms = summary["since_ms"]
+    rules = Rules(as_of_ms=summary["as_of_ms"], grace_ms=summary["grace_ms"], since_ms=since_ms)
+    baseline = reconcile_in_process(settings, rules)
+    assert (baseline.timers, baseline.violation_counts) == (
+        summary["timers"],
+        summary["violation_counts"],
+    )
+
+
+def write_debounced(h: History, t0: int) -> set[tuple[str, str]]:
+    """Debounced ids as a worker merges and fires them (one fire per burst), and two
+    violations among them; returns those (kind, id)."""
+    # a burst of three, 10 s apart at most: one fire, 10 s after the last request
+    for n in range(3):
+        h.debounced("db-burst", t0 + 2 * n, 10, None)
+    h.fired("db-burst", "", t0 + 14, (t0 + 14) * 1000 + 20)
+    # capped by its max-wait: the last two requests are due 12 s after the first
+    for n in range(3):
+        h.debounced("db-capped", t0 + 4 * n, 10, 12)
+    h.fired("db-capped", "", t0 + 12, (t0 + 12) * 1000 + 20)
+    # two bursts apart in time: each one fire, each max-wait from its own first request
+    for start in (t0, t0 + 100):
+        h.debounced("db-apart", start, 10, 12)
+        h.debounced("db-apart", start + 4, 10, 12)
+        h.fired("db-apart", "", start + 12, (start + 12) * 1000 + 20)
+    # violations: fired before 10 s after its last request, and a burst that never fired
+    h.debounced("db-early", t0, 10, None)
+    h.debounced("db-early", t0 + 4, 10, None)
+    h.fired("db-early", "", t0 + 14, (t0 + 14) * 1000 - 300)
+    h.debounced("db-missing", t0, 10, 12)
+    h.debounced("db-missing", t0 + 4, 10, 12)
+    return {("early", "db-early"), ("missing", "db-missing")}
+
+
+def test_a_debounced_burst_is_one_timer_fired_once_within_its_window(
+    spark: Any, settings: Settings, tmp_path: Path
+) -> None:
+    """N requests, one fire: no earlier than the last request plus the debounce (or the
+    first plus the max-wait, which bounds it), the other requests neither missing nor
+    their fire unrequested. Before, a burst capped by its max-wait was an unrequested
+    fire and a missing timer, and a second burst merged into the first one's bound."""
+    now = time.time()
+    t0 = int(now) - 3600
+    history = History(settings)
+    planted = write_debounced(history, t0)
+
+    code, summary = run_audit(settings, tmp_path, "--as-of", str(now))
+    assert {(v["kind"], v["id"]) for v in summary["violations"]} == planted
+    assert summary["total_violations"] == len(planted) and code == 1
+    assert summary["statuses"] == {"fired": 4, "missing": 1}
     since_ms = summary["since_ms"]
     rules = Rules(as_of_ms=summary["as_of_ms"], grace_ms=summary["grace_ms"], since_ms=since_ms)
     baseline = reconcile_in_process(settings, rules)

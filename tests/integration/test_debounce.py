@@ -2,7 +2,7 @@
 requests for one id fires once, after the last (or at the max-wait), with the last
 payload and the count merged; a kill -9 between requests keeps the count and the first
 request's time; a debounce that cannot be is refused in one line by the CLI and
-dead-lettered by the worker.
+dead-lettered by the worker (a protobuf debounce of 0 too, as JSON's).
 
 Requests go out at a fixed pace (the input of the test, not a wait for a result); every
 wait for a result polls with a deadline. Times compared are the client's request
@@ -21,6 +21,7 @@ import pytest
 
 from app.dev.stack import wait_until_firing
 from app.kafka.records import Record, TopicReader
+from kafka_timers_client import protowire
 from kafka_timers_client.client import TimerClient
 from tests.support.cli import run_cli
 from tests.support.probes import get_admitted, start_probed
@@ -245,8 +246,15 @@ def test_a_debounce_that_cannot_be_is_refused_by_the_cli_and_dead_lettered(
     producer = stack.producer()
     bad = {"id": "x", "topic": topic, "value": "v", "debounce": "10s", "max_wait": "5s"}
     producer.produce(settings.topics.requests, json.dumps(bad).encode(), b"x")
+    # protobuf's debounce 0, set (with a due second it was a plain timer, stored)
+    zero = protowire.Future(
+        callback_topic=topic, callback=b"v", id="y", debounce=0, due=int(time.time()) + 3600
+    )
+    producer.produce(settings.topics.requests, protowire.encode(zero), b"y")
     assert producer.flush(10) == 0
     with TopicReader(settings, settings.topics.dlq) as dlq:
-        (dead,) = dlq.wait_for(lambda rs: len(rs) >= 1, FIRE_TIMEOUT)
-    assert header(dead, "dlq-reason") == "invalid_debounce"
-    assert "shorter than the debounce" in (header(dead, "dlq-detail") or "")
+        dead = dlq.wait_for(lambda rs: len(rs) >= 2, FIRE_TIMEOUT)
+    by_key = {r.key: r for r in dead}
+    assert [header(by_key[k], "dlq-reason") for k in (b"x", b"y")] == ["invalid_debounce"] * 2
+    assert "shorter than the debounce" in (header(by_key[b"x"], "dlq-detail") or "")
+    assert "at least 1s" in (header(by_key[b"y"], "dlq-detail") or "")

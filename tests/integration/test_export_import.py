@@ -1,6 +1,8 @@
 """Export and import on real processes: every kind of pending timer leaves one deployment
 as JSON lines and is stored, once, by another with twice the partitions, even when the
-file is imported twice, and again after it fired."""
+file is imported twice, and again after it fired. A debounced timer keeps its window,
+first request's time and merged count: it fires on the target with the source's
+``timer-debounced``."""
 
 from __future__ import annotations
 
@@ -79,6 +81,11 @@ def test_export_then_import_twice_into_more_partitions_fires_each_timer_once(
     wait_until_firing(source, client, topic, probes=8, timeout=STARTUP_TIMEOUT)
 
     start = int(time.time()) + 60  # after the export, the move and the target's start
+    # Three debounced requests for one id, merged by the source: one timer, counting 3.
+    for n in (1, 2, 3):
+        debounced = client.schedule(
+            topic, b"edit %d" % n, "kd", timer_id="debounced", debounce=60, max_wait=600
+        )
     ids = []
     for i in range(20):
         ids.append(
@@ -106,12 +113,19 @@ def test_export_then_import_twice_into_more_partitions_fires_each_timer_once(
     as_json = {"topic": topic, "key_b64": "/w==", "value": "j", "at": start + 3, "id": "json"}
     producer.produce(source.topics.requests, json.dumps(as_json).encode(), b"json")
     producer.flush(10)
-    expected = {*ids, late.id, series.id, cron.id, "etf1-id", "json"}
+    expected = {*ids, late.id, series.id, cron.id, "etf1-id", "json", debounced.id}
+
+    def merged_3(timers: list[Timer] | None) -> list[Timer] | None:
+        """The export, once the debounced timer in it has merged its three requests."""
+        held = {t.id: t for t in timers or ()}.get(debounced.id)
+        if held is None or held.debounce is None or held.debounce.merged < 3:
+            return None
+        return timers
 
     # Exported while the worker runs, once every timer is stored.
     path = tmp_path / "timers.jsonl"
     exported = wait_until(
-        lambda: export_holding(source, path, expected),
+        lambda: merged_3(export_holding(source, path, expected)),
         FIRE_TIMEOUT,
         "every timer in the export",
         interval=0.5,
@@ -123,6 +137,9 @@ def test_export_then_import_twice_into_more_partitions_fires_each_timer_once(
     assert by_id["series"].late is not None and by_id["series"].late.text() == "all"
     assert by_id["late"].late is not None and by_id["late"].late.text() == "skip-after 3600s"
     assert by_id["etf1-id"].key == b"\x00\xfe" and by_id["json"].key == b"\xff"
+    held = by_id[debounced.id].debounce
+    assert held is not None and (held.seconds, held.max_wait, held.merged) == (60, 600, 3)
+    assert by_id[debounced.id].value == b"edit 3"
     for worker in stack.services:
         worker.stop()  # the source fires nothing: every callback below is the target's
 
@@ -162,6 +179,11 @@ def test_export_then_import_twice_into_more_partitions_fires_each_timer_once(
             assert len(got) == len({(i, d) for i, d, _ in got}) == wanted, "each fired once"
             assert all(at >= due * 1000 for _, due, at in got), "none early"
             assert {i for i, _, _ in got} == expected
+            (merged,) = [r for r in reader.records if r.header("timer-id") == b"debounced"]
+            # the source's count: imported twice, restored twice, never merged into itself
+            assert merged.header("timer-debounced") == b"3"
+            assert (merged.key, merged.value) == (b"kd", b"edit 3")
+            assert int(merged.header("timer-due") or 0) == by_id[debounced.id].due
 
             # Imported once more after they fired: every one dropped, none fires again.
             do_import(target, path)

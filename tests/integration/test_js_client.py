@@ -1,8 +1,9 @@
 """The JavaScript client (clients/js, kafkajs) against real worker and oscillator
 processes: ``node`` runs its compiled test script, which schedules a one-shot timer (text
-and binary), cancels one and tombstones one waiting for the answers, and schedules a
-series; this side checks the callbacks that arrive and that the JS client places ids on
-the partitions the Python client computes.
+and binary), cancels one and tombstones one waiting for the answers, schedules a
+series and sends three debounced requests for one id; this side checks the callbacks
+that arrive and that the JS client places ids on the partitions the Python client
+computes.
 
 ``make test`` builds the client first (``npm ci`` and ``tsc``, the Makefile's
 ``js-client`` target). Node is required: a missing ``node`` fails, it never skips.
@@ -70,7 +71,10 @@ def test_the_js_client_schedules_cancels_and_schedules_a_series(stack: Stack) ->
     assert result["tombstoned"] == "cancelled"
 
     once, binary, series = result["once"], result["binary"], result["series"]
-    expected = {once["id"]: 1, binary["id"]: 1, series["id"]: 3}
+    debounced = result["debounced"]
+    assert len({d["id"] for d in debounced}) == 1
+    assert [d["token"] for d in debounced] == ["", "", ""]  # token-less: each one merges
+    expected = {once["id"]: 1, binary["id"]: 1, series["id"]: 3, debounced[0]["id"]: 1}
     with stack.reader(topic) as reader:
         reader.wait_for(lambda rs: Counter(fired_ids(rs)) >= Counter(expected), FIRE_TIMEOUT)
         reader.poll(1.5)  # a fourth occurrence, a duplicate or a cancelled timer would show here
@@ -95,3 +99,10 @@ def test_the_js_client_schedules_cancels_and_schedules_a_series(stack: Stack) ->
     # the first occurrence the JS client computed is the worker's
     assert dues == [series["due"], series["due"] + 1, series["due"] + 2]
     assert all(r.timestamp_ms >= d * 1000 for r, d in zip(ticks, dues, strict=True))
+
+    # three debounced requests, one callback: the last request's, counting all three
+    (merged,) = by_id[debounced[0]["id"]]
+    assert (merged.key, merged.value) == (b"k-deb", b"edit 3")
+    assert merged.header("timer-debounced") == b"3"
+    assert int(merged.header("timer-due") or 0) == debounced[-1]["due"]
+    assert merged.timestamp_ms >= debounced[-1]["due"] * 1000, "fired before the last request's due"

@@ -8,10 +8,17 @@ from typing import Any
 
 import pyarrow as pa
 
+from app.core.debounce import Debounce
 from app.core.fired import token_digest
 from app.settings import Settings
 from kafka_timers_client import protowire
-from spark_audit.parsing import CANCEL, SCHEDULE, parse_request_arrays, policy_for
+from spark_audit.parsing import (
+    CANCEL,
+    SCHEDULE,
+    parse_request_arrays,
+    policy_for,
+    schedule_from_json,
+)
 
 TS_MS = 1_767_225_600_000
 HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
@@ -91,3 +98,21 @@ def test_requests_the_worker_refuses_are_marked_with_its_reason() -> None:
 
 def test_an_empty_batch_gives_an_empty_result() -> None:
     assert parse([]) == []
+
+
+def test_a_debounced_request_carries_its_window_through_the_series_column() -> None:
+    """Due one debounce after its timestamp; its window (and, restored by an import, its
+    first request's time and count) in the ``series`` column, read back by the judge."""
+    asked = protowire.Future(callback_topic="cb", callback=b"x", id="d", debounce=30, max_wait=300)
+    restored = protowire.Future(
+        callback_topic="cb", callback=b"x", id="d", debounce=30, due=1767225650,
+        debounce_first_ms=TS_MS - 9000, debounce_merged=4,
+    )  # fmt: skip
+    rows = parse([(b"d", protowire.encode(asked), []), (b"d", protowire.encode(restored), [])])
+    assert [(r["kind"], r["due"]) for r in rows] == [(SCHEDULE, 1767225630), (SCHEDULE, 1767225650)]
+    windows = [schedule_from_json(r["series"]) for r in rows]
+    assert windows == [
+        (None, Debounce(30, 300, TS_MS, 1)),
+        (None, Debounce(30, None, TS_MS - 9000, 4, restored=True)),
+    ]
+    assert schedule_from_json(None) == (None, None)

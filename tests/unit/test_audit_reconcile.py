@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from app.core.debounce import Debounce
+from kafka_timers_client.debounce import debounced_due
 from kafka_timers_client.recurrence import Recurrence
 from spark_audit.reconcile import judge
 from spark_audit.verdicts import (
@@ -445,3 +447,67 @@ def test_a_series_trigger_fire_before_its_trigger_was_applied_is_early() -> None
         answers=[applied("trigger", ms + 400, "s1", 7)],
     )
     assert ViolationKind.EARLY in kinds(verdict)
+
+
+# -- debounced ids: N requests, one version, one fire --------------------------------------
+
+
+def debounced(
+    offset: int, ts_s: float, seconds: int = 10, max_wait: int | None = None, token: str = ""
+) -> RequestEvent:
+    """A debounced request as the audit parses it: due one debounce after its timestamp."""
+    ts_ms = int(ts_s * 1000)
+    window = Debounce(seconds, max_wait, ts_ms, 1, offset)
+    due = debounced_due(ts_ms, seconds)
+    return RequestEvent(offset, ts_ms, "schedule", token, due, True, "cb", None, 0, window)
+
+
+def test_a_burst_of_debounced_requests_is_one_timer_fired_once() -> None:
+    burst = [debounced(n, T0 + 2 * n) for n in range(5)]  # the last at T0 + 8: due T0 + 18
+    verdict = judge(burst, [fire((T0 + 18) * 1000 + 30, "", T0 + 18)], [], AS_OF)
+    assert (verdict.status, kinds(verdict)) == (Status.FIRED, [])
+    assert (verdict.final_due, verdict.fires[0]["lateness_ms"]) == (T0 + 18, 30)
+
+
+def test_a_burst_capped_by_its_max_wait_fires_at_the_bound_and_is_clean() -> None:
+    """Due T0 + 10, then T0 + 14 and T0 + 18 each capped at T0 + 12 (T0 + 12 s after the
+    first request): the fire at T0 + 12 is the burst's, and nothing is missing. Before,
+    it was an unrequested fire and the last request's T0 + 18 was missing."""
+    burst = [debounced(n, T0 + 4 * n, max_wait=12) for n in range(3)]
+    verdict = judge(burst, [fire((T0 + 12) * 1000 + 30, "", T0 + 12)], [], AS_OF)
+    assert (verdict.status, kinds(verdict)) == (Status.FIRED, [])
+    assert verdict.final_due == T0 + 12
+    never = judge(burst, [], [], AS_OF)
+    assert (never.status, kinds(never)) == (Status.MISSING, [ViolationKind.MISSING])
+    assert never.violations[0].due == T0 + 12
+
+
+def test_a_burst_fired_before_its_last_request_plus_the_window_is_early() -> None:
+    burst = [debounced(n, T0 + 4 * n) for n in range(3)]  # due T0 + 18
+    verdict = judge(burst, [fire((T0 + 18) * 1000 - 400, "", T0 + 18)], [], AS_OF)
+    assert kinds(verdict) == [ViolationKind.EARLY]
+    wrong = judge(burst, [fire((T0 + 10) * 1000 + 5, "", T0 + 10)], [], AS_OF)
+    # the first request's version fired and the burst's never did: the worker would have
+    # merged the two requests after it (they came before it was due) and fired T0 + 18
+    assert kinds(wrong) == [ViolationKind.MISSING]
+
+
+def test_bursts_apart_in_time_each_fire_once_from_their_own_first_request() -> None:
+    """A request after the pending debounce fired starts a new one: its max-wait runs
+    from its own first request (merged into the fired one, it was due at T0 + 12)."""
+    first = [debounced(0, T0, max_wait=12), debounced(1, T0 + 4, max_wait=12)]
+    second = [debounced(2, T0 + 100, max_wait=12), debounced(3, T0 + 104, max_wait=12)]
+    fires = [fire((T0 + 12) * 1000 + 20, "", T0 + 12), fire((T0 + 112) * 1000 + 20, "", T0 + 112)]
+    verdict = judge(first + second, fires, [], AS_OF)
+    assert (verdict.status, kinds(verdict)) == (Status.FIRED, [])
+    assert verdict.final_due == T0 + 112
+
+
+def test_a_debounce_restored_by_an_import_goes_on_from_its_first_request() -> None:
+    restored = RequestEvent(
+        0, T0 * 1000, "schedule", "", T0 + 20, True, "cb", None, 0,
+        Debounce(10, 60, (T0 - 55) * 1000, 4, restored=True),
+    )  # fmt: skip
+    later = debounced(1, T0 + 1, max_wait=60)  # due T0 + 11, capped at T0 + 5
+    verdict = judge([restored, later], [fire((T0 + 5) * 1000 + 9, "", T0 + 5)], [], AS_OF)
+    assert (verdict.status, kinds(verdict)) == (Status.FIRED, [])

@@ -263,6 +263,95 @@ def test_a_debounce_that_cannot_be_is_refused_with_its_reason(record: RawRecord)
     assert refused.value.reason is RejectReason.INVALID_DEBOUNCE, refused.value
 
 
+@pytest.mark.parametrize(
+    ("json_fields", "proto_fields"),
+    [
+        ({"debounce": 0}, {"debounce": 0}),
+        ({"debounce": 0, "in": 60}, {"debounce": 0, "due": NOW + 60}),
+        ({"debounce": 0, "max_wait": 300}, {"debounce": 0, "max_wait": 300}),
+        ({"max_wait": 0}, {"max_wait": 0}),
+        ({"max_wait": 0, "in": 60}, {"max_wait": 0, "due": NOW + 60}),
+        ({"debounce": 5, "max_wait": 0}, {"debounce": 5, "max_wait": 0}),
+    ],
+)
+def test_a_debounce_or_max_wait_of_0_is_refused_alike_in_json_and_protobuf(
+    json_fields: dict[str, Any], proto_fields: dict[str, Any]
+) -> None:
+    """0 is set, not absent: protobuf reads field 22-23 by presence, as JSON its keys (a
+    protobuf debounce of 0 was a plain timer, or missing_due without a due second)."""
+    for record in (json_record(**json_fields), proto_record(**proto_fields)):
+        with pytest.raises(RejectedRequest) as refused:
+            parse_request(record, now=NOW)
+        assert refused.value.reason is RejectReason.INVALID_DEBOUNCE, refused.value
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        json_record(MS, debounce=None, **{"in": 60}),
+        json_record(MS, max_wait=None, **{"in": 60}),
+        proto_record(due=NOW + 60),
+    ],
+)
+def test_an_absent_debounce_is_a_plain_timer(record: RawRecord) -> None:
+    """JSON null is absent, as for every optional field (it failed an assertion)."""
+    timer = parse_request(record, now=NOW)
+    assert isinstance(timer, Timer)
+    assert timer.debounce is None
+    assert timer.due == NOW + 60
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        json_record(
+            debounce=30, max_wait=300, at=NOW + 20, debounce_first_ms=MS, debounce_merged=4
+        ),
+        proto_record(
+            debounce=30, max_wait=300, due=NOW + 20, debounce_first_ms=MS, debounce_merged=4
+        ),
+    ],
+)
+def test_a_restored_debounce_keeps_its_due_first_request_and_count(record: RawRecord) -> None:
+    """What an import sends: the timer as it was, to replace (not merge into) a pending one."""
+    timer = parse_request(record, now=NOW + 3600.0)
+    assert isinstance(timer, Timer)
+    assert timer.due == NOW + 20
+    assert timer.debounce == Debounce(30, 300, MS, 4, 7, restored=True)
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        json_record(debounce=30, debounce_first_ms=MS, debounce_merged=4),  # no due second
+        json_record(debounce=30, at=NOW + 20, debounce_merged=4),
+        json_record(debounce=30, at=NOW + 20, debounce_first_ms=MS, debounce_merged=0),
+        json_record(debounce=30, at=NOW + 20, debounce_first_ms=-1, debounce_merged=2),
+        json_record(debounce=30, at=NOW + 20, debounce_first_ms="1", debounce_merged=2),
+        json_record(max_wait=30, at=NOW + 20, debounce_first_ms=MS, debounce_merged=2),
+        proto_record(debounce=30, debounce_first_ms=MS, debounce_merged=4),
+        proto_record(debounce=30, due=NOW + 20, debounce_first_ms=MS),
+        proto_record(debounce=30, due=NOW + 20, debounce_first_ms=MS, debounce_merged=0),
+        proto_record(debounce=0, due=NOW + 20, debounce_first_ms=MS, debounce_merged=2),
+        proto_record(debounce=9, max_wait=5, due=NOW + 20, debounce_first_ms=MS, debounce_merged=2),
+    ],
+)
+def test_a_restored_debounce_that_cannot_be_is_refused(record: RawRecord) -> None:
+    with pytest.raises(RejectedRequest) as refused:
+        parse_request(record, now=NOW)
+    assert refused.value.reason is RejectReason.INVALID_DEBOUNCE, refused.value
+
+
+def test_a_restored_debounce_replaces_the_pending_one_instead_of_merging() -> None:
+    pending = request(MS, b"1", offset=3)
+    restored = replace(
+        request(MS - 9000, b"r", offset=9),
+        due=NOW + 4,
+        debounce=Debounce(5, None, MS - 9000, 7, 9, restored=True),
+    )
+    assert merge(pending, restored) is restored
+
+
 @pytest.fixture
 def client() -> Iterator[TimerClient]:
     """A client on the clock NOW + 0.5 whose sends are recorded, never produced."""

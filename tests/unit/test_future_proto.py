@@ -86,6 +86,10 @@ all_fields = st.builds(
     skip_policy=TEXT,
     backfill_from=st.one_of(st.none(), INT64),
     backfill_to=st.one_of(st.none(), INT64),
+    debounce=st.one_of(st.none(), st.just(0), INT64),
+    max_wait=st.one_of(st.none(), st.just(0), INT64),
+    debounce_first_ms=st.one_of(st.none(), st.just(0), INT64),
+    debounce_merged=st.one_of(st.none(), st.just(0), INT64),
 )
 #: Record keys: none, empty, epoch seconds (with fractions), ids, garbage.
 keys = st.one_of(
@@ -149,6 +153,10 @@ FIELDS = [
     ("skip_policy", "skip_policy"),
     ("backfill_from", "backfill_from"),
     ("backfill_to", "backfill_to"),
+    ("debounce", "debounce"),
+    ("max_wait", "max_wait"),
+    ("debounce_first_ms", "debounce_first_ms"),
+    ("debounce_merged", "debounce_merged"),
 ]
 
 
@@ -262,8 +270,8 @@ def test_a_field_of_the_schema_with_the_wrong_wire_type_is_dead_lettered() -> No
     cron_as_varint = bytes([9 << 3 | 0, 1])
     record = RawRecord("timer-request", 0, 0, 0, b"1767225600", article + cron_as_varint)
     assert parsed(record) is RejectReason.MALFORMED
-    # fields 24 (varint) and 25 (fixed32): numbers no version of the schema uses yet
-    newer = article + bytes([0xC0, 0x01, 1]) + bytes([0xCD, 0x01]) + b"abcd"
+    # fields 26 (varint) and 27 (fixed32): numbers no version of the schema uses yet
+    newer = article + bytes([0xD0, 0x01, 1]) + bytes([0xDD, 0x01]) + b"abcd"
     record = RawRecord("timer-request", 0, 0, 0, b"1767225600", newer)
     assert isinstance(parsed(record), Timer), "a newer producer's fields are skipped"
 

@@ -34,7 +34,9 @@ from app.core.raw_record import RawRecord
 from app.core.request_format import parse_request
 from app.core.timer import Cancel, Timer
 from kafka_timers_client.bounds import MAX_SECONDS
-from kafka_timers_client.errors import RejectedRequest, RejectReason
+from kafka_timers_client.client import TimerClient
+from kafka_timers_client.debounce import debounced_due
+from kafka_timers_client.errors import KafkaTimersError, RejectedRequest, RejectReason
 from tests.support.node import NodeScript, node_script
 
 SENT_MS = 1_800_000_000_250
@@ -148,8 +150,10 @@ FIELDS: dict[str, tuple[st.SearchStrategy[Any], st.SearchStrategy[Any]]] = {
     "topic": (good_texts, bad_texts),
     "value": (good_keys, bad_texts),
     "kind": (
-        st.sampled_from(["at", "delay", "every", "cron"]),
-        st.sampled_from(["none", "both"]),
+        st.sampled_from(["at", "delay", "every", "cron", "debounce"]),
+        # neither due time nor series; both due times; a max-wait alone; a debounce with
+        # a due time
+        st.sampled_from(["none", "both", "max_wait_alone", "debounce_at"]),
     ),
     "at": (good_instants, bad_instants),
     "delay": (st.integers(0, 10**6), st.one_of(bad_numbers, st.just("5"))),
@@ -161,6 +165,14 @@ FIELDS: dict[str, tuple[st.SearchStrategy[Any], st.SearchStrategy[Any]]] = {
     "end": (good_instants, bad_instants),
     "count": (st.integers(1, 100), st.one_of(bad_numbers, wrong_types, st.just(1.5))),
     "spread": (st.integers(0, 30), bad_durations),
+    "debounce": (
+        st.one_of(st.integers(1, 3600), st.sampled_from(["30s", " 5m", "1 h", "1000ms", 2.0])),
+        st.one_of(bad_durations, st.sampled_from([MAX_SECONDS, "0s", "1100ms", 0.5, 0])),
+    ),
+    "maxWait": (
+        st.one_of(st.integers(3600, 10**7), st.sampled_from(["1h", "2d", "1w"])),
+        st.one_of(bad_durations, st.sampled_from([0, "1s", "0s", 59.5])),
+    ),
     "late": (good_lates, bad_lates),
     "key": (good_keys, bad_texts),
     "id": (good_texts, bad_texts),
@@ -171,6 +183,7 @@ FIELDS: dict[str, tuple[st.SearchStrategy[Any], st.SearchStrategy[Any]]] = {
 #: The kind of request a field is read in (any other field: any kind).
 KIND_OF = {"at": "at", "delay": "delay", "every": "every", "cron": "cron", "tz": "cron"}
 KIND_OF.update({"start": "every", "end": "every", "count": "every"})
+KIND_OF.update({"debounce": "debounce", "maxWait": "debounce"})
 #: Fields a series may take, and fields any request may take, each present or not.
 SERIES_FIELDS = ("start", "end", "count")
 OPTIONAL_FIELDS = ("spread", "late", "key", "id", "token", "headers")
@@ -183,6 +196,9 @@ class Case(NamedTuple):
     #: What the worker alone may refuse: a cron or zone drawn bad, an occurrence to find.
     cron_judged: bool
     occurrence_judged: bool
+    #: A debounce whose fields alone decide (no other field hostile): the JavaScript
+    #: client must refuse it exactly when the Python client does.
+    debounce_judged: bool
 
 
 @st.composite
@@ -212,6 +228,14 @@ def schedule_cases(draw: st.DrawFn) -> Case:
         options["cron"] = field("cron")
         if present("tz"):
             options["tz"] = field("tz")
+    if kind in ("debounce", "debounce_at"):
+        options["debounce"] = field("debounce")
+        if present("maxWait"):
+            options["maxWait"] = field("maxWait")
+        if kind == "debounce_at":
+            options["at"] = field("at")
+    if kind == "max_wait_alone":
+        options["maxWait"] = field("maxWait")
     if kind in ("every", "cron"):
         for name in SERIES_FIELDS:
             if present(name):
@@ -228,7 +252,23 @@ def schedule_cases(draw: st.DrawFn) -> Case:
         # A cron series may have no occurrence before its end, or at all from a start
         # near the year 9999 (the last a calendar holds): cron's to compute, the worker's.
         occurrence_judged="cron" in options and ("end" in options or "start" in options),
+        debounce_judged=kind == "debounce" and hostile in (None, "debounce", "maxWait"),
     )
+
+
+def _plain(value: Any) -> bool:
+    """A value both languages hold alike (no NaN wrapper, no null, ASCII text: Python's
+    ``\\d`` also takes other scripts' digits, which the JavaScript client refuses)."""
+    return isinstance(value, (int, float)) or (isinstance(value, str) and value.isascii())
+
+
+def python_refuses_debounce(options: dict[str, Any]) -> bool:
+    """Whether the Python client refuses this debounce (its window, or its due second)."""
+    try:
+        seconds, _ = TimerClient.debounce_window(options["debounce"], options.get("maxWait"))
+    except KafkaTimersError:
+        return True
+    return debounced_due(SENT_MS, seconds) > MAX_SECONDS
 
 
 @settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -238,6 +278,8 @@ def test_what_the_js_client_sends_the_worker_reads_as_the_timer_it_returned(
 ) -> None:
     topic, value, options = case.topic, case.value, case.options
     answer = node.ask({"schedule": [topic, value, options, SENT_MS]})
+    if case.debounce_judged and all(_plain(options.get(n, 0)) for n in ("debounce", "maxWait")):
+        assert ("refused" in answer) == python_refuses_debounce(options), answer
     if "refused" in answer:
         assert answer["refused"] and "\n" not in answer["refused"]
         return
@@ -278,6 +320,14 @@ def test_what_the_js_client_sends_the_worker_reads_as_the_timer_it_returned(
     # By name: a JavaScript object lists integer-like keys first, whatever order they came in.
     assert dict(read.headers) == {n: v.encode() for n, v in options.get("headers", {}).items()}
     assert (read.recurrence is None) == ("every" not in options and "cron" not in options)
+    if "debounce" in options:  # the window the Python client sends for the same options
+        assert read.debounce is not None
+        window = TimerClient.debounce_window(options["debounce"], options.get("maxWait"))
+        assert (read.debounce.seconds, read.debounce.max_wait) == window
+        assert read.debounce.first_ms == SENT_MS
+        assert answer["token"] == options.get("token", "")  # token-less unless given one
+    else:
+        assert read.debounce is None
 
 
 @settings(max_examples=300, deadline=None)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.core.debounce import Debounce
 from app.core.stored import pack_timer, unpack_timer
 from app.core.timer import Timer
 from app.ops.import_ import read_lines
@@ -76,6 +78,18 @@ def stored_timers(draw: st.DrawFn) -> Timer:
         fired_before=draw(st.integers(min_value=0, max_value=10**6)) if recurrence else 0,
         late=draw(lates),
     )
+    if recurrence is None and draw(st.booleans()):  # a debounced one-shot
+        window = draw(st.integers(min_value=1, max_value=10**6))
+        timer = replace(
+            timer,
+            debounce=Debounce(
+                window,
+                draw(st.none() | st.integers(min_value=window, max_value=10**7)),
+                draw(st.integers(min_value=0, max_value=10**14)),
+                draw(st.integers(min_value=1, max_value=10**9)),
+                draw(st.integers(min_value=-1, max_value=10**9)),
+            ),
+        )
     return unpack_timer(pack_timer(timer))
 
 
@@ -84,6 +98,8 @@ def stored_timers(draw: st.DrawFn) -> Timer:
 def test_every_stored_timer_survives_its_line_exactly(timer: Timer, partition: int | None) -> None:
     line = encode_line(timer, partition)
     assert "\n" not in line
+    if timer.debounce is not None:  # all but its last request's offset, in another partition
+        timer = replace(timer, debounce=replace(timer.debounce, last_offset=-1))
     assert decode_line(line) == timer
 
 
@@ -160,6 +176,38 @@ def test_a_line_reads_as_the_request_formats_fields() -> None:
             '{"id": "x", "topic": "t", "key": null, "value": "v", "due": 1, '
             '"headers": [{"name": "\\ud800", "value": "v"}]}',
             "'name'",
+        ),
+        # A debounced timer's line: its window as a request's, its first request's time
+        # and merged count, all whole numbers; never a series.
+        (
+            '{"id": "x", "topic": "t", "key": null, "value": "v", "due": 1, "debounce": 0, '
+            '"debounce_first_ms": 0, "debounce_merged": 1}',
+            "'debounce'",
+        ),
+        (
+            '{"id": "x", "topic": "t", "key": null, "value": "v", "due": 1, "debounce": 9, '
+            '"max_wait": 5, "debounce_first_ms": 0, "debounce_merged": 1}',
+            "max_wait",
+        ),
+        (
+            '{"id": "x", "topic": "t", "key": null, "value": "v", "due": 1, "debounce": 9, '
+            '"debounce_first_ms": 0}',
+            "'debounce_merged'",
+        ),
+        (
+            '{"id": "x", "topic": "t", "key": null, "value": "v", "due": 1, "debounce": 9, '
+            '"debounce_first_ms": 0, "debounce_merged": 0}',
+            "'debounce_merged'",
+        ),
+        (
+            '{"id": "x", "topic": "t", "key": null, "value": "v", "due": 1, "debounce": 9, '
+            '"debounce_first_ms": -1, "debounce_merged": 2}',
+            "'debounce_first_ms'",
+        ),
+        (
+            '{"id": "x", "topic": "t", "key": null, "value": "v", "due": 1, "every": 5, '
+            '"start": 1, "seq": 1, "debounce": 9, "debounce_first_ms": 0, "debounce_merged": 2}',
+            "series",
         ),
     ],
 )

@@ -10,6 +10,7 @@ from itertools import islice
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from app.core.debounce import Debounce
 from app.core.keys import timer_key
 from app.core.request_format import parse_request
 from app.core.stored import pack_timer
@@ -161,6 +162,59 @@ def test_the_same_import_twice_leaves_one_timer_and_fires_nothing_twice() -> Non
     assert fired == [one_shot]
     wheel.finish_tick(NOW + 10, fired)
     assert wheel.schedule(one_shot).outcome is Scheduled.DUPLICATE  # fired: dropped
+
+
+DEBOUNCED = Timer(
+    "d",
+    NOW + 30,
+    "cb",
+    b"k",
+    b"edit 3",
+    "",
+    (("trace", b"\x80"),),
+    debounce=Debounce(20, 60, (NOW - 5) * 1000 + 250, 3, 41),
+)
+
+
+def test_a_debounced_timer_comes_back_restored_whole_in_either_format() -> None:
+    """Its due second, window, max-wait, first request's time and merged count, with its
+    callback: a binary callback key goes as JSON, anything else as protobuf."""
+    for timer in (DEBOUNCED, replace(DEBOUNCED, key=b"\xff", headers=(("trace", b"1"),))):
+        back = read_back(timer, NOW + 3600)  # read an hour later: its due second holds
+        assert isinstance(back, Timer)
+        assert back.debounce == Debounce(20, 60, (NOW - 5) * 1000 + 250, 3, 7, restored=True)
+        assert replace(back, debounce=None) == replace(timer, debounce=None)
+        (checked,) = requests_of([timer], NOW * 1000)  # what an import checks, passes
+        assert checked[1] == as_request(timer, NOW * 1000)
+
+
+def test_a_debounced_timer_imported_fires_with_its_count_and_goes_on_merging() -> None:
+    """Imported twice it stays as it was (a restore replaces, it does not merge); a
+    request after it merges into it, counted on from the export's count, and the
+    max-wait still runs from the first request before the export."""
+    wheel = wheel_at(NOW)
+    restored = read_back(DEBOUNCED)
+    assert isinstance(restored, Timer)
+    assert wheel.schedule(restored).outcome is Scheduled.STORED
+    again = wheel.schedule(restored)
+    assert again.outcome is Scheduled.STORED and again.replaced
+    assert wheel.count_pending() == 1
+    stored = wheel.get_pending("d")
+    assert stored is not None and stored.debounce is not None
+    assert (stored.due, stored.debounce.merged) == (NOW + 30, 3)
+    # A debounced request sent at NOW + 40 s, due NOW + 60, is capped by the max-wait:
+    # 60 s after the first request (NOW - 4.75 s), NOW + 56.
+    later = Timer(
+        "d", NOW + 60, "cb", b"k", b"edit 4", "", debounce=Debounce(20, 60, (NOW + 40) * 1000, 1, 8)
+    )
+    assert wheel.schedule(later).outcome is Scheduled.STORED
+    merged = wheel.get_pending("d")
+    assert merged is not None and merged.debounce is not None
+    assert (merged.value, merged.debounce.merged, merged.due) == (b"edit 4", 4, NOW + 56)
+    assert merged.debounce.first_ms == (NOW - 5) * 1000 + 250
+    assert wheel.begin_tick(NOW + 55) == []
+    fired = wheel.begin_tick(NOW + 56) or []
+    assert [(t.value, t.debounce.merged) for t in fired if t.debounce] == [(b"edit 4", 4)]
 
 
 def test_a_series_imported_again_after_it_fired_is_a_duplicate_not_a_restart() -> None:

@@ -25,6 +25,7 @@ from google.protobuf.unknown_fields import UnknownFieldSet
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from app.core.debounce import Debounce
 from app.core.policy import is_legal_topic
 from app.core.raw_record import RawRecord
 from app.core.request_format import parse_request
@@ -109,6 +110,9 @@ def test_every_cancel_the_js_client_sends_validates(
         {"topic": "t", "in": "5s", "unknown": 1},  # a field the worker ignores: a typo
         {"cancel": "x"},  # a cancel without its token
         {"cancel": "x", "token": "y", "topic": "t"},  # a cancel and a schedule
+        {"topic": "t", "at": 1, "debounce": 5},  # a debounce with a due time
+        {"topic": "t", "debounce": 5, "debounce_first_ms": 1, "debounce_merged": 2},  # no at
+        {"topic": "t", "at": 1, "debounce": 5, "debounce_first_ms": 1},  # no merged count
     ],
 )
 def test_requests_the_worker_refuses_fail_the_schema(doc: dict[str, Any]) -> None:
@@ -238,6 +242,13 @@ def test_the_json_requests_import_writes_validate() -> None:
             topic="t",
             recurrence=Recurrence.interval(60, start=1_800_000_000, count=5),
             seq=1,
+            **binary,  # type: ignore[arg-type]
+        ),
+        Timer(
+            id="debounced",
+            due=1_800_000_030,
+            topic="t",
+            debounce=Debounce(30, 300, 1_800_000_000_250, 4, 17),
             **binary,  # type: ignore[arg-type]
         ),
     ]

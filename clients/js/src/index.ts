@@ -49,6 +49,8 @@ export {
   ScheduleRequest,
   cancelRequest,
   checkedName,
+  debounceWindow,
+  debouncedDue,
   epochSeconds,
   firstOfInterval,
   parseDuration,
@@ -184,16 +186,19 @@ export class TimerClient {
   }
 
   /**
-   * Ask for `value` to reach `topic` once (`at` or `delay`) or on every occurrence of a
-   * series (`cron` or `every`, with `start`, `end`, `count`). Resolves once the broker
-   * acknowledged the request. Sent as the service's JSON request format.
+   * Ask for `value` to reach `topic` once (`at` or `delay`), on every occurrence of a
+   * series (`cron` or `every`, with `start`, `end`, `count`), or once a burst of requests
+   * for its `id` is over (`debounce`, with `maxWait`: see `ScheduleOptions.debounce`; the
+   * `due` promised is this request's alone, as if none followed). Resolves once the
+   * broker acknowledged the request. Sent as the service's JSON request format.
    */
   async schedule(
     topic: string,
     value: string | Buffer,
     options: ScheduleOptions = {},
   ): Promise<ScheduledTimer> {
-    // The worker anchors a series at the record's timestamp: set it, and anchor here too.
+    // The worker anchors a series, and a debounce, at the record's timestamp: set it, and
+    // compute from it here too.
     const sentMs = Math.floor(this.clock() * 1000);
     const { request, id, token, due } = scheduleRequest(
       topic,

@@ -67,6 +67,17 @@ export interface ScheduleOptions {
   token?: string;
   /** Headers copied onto the callback (not `timer-*` or `scheduler-*`: those are the service's). */
   headers?: Record<string, string>;
+  /**
+   * A debounced timer, instead of `at`, `delay`, `cron` or `every`: due this long after the
+   * request (seconds, or a duration such as `"30s"`; whole seconds, at least 1). Each later
+   * debounced request for the same `id` while it is pending moves the fire to this long
+   * after that request and makes the callback its own; the callback carries
+   * `timer-debounced: <requests merged>`. Without `token` none is sent (not a random one),
+   * so that every request for the id merges.
+   */
+  debounce?: number | string;
+  /** With `debounce`: never fire later than the first request merged plus this (at least the debounce). */
+  maxWait?: number | string;
 }
 
 /** What `schedule` sends and promises. */
@@ -225,6 +236,44 @@ function spreadSeconds(spread: number | string, every: number | undefined): numb
 }
 
 /**
+ * Whole seconds of a debounce or max-wait, at least 1 (`debounce_seconds` of the Python
+ * client: a duration such as `"30s"`, or seconds), else refused as the worker refuses it
+ * (`invalid_debounce`).
+ */
+export function debounceSeconds(value: unknown, name: string): number {
+  const seconds =
+    typeof value === "number" ? value : typeof value === "string" ? durationSeconds(value) : undefined;
+  if (seconds === undefined) {
+    throw new KafkaTimersError(`${name} must be a duration such as "30s" or seconds, not ${JSON.stringify(value)}`);
+  }
+  if (!Number.isInteger(seconds) || seconds < 1 || seconds > MAX_SECONDS) {
+    throw new KafkaTimersError(
+      `${name} ${String(value).slice(0, 40)}: whole seconds from 1 to ${MAX_SECONDS} (the service's resolution)`,
+    );
+  }
+  return seconds;
+}
+
+/**
+ * `[debounce, maxWait]` in whole seconds (maxWait `undefined`: no bound), checked as the
+ * worker checks them (`checked_debounce`): a max-wait needs a debounce and is at least it.
+ */
+export function debounceWindow(debounce: unknown, maxWait: unknown): [number, number | undefined] {
+  if (debounce === undefined) throw new KafkaTimersError("maxWait needs a debounce");
+  const seconds = debounceSeconds(debounce, "debounce");
+  const longest = maxWait === undefined ? undefined : debounceSeconds(maxWait, "maxWait");
+  if (longest !== undefined && longest < seconds) {
+    throw new KafkaTimersError(`maxWait ${longest}s is shorter than the debounce (${seconds}s)`);
+  }
+  return [seconds, longest];
+}
+
+/** The second a debounce of `seconds` after a request at `sentMs` ends, rounded up: never early. */
+export function debouncedDue(sentMs: number, seconds: number): number {
+  return Math.ceil((sentMs + 1000 * seconds) / 1000);
+}
+
+/**
  * The first occurrence of an interval series, as the worker computes it: `start` if not
  * before the send, else the first second of its grid after the send; without a start,
  * one interval after the send.
@@ -251,7 +300,14 @@ export function scheduleRequest(
 ): ScheduleRequest {
   if (options === null || typeof options !== "object") throw new KafkaTimersError("options must be an object");
   const id = options.id === undefined || options.id === "" ? newId() : checkedText(options.id, "the id", MAX_ID_CHARS);
-  const token = options.token === undefined ? newToken() : checkedText(options.token, "the token", MAX_TOKEN_CHARS);
+  const debounced = options.debounce !== undefined || options.maxWait !== undefined;
+  // Token-less unless given one: the id's next debounced request merges into it.
+  const token =
+    options.token === undefined
+      ? debounced
+        ? ""
+        : newToken()
+      : checkedText(options.token, "the token", MAX_TOKEN_CHARS);
   const request: Record<string, unknown> = { topic: checkedText(topic, "the topic"), id, token };
   setPayload(request, "value", value);
   if (options.key !== undefined) setPayload(request, "key", options.key);
@@ -260,7 +316,19 @@ export function scheduleRequest(
   const series = options.cron !== undefined || options.every !== undefined;
   let due: number | undefined;
   let every: number | undefined;
-  if (!series) {
+  if (debounced) {
+    if (options.at !== undefined || options.delay !== undefined || series) {
+      throw new KafkaTimersError("debounce takes no at, delay, cron or every");
+    }
+    if (options.start !== undefined || options.end !== undefined || options.count !== undefined || options.tz !== undefined) {
+      throw new KafkaTimersError("start, end, count and tz need cron or every");
+    }
+    const [seconds, longest] = debounceWindow(options.debounce, options.maxWait);
+    due = debouncedDue(sentMs, seconds);
+    if (!(due <= MAX_SECONDS)) throw new KafkaTimersError(`debounce ${seconds}s: due past epoch second ${MAX_SECONDS}`);
+    request.debounce = seconds;
+    if (longest !== undefined) request.max_wait = longest;
+  } else if (!series) {
     if (options.start !== undefined || options.end !== undefined || options.count !== undefined || options.tz !== undefined) {
       throw new KafkaTimersError("start, end, count and tz need cron or every");
     }

@@ -1,6 +1,7 @@
 /**
  * Run by tests/integration/test_js_client.py against a real worker: schedules a one-shot
- * timer, cancels one and tombstones one with their answers, and schedules a series; prints
+ * timer, cancels one and tombstones one with their answers, schedules a series and sends a
+ * burst of debounced requests for one id; prints
  * one JSON line for the Python side to check against the callbacks that arrive.
  *
  * Usage: node dist/test/e2e.js BROKERS REQUEST_TOPIC FIRED_TOPIC CALLBACK_TOPIC ID...
@@ -29,6 +30,11 @@ async function checkHostileDueTimes(client: TimerClient): Promise<void> {
     { delay: -Infinity },
     { every: "1s", start: 1e400 },
     { every: "1s", end: Number.NaN },
+    { debounce: 0 },
+    { debounce: "1.5s" },
+    { maxWait: "5m" },
+    { debounce: "10s", maxWait: "5s" },
+    { debounce: "10s", delay: 5 },
   ];
   for (const options of hostile) {
     try {
@@ -72,8 +78,28 @@ async function main(): Promise<void> {
       count: 3,
       late: "all",
     });
+    // A burst of three debounced requests for one id: one callback, the last one's.
+    const burstId = `js-debounce-${now}`;
+    const debounced = [];
+    for (const n of [1, 2, 3]) {
+      debounced.push(
+        await client.schedule(callbacks, `edit ${n}`, { id: burstId, key: "k-deb", debounce: 2, maxWait: "1m" }),
+      );
+    }
     console.log(
-      JSON.stringify({ placed, once, binary, later, cancelled, wrong, refused, protectedOutcome, tombstoned, series }),
+      JSON.stringify({
+        placed,
+        once,
+        binary,
+        later,
+        cancelled,
+        wrong,
+        refused,
+        protectedOutcome,
+        tombstoned,
+        series,
+        debounced,
+      }),
     );
   } finally {
     await client.close();

@@ -3,7 +3,8 @@
 The schema of record is ``app/core/proto/kafka_timers/v1/future.proto`` (shipped with the
 package; see docs/protocol.md): fields 1-3 are the original article's
 ``Future``, fields 4-8 ours, 9-15 recurring timers and the late-fire policy, 16 the
-spread, 17-19 a series' calendar, 20-21 a backfill's window, 22-23 a debounce. This codec
+spread, 17-19 a series' calendar, 20-21 a backfill's window, 22-23 a debounce, 24-25 a
+debounced timer restored whole (what import sends). This codec
 follows it exactly, ``None`` standing for an absent field, and
 tests/unit/test_future_proto.py checks it against code generated from that file in
 both directions. The worker decodes requests with the protobuf runtime
@@ -71,6 +72,8 @@ class Future:
     backfill_to: int | None = None
     debounce: int | None = None
     max_wait: int | None = None
+    debounce_first_ms: int | None = None
+    debounce_merged: int | None = None
 
 
 def encode_varint(value: int) -> bytes:
@@ -146,6 +149,8 @@ def encode(future: Future) -> bytes:
         (21, future.backfill_to),
         (22, future.debounce),
         (23, future.max_wait),
+        (24, future.debounce_first_ms),
+        (25, future.debounce_merged),
     ):
         if num is not None:
             parts.append(_tag(number, _VARINT) + encode_varint(num))
@@ -272,4 +277,8 @@ def decode(data: bytes) -> Future:
             future.debounce = _signed(value, wire_type, "debounce", 64)
         elif number == 23:
             future.max_wait = _signed(value, wire_type, "max_wait", 64)
+        elif number == 24:
+            future.debounce_first_ms = _signed(value, wire_type, "debounce_first_ms", 64)
+        elif number == 25:
+            future.debounce_merged = _signed(value, wire_type, "debounce_merged", 64)
     return future
