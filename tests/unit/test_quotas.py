@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import cast
 
 import pytest
 
@@ -13,8 +14,11 @@ from app.core.firing import plan
 from app.core.quotas import PartitionQuotas, QuotaBook, QuotaPolicy, parse_quotas
 from app.core.timer import Cancel, Timer
 from app.core.wheel import PartitionWheel, Scheduled
-from app.kafka.demand import DemandTable
+from app.kafka.demand import DemandPublisher, DemandTable
 from app.settings import Settings
+from app.worker.demand import DemandExchange
+from app.worker.service import TimerService
+from app.worker.topic_gates import TopicGates
 from kafka_timers_client.errors import ConfigurationError
 from kafka_timers_client.late import DEFAULT_POLICY
 from kafka_timers_client.recurrence import Recurrence
@@ -198,3 +202,51 @@ def test_the_demand_table_carries_each_partitions_quota_counts() -> None:
     table.apply(json.dumps({"worker": "w3", "at": 5000.0, "held": {}}).encode())  # no quotas
     assert table.quota_counts() == {"topic:cb": {3: 40, 4: 7}}
     assert table.backlogs() == {}
+
+
+def test_the_exchange_reports_the_counts_and_takes_the_others_in() -> None:
+    """With quotas and no rate limit, the exchange still runs: it publishes this worker's
+    counts and, its view current, takes the other workers' into the book."""
+    clock, wall = [10.0], [5000.0]
+    table = DemandTable(
+        replace(Settings(), worker_id="w1"), clock=lambda: clock[0], wall=lambda: wall[0]
+    )
+    policy = QuotaPolicy({"cb": 10})
+    book = QuotaBook(policy)
+    wheel, quotas = wheel_with(policy)
+    book.attach(0, quotas)
+    wheel.schedule(timer("a", 100))
+    sent: list[bytes] = []
+
+    class Publisher:
+        def publish(self, held: object, now: float, quota: object = None) -> None:
+            sent.append(
+                json.dumps({"worker": "w1", "at": now, "held": held, "quota": quota}).encode()
+            )
+
+    class Service:
+        gates = TopicGates({}, partitions=8)
+        quotas = book
+
+        def held_by_partition(self, topics: object) -> dict[int, dict[str, int]]:
+            raise AssertionError("no topic is limited")
+
+    exchange = DemandExchange(
+        cast(TimerService, Service()),
+        cast(DemandPublisher, Publisher()),
+        table,
+        8,
+        wall=lambda: wall[0],
+    )
+    exchange.exchange()
+    assert json.loads(sent[-1])["quota"] == {"0": {"topic:cb": 1}}
+    table.apply(sent[-1])  # read back: the view is current
+    table.apply(
+        json.dumps(
+            {"worker": "w2", "at": 5000.0, "held": {}, "quota": {"5": {"topic:cb": 9}}}
+        ).encode()
+    )
+    assert book.refusal(0, timer("b", 100)) is None  # not taken in yet
+    exchange.exchange()
+    assert book.pending("topic:cb") == 10
+    assert book.refusal(0, timer("b", 100)) == "topic:cb"
