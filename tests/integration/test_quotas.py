@@ -115,46 +115,54 @@ def test_the_counts_of_another_workers_partitions_count(stack: Stack) -> None:
     for name in workers:
         stack.worker(name, topic_quotas=((topic, 5),))
     partitions = settings.partition_count
+
+    def shared(w: FireWatch) -> bool:
+        """Each worker last fired on half the partitions: the group has settled."""
+        owned = list(owners(w.fires()).values())
+        return len(owned) == partitions and all(
+            owned.count(name) == partitions // 2 for name in workers
+        )
+
+    client = TimerClient(settings)
+    tag = uuid.uuid4().hex[:8]
     with FireWatch(settings, probe) as watch:
         now = int(time.time())
-        schedule_spread(settings, probe, 400, now + 3, now + 60, prefix=f"p{uuid.uuid4().hex[:6]}")
-        watch.wait(
-            lambda w: len(o := owners(w.fires())) == partitions and set(o.values()) == set(workers),
-            TIMEOUT,
-            "both workers to own partitions",
-        )
+        schedule_spread(settings, probe, 600, now + 3, now + 90, prefix=f"p{tag}-")
+        watch.wait(shared, TIMEOUT, "both workers to own half the partitions")
         owner = owners(watch.fires())
-    first = next(p for p in range(partitions) if owner[p] == "worker-1")
-    second = next(p for p in range(partitions) if owner[p] == "worker-2")
-    tag = uuid.uuid4().hex[:8]
-    filled = list(ids_owned_by(first, partitions, 5, f"a{tag}"))
-    (elsewhere, after_cancel) = ids_owned_by(second, partitions, 2, f"b{tag}")
-    client = TimerClient(settings)
-    due = time.time() + 3600
-    tokens = {}
-    with TopicReader(settings, settings.topics.fired) as answers:
-        for timer_id in filled:
-            tokens[timer_id] = client.schedule(topic, b"a", timer_id=timer_id, at=due).token
-        client.flush()
-        time.sleep(SPACING)  # the test's input: the next request comes later
-        client.schedule(topic, b"b", timer_id=elsewhere, at=due)
-        client.flush()
-        answers.wait_for(lambda rs: elsewhere in over_quota_answers(rs), TIMEOUT)
-        refused = over_quota_answers(answers.records)[elsewhere]
-        assert refused.partition == second
-        # One of the five cancelled: a place is free on the other worker's partition.
-        cancelled = client.cancel(filled[0], tokens[filled[0]], wait=TIMEOUT)
-        assert cancelled is CancelOutcome.CANCELLED
-        time.sleep(SPACING)  # the test's input, as above
-        client.schedule(topic, b"c", timer_id=after_cancel, at=due)
-        client.flush()
-        # The next on that partition is refused again: the place was taken, and the
-        # request before it was applied by then (one partition, read in order).
-        (full,) = ids_owned_by(second, partitions, 1, f"z{tag}")
-        client.schedule(topic, b"z", timer_id=full, at=due)
-        client.flush()
-        answers.wait_for(lambda rs: full in over_quota_answers(rs), TIMEOUT)
-        assert after_cancel not in over_quota_answers(answers.records)
+        first = next(p for p in range(partitions) if owner[p] == "worker-1")
+        second = next(p for p in range(partitions) if owner[p] == "worker-2")
+        filled = list(ids_owned_by(first, partitions, 5, f"a{tag}"))
+        elsewhere, after_cancel, full = ids_owned_by(second, partitions, 3, f"b{tag}")
+        due = time.time() + 3600
+        tokens = {}
+        with TopicReader(settings, settings.topics.fired) as answers:
+            for timer_id in filled:
+                tokens[timer_id] = client.schedule(topic, b"a", timer_id=timer_id, at=due).token
+            client.flush()
+            time.sleep(SPACING)  # the test's input: the next request comes later
+            client.schedule(topic, b"b", timer_id=elsewhere, at=due)
+            client.flush()
+            answers.wait_for(lambda rs: elsewhere in over_quota_answers(rs), TIMEOUT)
+            refused = over_quota_answers(answers.records)[elsewhere]
+            assert (refused.partition, refused.worker) == (second, "worker-2")
+            # One of the five cancelled: a place is free, on the other worker's partition.
+            cancelled = client.cancel(filled[0], tokens[filled[0]], wait=TIMEOUT)
+            assert cancelled is CancelOutcome.CANCELLED
+            time.sleep(SPACING)  # the test's input, as above
+            client.schedule(topic, b"c", timer_id=after_cancel, at=due)
+            # The next on that partition is refused again: the place was taken (the
+            # request before it was applied by then: one partition, read in order).
+            client.schedule(topic, b"z", timer_id=full, at=due)
+            client.flush()
+            answers.wait_for(lambda rs: full in over_quota_answers(rs), TIMEOUT)
+            assert after_cancel not in over_quota_answers(answers.records)
+        # Still where they were: the counts crossed from one worker to the other.
+        watch.poll(0.5)
+        assert {p: owners(watch.fires())[p] for p in (first, second)} == {
+            first: "worker-1",
+            second: "worker-2",
+        }
     client.close()
     print(
         f"\nquota 5, two workers: 5 stored on partition {first} (worker-1), the 6th on "
