@@ -231,7 +231,7 @@ class QuotaBook:
         """``partition`` is no longer held here."""
         self._partitions.pop(partition, None)
 
-    def held(self) -> dict[int, dict[str, int]]:
+    def by_partition(self) -> dict[int, dict[str, int]]:
         """The counts of each partition held here (what this worker reports)."""
         return {p: dict(q.counts) for p, q in self._partitions.items()}
 

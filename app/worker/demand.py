@@ -69,7 +69,9 @@ class DemandExchange:
             return
         held = self._service.held_by_partition(limits) if limits else {}
         current = self._table.current()
-        self._publisher.publish(held, self._wall(), None if quotas is None else quotas.held())
+        self._publisher.publish(
+            held, self._wall(), None if quotas is None else quotas.by_partition()
+        )
         if quotas is not None and current:
             quotas.set_elsewhere(self._table.quota_counts())
         if not limits:

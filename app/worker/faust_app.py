@@ -279,6 +279,7 @@ def build_worker(
     # its end now, before anything can fire, then followed while the worker runs.
     control = ControlFollower(settings, gates, dict(settings.topic_rate_limits))
     control.load(CONTROL_LOAD_TIMEOUT, on_ignored=metrics.control_ignored.inc)
+    quota_policy = settings.quota_policy()
     service = TimerService(
         policy=policy,
         output=output,
@@ -297,9 +298,7 @@ def build_worker(
         hop_secret=settings.control_secret,
         # Pending-timer quotas per callback topic and tenant (app.core.quotas), their
         # counts shared across workers by the demand exchange below.
-        quotas=None
-        if (quota_policy := settings.quota_policy()) is None
-        else QuotaBook(quota_policy),
+        quotas=None if quota_policy is None else QuotaBook(quota_policy),
         # Rate limits per callback topic, shared among the partitions by their backlogs
         # (the demand exchange below); the control path changes them (and pauses
         # topics) through service.gates.

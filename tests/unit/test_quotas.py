@@ -185,7 +185,7 @@ def test_other_partitions_counts_are_taken_into_account() -> None:
     assert book.refusal(0, timer("new", 100)) is None
     book.detach(1)  # given away: its count now comes from the reports
     assert book.pending("topic:cb") == 3 + 3
-    assert book.held() == {0: {"topic:cb": 3}}
+    assert book.by_partition() == {0: {"topic:cb": 3}}
 
 
 def test_the_demand_table_carries_each_partitions_quota_counts() -> None:
