@@ -43,12 +43,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from hashlib import blake2b
 
 from app.core.timer import Timer
 
 __all__ = [
     "ANY_TENANT",
+    "LONGEST_TENANT_NAME",
     "MAX_QUOTA",
+    "MAX_REPORTED",
     "PartitionQuotas",
     "QuotaBook",
     "QuotaPolicy",
@@ -61,6 +64,13 @@ __all__ = [
 ANY_TENANT = "*"
 #: Largest quota accepted.
 MAX_QUOTA = 1_000_000_000
+#: Longest tenant name a quota key holds as it is (longer ones: their digest).
+LONGEST_TENANT_NAME = 64
+#: Most counts one worker's report carries (each about 80 bytes of JSON at most): the
+#: topic quotas' first, then tenants' in the order they were first counted. Past it (a
+#: ``*`` tenant quota with more tenants pending than that) the counts left out are not
+#: seen by the other workers: those tenants' quotas then hold per worker only.
+MAX_REPORTED = 2000
 _TOPIC = "topic:"
 _TENANT = "tenant:"
 
@@ -71,7 +81,15 @@ def topic_key(topic: str) -> str:
 
 
 def tenant_key(tenant: str) -> str:
-    """The quota key of tenant ``tenant`` (the tenant header's value)."""
+    """The quota key of tenant ``tenant`` (the tenant header's value); a name longer than
+    :data:`LONGEST_TENANT_NAME` is keyed by its digest (128 bits), so that a report of
+    counts stays small whatever names the requests carry."""
+    if len(tenant) > LONGEST_TENANT_NAME:
+        return (
+            _TENANT
+            + "#"
+            + blake2b(tenant.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+        )
     return _TENANT + tenant
 
 
@@ -117,6 +135,13 @@ class QuotaPolicy:
     tenant_header: str | None = None
     #: Tenant -> most timers pending for it (``*``: every tenant not named, each).
     tenants: Mapping[str, int] = field(default_factory=dict)
+    #: Quota by key, of every topic and tenant named.
+    _named: dict[str, int] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        named = {topic_key(t): q for t, q in self.topics.items()}
+        named.update({tenant_key(t): q for t, q in self.tenants.items() if t != ANY_TENANT})
+        object.__setattr__(self, "_named", named)
 
     @classmethod
     def build(
@@ -137,24 +162,26 @@ class QuotaPolicy:
         """The quota keys ``timer`` counts under (empty: none)."""
         keys: tuple[str, ...] = ()
         if timer.topic in self.topics:
-            keys = (_TOPIC + timer.topic,)
+            keys = (topic_key(timer.topic),)
         name = self.tenant_header
         if name is not None:
             for header, value in timer.headers:
                 if header == name:
                     tenant = value.decode("utf-8", "replace")
                     if tenant in self.tenants or ANY_TENANT in self.tenants:
-                        keys += (_TENANT + tenant,)
+                        keys += (tenant_key(tenant),)
                     break
         return keys
 
     def limit(self, key: str) -> int:
         """The quota of ``key`` (one :meth:`keys_of` gave)."""
-        if key.startswith(_TOPIC):
-            return self.topics[key[len(_TOPIC) :]]
-        tenant = key[len(_TENANT) :]
-        quota = self.tenants.get(tenant)
+        quota = self._named.get(key)
         return self.tenants[ANY_TENANT] if quota is None else quota
+
+    @property
+    def topic_keys(self) -> tuple[str, ...]:
+        """The keys of the topic quotas."""
+        return tuple(topic_key(topic) for topic in self.topics)
 
 
 class PartitionQuotas:
@@ -217,6 +244,7 @@ class QuotaBook:
 
     def __init__(self, policy: QuotaPolicy) -> None:
         self.policy = policy
+        self._topic_keys = policy.topic_keys
         #: The partitions this worker holds, by number.
         self._partitions: dict[int, PartitionQuotas] = {}
         #: Quota key -> timers pending under it in partitions held elsewhere, as last
@@ -231,9 +259,30 @@ class QuotaBook:
         """``partition`` is no longer held here."""
         self._partitions.pop(partition, None)
 
-    def by_partition(self) -> dict[int, dict[str, int]]:
-        """The counts of each partition held here (what this worker reports)."""
-        return {p: dict(q.counts) for p, q in self._partitions.items()}
+    def by_partition(self, most: int = MAX_REPORTED) -> dict[int, dict[str, int]]:
+        """The counts of each partition held here (what this worker reports), at most
+        ``most`` of them: the topic quotas' first (:data:`MAX_REPORTED`). O(``most``)."""
+        out: dict[int, dict[str, int]] = {p: {} for p in self._partitions}
+        left = most
+        topic_keys = self._topic_keys
+        for p, quotas in self._partitions.items():
+            counts = quotas.counts
+            for key in topic_keys:
+                n = counts.get(key)
+                if n and left > 0:
+                    out[p][key] = n
+                    left -= 1
+        for p, quotas in self._partitions.items():
+            if left <= 0:
+                break
+            mine = out[p]
+            for key, n in quotas.counts.items():
+                if left <= 0:
+                    break
+                if key not in mine:
+                    mine[key] = n
+                    left -= 1
+        return out
 
     def set_elsewhere(self, counts: Mapping[str, Mapping[int, int]]) -> None:
         """Take the last known ``counts`` (key -> partition -> timers) of every partition;

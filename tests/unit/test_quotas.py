@@ -250,3 +250,24 @@ def test_the_exchange_reports_the_counts_and_takes_the_others_in() -> None:
     exchange.exchange()
     assert book.pending("topic:cb") == 10
     assert book.refusal(0, timer("b", 100)) == "topic:cb"
+
+
+def test_a_report_stays_small_whatever_tenants_the_requests_name() -> None:
+    """Long tenant names are keyed by their digest, and a report carries at most
+    ``most`` counts, the topic quotas' first: a producer naming a new tenant in every
+    request cannot make a report too large to be read (1 MB), which would stop the
+    rate limits' shares too."""
+    long_name = "x" * 1000
+    policy = QuotaPolicy({"cb": 100}, "tenant", {long_name: 7, "*": 3})
+    (key,) = policy.keys_of(timer("a", 1, "other", tenant=long_name))
+    assert len(key) < 60 and policy.limit(key) == 7
+    (other,) = policy.keys_of(timer("a", 1, "other", tenant="y" * 1000))
+    assert other != key and policy.limit(other) == 3
+    book = QuotaBook(policy)
+    wheel, quotas = wheel_with(policy)
+    book.attach(0, quotas)
+    for i in range(50):  # the topic's one timer counted last
+        wheel.schedule(timer(f"t{i}", 100, "other" if i < 49 else "cb", tenant=f"tenant-{i}"))
+    report = book.by_partition(most=10)[0]
+    assert len(report) == 10 and report["topic:cb"] == 1
+    assert len(book.by_partition()[0]) == 51
