@@ -2,7 +2,8 @@
 1,000 on a callback topic refuses the 1,001st request and answers it (``over_quota`` on
 the fired topic and in the dead-letter topic), exactly 1,000 fire, and a fire frees its
 place; across two workers, the counts each shares through the demand topic make a
-request on the other worker's partition refused too.
+request on the other worker's partition refused too; a worker killed and started again
+rebuilds its counts from what is pending.
 
 Requests go out at a fixed pace where the test says so (its input, not a wait for a
 result); every wait for a result polls with a deadline.
@@ -21,7 +22,9 @@ from kafka_timers_client.client import TimerClient
 from kafka_timers_client.fired import FiredKind, FiredRecord
 from kafka_timers_client.outcome import CancelOutcome
 from tests.support.faults import FireWatch, owners, schedule_spread
+from tests.support.probes import get_admitted, start_probed
 from tests.support.stack import Stack
+from tests.support.waiting import wait_until
 
 #: Generous: two shared cores, and other test runs beside this one.
 TIMEOUT = 90.0
@@ -168,4 +171,45 @@ def test_the_counts_of_another_workers_partitions_count(stack: Stack) -> None:
         f"\nquota 5, two workers: 5 stored on partition {first} (worker-1), the 6th on "
         f"partition {second} (worker-2) refused over_quota; after a cancel, one more stored "
         "there and the next refused"
+    )
+
+
+def test_a_worker_killed_and_started_again_counts_what_is_pending(stack: Stack) -> None:
+    """The counts live in memory: a worker killed (-9) with its quota full and started
+    again on its data rebuilds them from its pending timers, and refuses the next."""
+    settings = stack.settings
+    topic = stack.callback_topic("quota-restart")
+    probe = stack.callback_topic("quota-restart-probe")
+    stack.oscillator()
+    data_dir = stack.base_dir / "quota-worker"
+    quota = ((topic, 20),)
+    worker = start_probed(stack, "worker", "quota-worker", data_dir=data_dir, topic_quotas=quota)
+    client = TimerClient(settings)
+    wait_until_firing(settings, client, probe)
+    tag = uuid.uuid4().hex[:8]
+    *filled, refused = ids_owned_by(0, settings.partition_count, 21, f"r{tag}")
+    due = time.time() + 3600
+    for timer_id in filled:
+        client.schedule(topic, b"r", timer_id=timer_id, at=due)
+    client.flush()
+
+    def pending(url: str, timer_id: str) -> bool:
+        status, doc = get_admitted(f"{url}/timers/{timer_id}", settings.operator_token)
+        return status == 200 and isinstance(doc, dict) and doc.get("state") == "pending"
+
+    # The last of one partition's requests pending: all twenty were applied.
+    wait_until(lambda: pending(worker.web, filled[-1]), TIMEOUT, "the twenty requests applied")
+    worker.process.kill()
+    start_probed(
+        stack, "worker", "quota-worker", data_dir=data_dir, topic_quotas=quota, log_name="again"
+    )
+    with TopicReader(settings, settings.topics.fired) as answers:
+        client.schedule(topic, b"r", timer_id=refused, at=due)
+        client.flush()
+        sent = time.monotonic()
+        answers.wait_for(lambda rs: refused in over_quota_answers(rs), TIMEOUT)
+    client.close()
+    print(
+        f"\nquota 20, worker killed -9 with 20 pending and started again: the 21st answered "
+        f"over_quota {time.monotonic() - sent:.2f}s after it was sent (restart included)"
     )
