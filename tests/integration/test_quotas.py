@@ -213,3 +213,34 @@ def test_a_worker_killed_and_started_again_counts_what_is_pending(stack: Stack) 
         f"\nquota 20, worker killed -9 with 20 pending and started again: the 21st answered "
         f"over_quota {time.monotonic() - sent:.2f}s after it was sent (restart included)"
     )
+
+
+def test_tenant_quotas_count_by_the_tenant_header(stack: Stack) -> None:
+    """``acme=3,*=1`` on the header ``tenant``: acme's 4th is refused, another tenant's
+    2nd, and a request without the header counts under no tenant."""
+    settings = stack.settings
+    topic = stack.callback_topic("quota-tenants")
+    probe = stack.callback_topic("quota-tenants-probe")
+    stack.oscillator()
+    stack.worker(tenant_header="tenant", tenant_quotas=(("acme", 3), ("*", 1)))
+    client = TimerClient(settings)
+    wait_until_firing(settings, client, probe)
+    tag = uuid.uuid4().hex[:8]
+    ids = list(ids_owned_by(0, settings.partition_count, 10, f"t{tag}"))
+    plan = [("acme", 4), ("zed", 2), (None, 3), ("acme", 1)]  # one partition, in order
+    sent: list[tuple[str, str | None]] = []
+    due = time.time() + 3600
+    with TopicReader(settings, settings.topics.fired) as answers:
+        for tenant, count in plan:
+            for _ in range(count):
+                timer_id = ids[len(sent)]
+                headers = {} if tenant is None else {"tenant": tenant}
+                client.schedule(topic, b"t", timer_id=timer_id, at=due, headers=headers)
+                sent.append((timer_id, tenant))
+        client.flush()
+        last = sent[-1][0]
+        answers.wait_for(lambda rs: last in over_quota_answers(rs), TIMEOUT)
+        refused = set(over_quota_answers(answers.records))
+    client.close()
+    # acme: 3 stored, the 4th and the last refused; zed: 1 stored, the 2nd refused.
+    assert refused == {sent[3][0], sent[5][0], last}, (sent, refused)
