@@ -3,7 +3,7 @@
 the fired topic and in the dead-letter topic), exactly 1,000 fire, and a fire frees its
 place; across two workers, the counts each shares through the demand topic make a
 request on the other worker's partition refused too; a worker killed and started again
-rebuilds its counts from what is pending.
+rebuilds its counts from what is pending; tenant quotas count by the tenant header.
 
 Requests go out at a fixed pace where the test says so (its input, not a wait for a
 result); every wait for a result polls with a deadline.
