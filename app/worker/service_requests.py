@@ -332,7 +332,10 @@ class RequestJob(ExtraRequestJob):
         """Answer and dead-letter a request that would store a timer past a pending-timer
         quota (:mod:`app.core.quotas`): answered on the fired topic at the request's
         offset (``"event": "dropped"``, outcome ``over_quota``), as a request refused for
-        another token is, and dead-lettered ``over_quota``, naming the quota."""
+        another token is, and dead-lettered ``over_quota``, naming the quota. Checked
+        before the wheel's own rulings: at a full quota, a request the wheel would have
+        dropped (a duplicate, one cancelled in advance) is answered ``over_quota`` instead;
+        either way nothing is stored."""
         assert self.quotas is not None
         self._output.dropped(timer, RejectReason.OVER_QUOTA.value, record.partition, record.offset)
         self._reject(
