@@ -31,8 +31,8 @@ exchange interval (a quarter second, more if the exchange lags) can overshoot th
 by what they accepted in that interval: at worst a quota per other worker, for a burst
 that fills it at once (two workers, a quota of 100, 300 requests at once: 200 stored).
 Splitting the headroom among the workers between exchanges would bound that, at the
-price of refusing requests while the quota still has room: not done. When this worker's view of the exchange is
-stale, the last counts it read stand.
+price of refusing requests while the quota still has room: not done. When this
+worker's view of the exchange is stale, the last counts it read stand.
 
 Where the check is: on the id's owner partition, just before the request is stored
 (:mod:`app.worker.service_requests`), never before forwarding. Cancels, triggers,
