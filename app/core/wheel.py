@@ -97,6 +97,7 @@ from app.core.keys import (
     parse_timer_key,
     timer_key,
 )
+from app.core.quotas import PartitionQuotas
 from app.core.stored import check_layout, unpack_timer
 from app.core.timer import Cancel, Timer
 from app.core.wheel_behind import BehindJob
@@ -160,8 +161,9 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
         clock: Callable[[], float] = time.time,
         max_cancels_in_advance: int = DEFAULT_MAX_CANCELS_IN_ADVANCE,
         forecast: PartitionForecast | None = None,
+        quotas: PartitionQuotas | None = None,
     ) -> None:
-        self._init_store(kv, memory_seconds, clock, max_cancels_in_advance, forecast)
+        self._init_store(kv, memory_seconds, clock, max_cancels_in_advance, forecast, quotas)
         self._expiry = ExpirySweep(kv, self.counts, sweep_limit)
         self._init_round()
         self._init_held()
@@ -272,6 +274,8 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
         if self.forecast is not None:
             self.forecast.discard(slot, timer_id, self._kv.get)
         self._kv.delete(timer_key(slot, timer_id))
+        if self.quotas is not None:
+            self.quotas.removed(timer_id)
         counts = self.counts
         counts.timers -= 1
         counts.pending -= 1
@@ -303,6 +307,8 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
         if stored is not None and stored.spread:  # keyed under its fire second: remember
             due = stored.version_due  # its version's due second instead
         self._kv.delete(key)
+        if self.quotas is not None:
+            self.quotas.removed(cancel.id)
         self.counts.timers -= 1
         self.counts.pending -= 1
         self._terminal(cancel.id, IndexEntry(INDEX_CANCELLED, due, index.token), was=index)
@@ -434,4 +440,8 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
         )
         if self.forecast is not None:
             self.forecast.rebuild(max(self._now(), int(self._clock())), self._kv.scan)
+        if self.quotas is not None:  # a second scan, only when a quota is set
+            self.quotas.clear()
+            for _, value in self._kv.scan(PENDING, PENDING_END):
+                self.quotas.stored(unpack_timer(value))
         return self.counts

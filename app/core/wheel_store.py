@@ -33,6 +33,7 @@ from app.core.keys import (
     pending_index_entry,
     timer_key,
 )
+from app.core.quotas import PartitionQuotas
 from app.core.stored import pack_next_occurrence, pack_timer
 from app.core.timer import Timer
 
@@ -121,6 +122,9 @@ class WheelStore:
     #: Pending timers per topic and future minute/hour, told of every store and
     #: removal (app.core.forecast); None: not kept.
     forecast: PartitionForecast | None
+    #: Pending timers per quota key, told of every store and removal by id
+    #: (app.core.quotas); None: no quota is set, nothing is counted.
+    quotas: PartitionQuotas | None
     _memory: int
     _max_in_advance: int
     #: "Now" before this partition has seen a tick (a cancel can come first).
@@ -165,9 +169,11 @@ class WheelStore:
         clock: Callable[[], float],
         max_cancels_in_advance: int,
         forecast: PartitionForecast | None,
+        quotas: PartitionQuotas | None = None,
     ) -> None:
         self._kv = kv
         self.forecast = forecast
+        self.quotas = quotas
         self._memory = memory_seconds
         self._max_in_advance = max_cancels_in_advance
         self._clock = clock
@@ -265,6 +271,8 @@ class WheelStore:
         self._kv.put(index_key(occurrence.id), pending_index_entry(slot, occurrence.token))
         if self.forecast is not None:
             self.forecast.add(slot, occurrence.id, occurrence.topic)
+        if self.quotas is not None:
+            self.quotas.stored(occurrence)
 
     def _count_stored(self, was: IndexEntry | None) -> None:
         """Key counts after a timer was stored whose id's index entry was ``was``."""

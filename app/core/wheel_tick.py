@@ -245,6 +245,7 @@ class TickJob(WheelStore):
         ids = [timer.id.encode() for timer in fired]
         ended_entries: list[expiry_batch.Entry] = []
         paused, put, delete = self._paused, kv.put, kv.delete
+        quotas = self.quotas
         last_slot, slot_prefix = None, b""
         for timer, id_bytes, indexed in zip(fired, ids, entries, strict=True):
             due = timer.due
@@ -274,6 +275,8 @@ class TickJob(WheelStore):
                 continue
             delete(key)
             if current:
+                if quotas is not None:
+                    quotas.removed(timer.id)
                 # A one-shot timer, or a series that ended: terminal, remembered for the
                 # window under its version's due second, then expired. What _terminal
                 # does for an entry that was pending, inline: this runs once a timer

@@ -14,7 +14,10 @@ than that): a worker that dies stops counting within that time, and its partitio
 share goes to the others.
 
 The value, JSON: ``{"worker": "w1", "at": 1767225600.25, "held": {"3": {"billing":
-3000}}}`` (partition, as text, to callback topic to timers held).
+3000}}}`` (partition, as text, to callback topic to timers held). While pending-timer
+quotas are set (:mod:`app.core.quotas`) a report also carries ``"quota": {"3":
+{"topic:reminders": 412}}``: each partition's pending timers per quota key, and reports
+go out whether or not a topic is limited.
 """
 
 from __future__ import annotations
@@ -78,15 +81,20 @@ class DemandPublisher:
             )
         )
 
-    def publish(self, held: Mapping[int, Mapping[str, int]], now: float) -> None:
-        value = json.dumps(
-            {
-                "worker": self._worker,
-                "at": now,
-                "held": {str(p): dict(topics) for p, topics in held.items()},
-            },
-            separators=(",", ":"),
-        ).encode()
+    def publish(
+        self,
+        held: Mapping[int, Mapping[str, int]],
+        now: float,
+        quota: Mapping[int, Mapping[str, int]] | None = None,
+    ) -> None:
+        report: dict[str, Any] = {
+            "worker": self._worker,
+            "at": now,
+            "held": {str(p): dict(topics) for p, topics in held.items()},
+        }
+        if quota is not None:
+            report["quota"] = {str(p): dict(keys) for p, keys in quota.items()}
+        value = json.dumps(report, separators=(",", ":")).encode()
         try:
             self._producer.produce(self._topic, value=value, key=self._worker.encode())
         except (BufferError, KafkaException) as exc:
@@ -98,13 +106,29 @@ class DemandPublisher:
 
 
 class _Report:
-    __slots__ = ("at", "held", "read_at", "worker")
+    __slots__ = ("at", "held", "quota", "read_at", "worker")
 
-    def __init__(self, worker: str, at: float, held: dict[int, dict[str, int]], read_at: float):
+    def __init__(
+        self,
+        worker: str,
+        at: float,
+        held: dict[int, dict[str, int]],
+        read_at: float,
+        quota: dict[int, dict[str, int]] | None = None,
+    ):
         self.worker = worker
         self.at = at
         self.held = held
         self.read_at = read_at
+        self.quota = quota or {}
+
+
+def _counts(data: Any) -> dict[int, dict[str, int]]:
+    """``{"3": {"name": 12}}`` read as partition -> name -> count (counts above 0)."""
+    return {
+        int(p): {str(t): int(n) for t, n in names.items() if int(n) > 0}
+        for p, names in data.items()
+    }
 
 
 def _parse(value: bytes | None, wall: float, read_at: float) -> _Report | None:
@@ -115,15 +139,13 @@ def _parse(value: bytes | None, wall: float, read_at: float) -> _Report | None:
         data = json.loads(value)
         worker = data["worker"]
         at = float(data["at"])
-        held = {
-            int(p): {str(t): int(n) for t, n in topics.items() if int(n) > 0}
-            for p, topics in data["held"].items()
-        }
+        held = _counts(data["held"])
+        quota = _counts(data.get("quota") or {})
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
     if not isinstance(worker, str) or not wall - STALE_SECONDS <= at <= wall + STALE_SECONDS:
         return None
-    return _Report(worker, at, held, read_at)
+    return _Report(worker, at, held, read_at, quota)
 
 
 class DemandTable:
@@ -178,6 +200,16 @@ class DemandTable:
     def backlogs(self) -> dict[str, dict[int, int]]:
         """Per callback topic, the backlog of each partition, from current reports (the
         newest report naming a partition wins: after a move, its new owner's)."""
+        return self._by_name(lambda report: report.held)
+
+    def quota_counts(self) -> dict[str, dict[int, int]]:
+        """Per quota key, the pending timers of each partition, from current reports (the
+        newest report naming a partition wins, as for :meth:`backlogs`)."""
+        return self._by_name(lambda report: report.quota)
+
+    def _by_name(
+        self, part: Callable[[_Report], dict[int, dict[str, int]]]
+    ) -> dict[str, dict[int, int]]:
         now = self._clock()
         newest: dict[int, tuple[float, dict[str, int]]] = {}
         with self._lock:
@@ -185,7 +217,7 @@ class DemandTable:
         for report in reports:
             if now - report.read_at > STALE_SECONDS:
                 continue
-            for partition, topics in report.held.items():
+            for partition, topics in part(report).items():
                 seen = newest.get(partition)
                 if seen is None or seen[0] < report.at:
                     newest[partition] = (report.at, topics)

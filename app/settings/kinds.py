@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from app.core.policy import compile_topic_pattern, is_legal_topic
+from app.core.quotas import parse_quotas
 from app.settings.limits import MAX_APP_ID_CHARS, TABLE_NAME
 from app.settings.text import is_host, is_ip, parse_topic_rate_limits, shown, split_allow_list
 from kafka_timers_client.errors import ConfigurationError
@@ -31,6 +32,7 @@ __all__ = [
     "Integer",
     "Kind",
     "Name",
+    "Quotas",
     "RateLimits",
     "Real",
     "Secret",
@@ -366,3 +368,30 @@ class RateLimits(Kind):
 
     def accepts(self) -> str:
         return "`<topic>=<rate>/s` (or `/m`, `/h`), comma-separated"
+
+
+@dataclass(frozen=True)
+class Quotas(Kind):
+    """``name=1000,other=50``: most timers pending per callback topic, or (``tenants``)
+    per tenant header value, ``*`` for every tenant not named (app.core.quotas)."""
+
+    tenants: bool = False
+
+    def parse(self, name: str, raw: str, values: Values) -> tuple[tuple[str, int], ...]:
+        try:
+            quotas = parse_quotas(raw, tenants=self.tenants)
+        except ValueError as exc:
+            raise ConfigurationError(f"{name}: {exc}") from exc
+        if not self.tenants:
+            for topic in quotas:
+                if not is_legal_topic(topic):
+                    raise ConfigurationError(f"{name}: {topic[:100]!r} is not a legal topic name")
+        return tuple(quotas.items())
+
+    def render(self, value: Any) -> str:
+        return ",".join(f"{name}={quota}" for name, quota in value)
+
+    def accepts(self) -> str:
+        if self.tenants:
+            return "`<tenant>=<timers>` (`*`: every other tenant), comma-separated"
+        return "`<topic>=<timers>`, comma-separated"

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.core.policy import RequestPolicy
+from app.core.quotas import QuotaPolicy
 from app.core.wheel import DEFAULT_MAX_CANCELS_IN_ADVANCE
 from app.settings import kinds
 from app.settings.groups import SecuritySettings, TopicNames
@@ -393,6 +394,32 @@ class Settings:
         line""",
         default=(),
     )
+    topic_quotas: tuple[tuple[str, int], ...] = setting(
+        P + "TOPIC_QUOTAS",
+        kinds.Quotas(),
+        """most timers pending at once for a callback topic across the whole service, e.g.
+        `reminders=1000,billing=50`; a request that would store one more is refused
+        `over_quota`, answered on the fired topic and dead-lettered
+        ([using.md](using.md#pending-timer-quotas)); a bad value stops the worker at start
+        with one line""",
+        default=(),
+    )
+    tenant_header: str | None = setting(
+        P + "TENANT_HEADER",
+        kinds.Name(1024),
+        """the request header that names a timer's tenant, e.g. `tenant`, for
+        `KAFKA_TIMERS_TENANT_QUOTAS` (a request without it counts under no tenant)""",
+        shown_default="(none)",
+    )
+    tenant_quotas: tuple[tuple[str, int], ...] = setting(
+        P + "TENANT_QUOTAS",
+        kinds.Quotas(tenants=True),
+        """most timers pending at once per tenant (the value of
+        `KAFKA_TIMERS_TENANT_HEADER`), e.g. `acme=1000,*=500` (`*`: each tenant not
+        named); refused and answered as for `KAFKA_TIMERS_TOPIC_QUOTAS`; needs
+        `KAFKA_TIMERS_TENANT_HEADER`""",
+        default=(),
+    )
     demo_file: str = setting(
         P + "DEMO_FILE",
         kinds.Text(shown="a file path"),
@@ -493,6 +520,10 @@ class Settings:
             horizon_seconds=self.horizon_seconds,
         )
 
+    def quota_policy(self) -> QuotaPolicy | None:
+        """The pending-timer quotas (app.core.quotas), or None when none is set."""
+        return QuotaPolicy.build(self.topic_quotas, self.tenant_header, self.tenant_quotas)
+
     def with_overrides(self, **changes: Any) -> Settings:
         """A copy with some fields changed (CLI flags win over the environment)."""
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -542,3 +573,8 @@ class Settings:
         self.default_late_policy()  # a typo is refused at start, not at the first fire
         self.security.check()
         self.request_policy()  # compiles the allow-list: RE2 refusals stop the start
+        if self.tenant_quotas and not self.tenant_header:
+            raise ConfigurationError(
+                f"{P}TENANT_QUOTAS is set but {P}TENANT_HEADER is not: name the request "
+                "header that carries the tenant, e.g. tenant"
+            )

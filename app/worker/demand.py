@@ -57,14 +57,26 @@ class DemandExchange:
         self._wall = wall
 
     def exchange(self) -> None:
-        """One report and one retuning (on the event loop: the gates are not thread-safe)."""
+        """One report and one retuning (on the event loop: the gates are not thread-safe).
+
+        With pending-timer quotas set (:mod:`app.core.quotas`), the report carries each
+        partition's counts per quota key too, and the others' counts are taken into the
+        service's quota book; a stale view keeps the counts it read last."""
         gates = self._service.gates
         limits = gates.limits()
+        quotas = self._service.quotas
+        if not limits and quotas is None:
+            return
+        held = self._service.held_by_partition(limits) if limits else {}
+        current = self._table.current()
+        self._publisher.publish(
+            held, self._wall(), None if quotas is None else quotas.by_partition()
+        )
+        if quotas is not None and current:
+            quotas.set_elsewhere(self._table.quota_counts())
         if not limits:
             return
-        held = self._service.held_by_partition(limits)
-        self._publisher.publish(held, self._wall())
-        if not self._table.current():
+        if not current:
             for topic in gates.shared():
                 gates.share(topic, None)
             return

@@ -25,6 +25,7 @@ from confluent_kafka import Consumer
 
 from app.core import proto
 from app.core.fetch_pacing import TickWatch, tick_fetch_wait_ms
+from app.core.quotas import QuotaBook
 from app.core.raw_record import RawRecord
 from app.kafka.config import confluent_consumer, confluent_producer
 from app.kafka.demand import DemandPublisher, DemandTable
@@ -278,6 +279,7 @@ def build_worker(
     # its end now, before anything can fire, then followed while the worker runs.
     control = ControlFollower(settings, gates, dict(settings.topic_rate_limits))
     control.load(CONTROL_LOAD_TIMEOUT, on_ignored=metrics.control_ignored.inc)
+    quota_policy = settings.quota_policy()
     service = TimerService(
         policy=policy,
         output=output,
@@ -294,6 +296,9 @@ def build_worker(
         lease=lease,
         request_partitions=settings.partition_count,
         hop_secret=settings.control_secret,
+        # Pending-timer quotas per callback topic and tenant (app.core.quotas), their
+        # counts shared across workers by the demand exchange below.
+        quotas=None if quota_policy is None else QuotaBook(quota_policy),
         # Rate limits per callback topic, shared among the partitions by their backlogs
         # (the demand exchange below); the control path changes them (and pauses
         # topics) through service.gates.

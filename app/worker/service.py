@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 
 from app.core.clock_check import ClockSkewMonitor, OscillatorLead
 from app.core.policy import RequestPolicy
+from app.core.quotas import QuotaBook
 from app.core.raw_record import RawRecord
 from app.core.tick_gate import MAX_AHEAD_SECONDS, TickGate
 from app.core.wheel import DEFAULT_MAX_CANCELS_IN_ADVANCE, DEFAULT_MEMORY_SECONDS
@@ -102,8 +103,12 @@ class TimerService(RequestJob, TickJob, GateJob, PartitionJob):
         gates: TopicGates | None = None,
         tracing: Tracing | None = None,
         hop_secret: str | None = None,
+        quotas: QuotaBook | None = None,
     ) -> None:
         self._policy = policy
+        #: Pending-timer quotas per callback topic and tenant (app.core.quotas); None:
+        #: none set, and a request pays one check of this attribute for them.
+        self.quotas = quotas
         #: Signs the ``timer-hop`` of the copies this worker forwards and checks those it
         #: reads (app.core.routing): the deployment's control secret; None: unsigned.
         self._hop_secret = hop_secret

@@ -37,6 +37,8 @@ class PartitionJob(ServiceState):
         self.gates.forget(partitions)  # a later owner starts their buckets empty
         for p in partitions:
             self._partitions.pop(p, None)
+            if self.quotas is not None:
+                self.quotas.detach(p)
             self._pending.pop(p, None)
             self._marked.pop(p, None)
             with contextlib.suppress(KeyError):  # a partition given away stops exporting it

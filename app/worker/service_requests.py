@@ -83,6 +83,9 @@ class RequestJob(ExtraRequestJob):
         max_record = self._output.max_record_bytes
         routed = self._request_partitions
         gated = self.gates.gated
+        # Pending-timer quotas (app.core.quotas): checked on the id's owner, just before
+        # a request is stored; None, none is set and this is all a request pays for them.
+        quotas = self.quotas
         # Where each (partition, key) last appears in the batch, built at the first
         # request that fires at once (rare: a late request), never for the others.
         last_seen: dict[tuple[int, bytes | None], int] | None = None
@@ -150,6 +153,11 @@ class RequestJob(ExtraRequestJob):
                         request = self._tracing.scheduled(record, request)
                     check(request, now)
                     check_fits(request, max_record)
+                    if quotas is not None:
+                        over = quotas.refusal(record.partition, request)
+                        if over is not None:
+                            self._over_quota(record, request, over)
+                            continue
                     # Read again after a crash, with the store perhaps holding what came
                     # after it: a request whose second passed waits for the next tick
                     # instead of firing at once, so a newer version later in the re-read
@@ -318,6 +326,23 @@ class RequestJob(ExtraRequestJob):
             record,
             RejectReason.WRONG_TOKEN,
             f"timer {timer.id[:80]!r} is pending under another token: not replaced",
+        )
+
+    def _over_quota(self, record: RawRecord, timer: Timer, key: str) -> None:
+        """Answer and dead-letter a request that would store a timer past a pending-timer
+        quota (:mod:`app.core.quotas`): answered on the fired topic at the request's
+        offset (``"event": "dropped"``, outcome ``over_quota``), as a request refused for
+        another token is, and dead-lettered ``over_quota``, naming the quota. Checked
+        before the wheel's own rulings: at a full quota, a request the wheel would have
+        dropped (a duplicate, one cancelled in advance) is answered ``over_quota`` instead;
+        either way nothing is stored."""
+        assert self.quotas is not None
+        self._output.dropped(timer, RejectReason.OVER_QUOTA.value, record.partition, record.offset)
+        self._reject(
+            record,
+            RejectReason.OVER_QUOTA,
+            f"timer {timer.id[:80]!r}: {key[:200]} has {self.quotas.pending(key):,} timers "
+            f"pending, its quota is {self.quotas.policy.limit(key):,}",
         )
 
     def _cancel(self, part: LoadedPartition, record: RawRecord, cancel: Cancel) -> None:

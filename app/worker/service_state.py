@@ -23,6 +23,7 @@ from app.core.clock_check import ClockSkewMonitor, OscillatorLead
 from app.core.forecast import PartitionForecast
 from app.core.keys import APPLYING, BOOKKEEPING, ORIGIN, ORIGIN_END, REQUEST_OFFSET
 from app.core.policy import RequestPolicy
+from app.core.quotas import PartitionQuotas, QuotaBook
 from app.core.tick_gate import TickGate
 from app.core.timer import Timer
 from app.core.wheel import PartitionWheel
@@ -132,6 +133,7 @@ class ServiceState:
     _commits: Commits
     _locks: dict[int, asyncio.Lock]
     _pending: dict[int, int]
+    quotas: QuotaBook | None
     _remember: int
     _max_in_advance: int
     _labelled_topics: set[str]
@@ -168,15 +170,19 @@ class ServiceState:
             if part is None:
                 loop = asyncio.get_running_loop()
                 kv = await loop.run_in_executor(None, self._stores.open, p)
+                book = self.quotas
                 wheel = PartitionWheel(
                     kv,
                     memory_seconds=self._remember,
                     clock=self._clock,
                     max_cancels_in_advance=self._max_in_advance,
                     forecast=PartitionForecast(max_topics=self._max_topic_labels),
+                    quotas=None if book is None else PartitionQuotas(book.policy),
                 )
                 part = LoadedPartition(wheel, kv)
                 counts = await loop.run_in_executor(None, wheel.recount)
+                if book is not None and wheel.quotas is not None:
+                    book.attach(p, wheel.quotas)  # its counts rebuilt by the recount
                 self._pending[p] = counts.timers
                 self._metrics.pending.set(sum(self._pending.values()))
                 self._partitions[p] = part

@@ -187,6 +187,7 @@ def test_every_kind_of_fired_record_validates() -> None:
             FiredRecord.skipped(timer, SkipReason.LATE, partition=3, worker="w1", at_ms=1)
         )
         records.append(FiredRecord.dropped(timer, "duplicate", partition=3, worker="w", at_ms=1))
+        records.append(FiredRecord.dropped(timer, "over_quota", partition=3, worker="w", at_ms=1))
     for kind, outcome in (
         (FiredKind.CANCEL, "cancelled"),
         (FiredKind.CANCEL, "cancelled_in_advance"),

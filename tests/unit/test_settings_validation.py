@@ -86,6 +86,9 @@ VARIABLES = (
             "MAX_TOPIC_LABELS",
             "OPERATOR_TOKEN",
             "TOPIC_RATE_LIMITS",
+            "TOPIC_QUOTAS",
+            "TENANT_HEADER",
+            "TENANT_QUOTAS",
             "DEMO_FILE",
         )
     ),
@@ -374,7 +377,7 @@ def test_bootstrap_addresses_are_normalised() -> None:
 
 
 def test_every_variable_is_fuzzed() -> None:
-    full = full_settings(operator_token="an-operator-token-of-24")
+    full = full_settings(operator_token="an-operator-token-of-24", tenant_header="tenant")
     assert set(full.to_env()) | {P + "METRICS_PORT"} == set(VARIABLES)
 
 

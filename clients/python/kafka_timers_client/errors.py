@@ -114,6 +114,10 @@ class RejectReason(str, Enum):
     #: of at least 1, a max-wait shorter than the debounce or without one, or a debounce
     #: given with a due time or a recurrence.
     INVALID_DEBOUNCE = "invalid_debounce"
+    #: Storing the timer would pass a pending-timer quota the operator set for its
+    #: callback topic or its tenant (``KAFKA_TIMERS_TOPIC_QUOTAS``,
+    #: ``KAFKA_TIMERS_TENANT_QUOTAS``): refused, answered on the fired topic.
+    OVER_QUOTA = "over_quota"
     #: A field is out of the bounds the service accepts: a number that is NaN, infinite
     #: or too large, text that is not UTF-8 or too long, JSON nested too deep.
     OUT_OF_BOUNDS = "out_of_bounds"

@@ -1,0 +1,246 @@
+"""Pending-timer quotas against real workers and an oscillator on the broker: a quota of
+1,000 on a callback topic refuses the 1,001st request and answers it (``over_quota`` on
+the fired topic and in the dead-letter topic), exactly 1,000 fire, and a fire frees its
+place; across two workers, the counts each shares through the demand topic make a
+request on the other worker's partition refused too; a worker killed and started again
+rebuilds its counts from what is pending; tenant quotas count by the tenant header.
+
+Requests go out at a fixed pace where the test says so (its input, not a wait for a
+result); every wait for a result polls with a deadline.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Iterator
+
+from app.core.routing import owner_of
+from app.dev.stack import wait_until_firing
+from app.kafka.records import Record, TopicReader
+from kafka_timers_client.client import TimerClient
+from kafka_timers_client.fired import FiredKind, FiredRecord
+from kafka_timers_client.outcome import CancelOutcome
+from tests.support.faults import FireWatch, owners, schedule_spread
+from tests.support.probes import get_admitted, start_probed
+from tests.support.stack import Stack
+from tests.support.waiting import wait_until
+
+#: Generous: two shared cores, and other test runs beside this one.
+TIMEOUT = 90.0
+#: Between requests on two workers' partitions: well past the demand exchange's quarter
+#: second, so the first worker's counts have reached the second (the test's input).
+SPACING = 2.0
+
+
+def ids_owned_by(partition: int, partitions: int, count: int, prefix: str) -> Iterator[str]:
+    """``count`` timer ids whose owner partition is ``partition``."""
+    n = found = 0
+    while found < count:
+        timer_id = f"{prefix}-{n}"
+        n += 1
+        if owner_of(timer_id, partitions) == partition:
+            found += 1
+            yield timer_id
+
+
+def over_quota_answers(records: list[Record]) -> dict[str, FiredRecord]:
+    """The fired topic's ``dropped`` answers with outcome ``over_quota``, by timer id."""
+    out = {}
+    for record in records:
+        try:
+            answer = FiredRecord.from_json(record.value or b"")
+        except ValueError:
+            continue
+        if answer.event is FiredKind.DROPPED and answer.outcome == "over_quota":
+            out[answer.id] = answer
+    return out
+
+
+def fired_ids(records: list[Record]) -> list[str]:
+    return [(r.header("timer-id") or b"").decode() for r in records]
+
+
+def test_a_quota_of_1000_refuses_the_1001st_request_and_answers_it(stack: Stack) -> None:
+    settings = stack.settings
+    topic = stack.callback_topic("quota")
+    probe = stack.callback_topic("quota-probe")
+    stack.oscillator()
+    stack.worker(topic_quotas=((topic, 1000),))
+    client = TimerClient(settings)
+    wait_until_firing(settings, client, probe)
+    tag = uuid.uuid4().hex[:8]
+    ids = list(ids_owned_by(0, settings.partition_count, 1002, f"q{tag}"))
+    accepted, refused, later = ids[:1000], ids[1000], ids[1001]
+    due = int(time.time()) + 15
+    with TopicReader(settings, settings.topics.fired) as answers:
+        for timer_id in accepted:
+            client.schedule(topic, timer_id.encode(), timer_id=timer_id, at=due)
+        client.schedule(topic, refused.encode(), timer_id=refused, at=due)
+        client.flush()
+        sent = time.monotonic()
+        answers.wait_for(lambda rs: refused in over_quota_answers(rs), TIMEOUT)
+        answered_in = time.monotonic() - sent
+        assert set(over_quota_answers(answers.records)) == {refused}
+    with TopicReader(settings, settings.topics.dlq) as dlq:
+        (dead,) = dlq.wait_for(lambda rs: len(rs) >= 1, TIMEOUT)
+    assert dead.header("dlq-reason") == b"over_quota"
+    detail = (dead.header("dlq-detail") or b"").decode()
+    assert f"topic:{topic} has 1,000 timers pending, its quota is 1,000" in detail, detail
+
+    with TopicReader(settings, topic) as callbacks:
+        callbacks.wait_for(
+            lambda rs: len(set(fired_ids(rs))) >= 1000 and time.time() > due + 3, TIMEOUT
+        )
+        fired = fired_ids(callbacks.records)
+        assert set(fired) == set(accepted), "the 1,001st fired, or one of the 1,000 did not"
+        # Fired, they no longer count: a request now is stored and fires.
+        client.schedule(topic, b"later", timer_id=later, at=time.time() + 2)
+        client.flush()
+        callbacks.wait_for(lambda rs: later in fired_ids(rs), TIMEOUT)
+    client.close()
+    print(
+        f"\nquota 1,000 on one partition: 1,000 stored and fired ({len(fired)} callbacks), "
+        f"the 1,001st answered over_quota {answered_in:.2f}s after the requests were sent; "
+        "after the fires, a new request fired"
+    )
+
+
+def test_the_counts_of_another_workers_partitions_count(stack: Stack) -> None:
+    """Two workers, each owning some partitions: a quota of 5 filled on one worker's
+    partition refuses a request on the other's, once the exchange has carried the
+    counts (the requests are spaced beyond its interval); a cancel frees a place."""
+    settings = stack.settings
+    topic = stack.callback_topic("quota-shared")
+    probe = stack.callback_topic("quota-shared-probe")
+    stack.oscillator()
+    workers = ["worker-1", "worker-2"]
+    for name in workers:
+        stack.worker(name, topic_quotas=((topic, 5),))
+    partitions = settings.partition_count
+
+    def shared(w: FireWatch) -> bool:
+        """Each worker last fired on half the partitions: the group has settled."""
+        owned = list(owners(w.fires()).values())
+        return len(owned) == partitions and all(
+            owned.count(name) == partitions // 2 for name in workers
+        )
+
+    client = TimerClient(settings)
+    tag = uuid.uuid4().hex[:8]
+    with FireWatch(settings, probe) as watch:
+        now = int(time.time())
+        schedule_spread(settings, probe, 600, now + 3, now + 90, prefix=f"p{tag}-")
+        watch.wait(shared, TIMEOUT, "both workers to own half the partitions")
+        owner = owners(watch.fires())
+        first = next(p for p in range(partitions) if owner[p] == "worker-1")
+        second = next(p for p in range(partitions) if owner[p] == "worker-2")
+        filled = list(ids_owned_by(first, partitions, 5, f"a{tag}"))
+        elsewhere, after_cancel, full = ids_owned_by(second, partitions, 3, f"b{tag}")
+        due = time.time() + 3600
+        tokens = {}
+        with TopicReader(settings, settings.topics.fired) as answers:
+            for timer_id in filled:
+                tokens[timer_id] = client.schedule(topic, b"a", timer_id=timer_id, at=due).token
+            client.flush()
+            time.sleep(SPACING)  # the test's input: the next request comes later
+            client.schedule(topic, b"b", timer_id=elsewhere, at=due)
+            client.flush()
+            answers.wait_for(lambda rs: elsewhere in over_quota_answers(rs), TIMEOUT)
+            refused = over_quota_answers(answers.records)[elsewhere]
+            assert (refused.partition, refused.worker) == (second, "worker-2")
+            # One of the five cancelled: a place is free, on the other worker's partition.
+            cancelled = client.cancel(filled[0], tokens[filled[0]], wait=TIMEOUT)
+            assert cancelled is CancelOutcome.CANCELLED
+            time.sleep(SPACING)  # the test's input, as above
+            client.schedule(topic, b"c", timer_id=after_cancel, at=due)
+            # The next on that partition is refused again: the place was taken (the
+            # request before it was applied by then: one partition, read in order).
+            client.schedule(topic, b"z", timer_id=full, at=due)
+            client.flush()
+            answers.wait_for(lambda rs: full in over_quota_answers(rs), TIMEOUT)
+            assert after_cancel not in over_quota_answers(answers.records)
+        # Still where they were: the counts crossed from one worker to the other.
+        watch.poll(0.5)
+        assert {p: owners(watch.fires())[p] for p in (first, second)} == {
+            first: "worker-1",
+            second: "worker-2",
+        }
+    client.close()
+    print(
+        f"\nquota 5, two workers: 5 stored on partition {first} (worker-1), the 6th on "
+        f"partition {second} (worker-2) refused over_quota; after a cancel, one more stored "
+        "there and the next refused"
+    )
+
+
+def test_a_worker_killed_and_started_again_counts_what_is_pending(stack: Stack) -> None:
+    """The counts live in memory: a worker killed (-9) with its quota full and started
+    again on its data rebuilds them from its pending timers, and refuses the next."""
+    settings = stack.settings
+    topic = stack.callback_topic("quota-restart")
+    probe = stack.callback_topic("quota-restart-probe")
+    stack.oscillator()
+    data_dir = stack.base_dir / "quota-worker"
+    quota = ((topic, 20),)
+    worker = start_probed(stack, "worker", "quota-worker", data_dir=data_dir, topic_quotas=quota)
+    client = TimerClient(settings)
+    wait_until_firing(settings, client, probe)
+    tag = uuid.uuid4().hex[:8]
+    *filled, refused = ids_owned_by(0, settings.partition_count, 21, f"r{tag}")
+    due = time.time() + 3600
+    for timer_id in filled:
+        client.schedule(topic, b"r", timer_id=timer_id, at=due)
+    client.flush()
+
+    def pending(url: str, timer_id: str) -> bool:
+        status, doc = get_admitted(f"{url}/timers/{timer_id}", settings.operator_token)
+        return status == 200 and isinstance(doc, dict) and doc.get("state") == "pending"
+
+    # The last of one partition's requests pending: all twenty were applied.
+    wait_until(lambda: pending(worker.web, filled[-1]), TIMEOUT, "the twenty requests applied")
+    worker.process.kill()
+    start_probed(
+        stack, "worker", "quota-worker", data_dir=data_dir, topic_quotas=quota, log_name="again"
+    )
+    with TopicReader(settings, settings.topics.fired) as answers:
+        client.schedule(topic, b"r", timer_id=refused, at=due)
+        client.flush()
+        sent = time.monotonic()
+        answers.wait_for(lambda rs: refused in over_quota_answers(rs), TIMEOUT)
+    client.close()
+    print(
+        f"\nquota 20, worker killed -9 with 20 pending and started again: the 21st answered "
+        f"over_quota {time.monotonic() - sent:.2f}s after it was sent (restart included)"
+    )
+
+
+def test_tenant_quotas_count_by_the_tenant_header(stack: Stack) -> None:
+    """``acme=3,*=1`` on the header ``tenant``: acme's 4th is refused, another tenant's
+    2nd, and a request without the header counts under no tenant."""
+    settings = stack.settings
+    topic = stack.callback_topic("quota-tenants")
+    probe = stack.callback_topic("quota-tenants-probe")
+    stack.oscillator()
+    stack.worker(tenant_header="tenant", tenant_quotas=(("acme", 3), ("*", 1)))
+    client = TimerClient(settings)
+    wait_until_firing(settings, client, probe)
+    tag = uuid.uuid4().hex[:8]
+    ids = list(ids_owned_by(0, settings.partition_count, 10, f"t{tag}"))
+    plan = [("acme", 4), ("zed", 2), (None, 3), ("acme", 1)]  # one partition, in order
+    sent: list[tuple[str, str | None]] = []
+    due = time.time() + 3600
+    with TopicReader(settings, settings.topics.fired) as answers:
+        for tenant, count in plan:
+            for _ in range(count):
+                timer_id = ids[len(sent)]
+                headers = {} if tenant is None else {"tenant": tenant}
+                client.schedule(topic, b"t", timer_id=timer_id, at=due, headers=headers)
+                sent.append((timer_id, tenant))
+        client.flush()
+        last = sent[-1][0]
+        answers.wait_for(lambda rs: last in over_quota_answers(rs), TIMEOUT)
+        refused = set(over_quota_answers(answers.records))
+    client.close()
+    # acme: 3 stored, the 4th and the last refused; zed: 1 stored, the 2nd refused.
+    assert refused == {sent[3][0], sent[5][0], last}, (sent, refused)
