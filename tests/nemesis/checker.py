@@ -21,9 +21,9 @@ counters are never asked. What it holds a run to:
   copy reached the owner partition after the newer one (two producers that place records
   differently, which the README leaves to the producer: reported as ``misordered``).
 - **duplicates**: callbacks beyond the first of one version (or series occurrence),
-  counted by cause: the nearest fault that began between the first copy and the repeat
-  and hit its worker or the broker, ``producer resend`` for copies of one produce, else
-  ``unexplained``.
+  counted by cause: the latest fault under way between the first copy and the repeat
+  that hit the broker or either copy's worker, ``producer resend`` for copies of one
+  produce, else ``unexplained``.
 - **unknown**: callbacks for an id, version or occurrence nobody asked for.
 
 A run passes when lost, early, after-cancel, undone and unknown are all empty.
@@ -153,15 +153,26 @@ def _base(worker: str) -> str:
 
 
 def _cause(
-    faults: list[Fault], worker: str | None, first_ms: int, repeat_ms: int, same: bool
+    faults: list[Fault],
+    workers: tuple[str | None, str | None],
+    first_ms: int,
+    repeat_ms: int,
+    same: bool,
 ) -> str:
+    """The fault a repeat is put down to: the latest one under way between the first copy
+    (less :data:`CAUSE_LEAD_MS`) and the repeat that hit the broker or the worker of
+    either copy. Under way, not only begun: a worker cut off the broker before the first
+    copy, whose partitions were fired by another meanwhile, fires them again when it is
+    back (at least once: nothing fences it outside exactly-once mode)."""
     if same:
         return "producer resend"
+    targets = {_base(w) for w in workers if w is not None}
     hit = [
         f
         for f in faults
-        if first_ms - CAUSE_LEAD_MS <= f.start_ms <= repeat_ms
-        and (f.target in SHARED_TARGETS or (worker is not None and f.target == _base(worker)))
+        if f.start_ms <= repeat_ms
+        and f.end_ms >= first_ms - CAUSE_LEAD_MS
+        and (f.target in SHARED_TARGETS or f.target in targets)
     ]
     if not hit:
         return "unexplained"
@@ -217,7 +228,7 @@ def check(history: History, observed: Observed, *, slack_ms: int = 10_000) -> Ve
             verdict.duplicates[
                 _cause(
                     history.faults,
-                    clocks.worker_of(first),
+                    (clocks.worker_of(first), clocks.worker_of(repeat)),
                     clocks.real_ms(first),
                     clocks.real_ms(repeat),
                     same,

@@ -104,6 +104,26 @@ def test_a_clean_run_passes_and_counts_its_duplicates_by_cause() -> None:
     assert verdict.max_late_ms == 150
 
 
+def test_a_repeat_by_a_worker_back_from_a_cut_is_put_down_to_the_cut() -> None:
+    """worker-2 was cut off the broker before the first copy; worker-3 (42 s ahead)
+    fired its timer meanwhile, and worker-2 fired it again once back: the cut, under way
+    at the first copy and on the repeat's worker, is the cause (it was ``unexplained``
+    when only faults beginning after the first copy, on its own worker, were counted)."""
+    history = History(
+        versions=[version("a", 1, 30, 0)],
+        faults=[Fault("partition reset", "worker-2", (T0 + 20) * MS, (T0 + 34) * MS)],
+        incarnations=[Incarnation("worker-3~p42", 42.0)],
+    )
+    observed = Observed()
+    fired(observed, "a", version_payload("a", 1), (T0 + 30 + 42) * MS, "worker-3~p42")
+    fired(observed, "a", version_payload("a", 1), (T0 + 38) * MS, "worker-2")
+
+    verdict = check(history, observed)
+
+    assert verdict.ok, verdict.lines()
+    assert verdict.duplicates == {"partition reset": 1}
+
+
 def test_a_lost_timer_fails_it() -> None:
     history = History(versions=[version("a", 1, 30, 0), version("b", 1, 30, 0)])
     observed = Observed()
