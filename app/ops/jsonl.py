@@ -42,7 +42,15 @@ from kafka_timers_client.late import LatePolicy
 from kafka_timers_client.recurrence import Recurrence
 from kafka_timers_client.spread import MAX_SPREAD_SECONDS
 
-__all__ = ["LineError", "decode_line", "decode_timer", "encode_line", "encode_timer"]
+__all__ = [
+    "LineError",
+    "calendar_fields",
+    "debounce_fields",
+    "decode_line",
+    "decode_timer",
+    "encode_line",
+    "encode_timer",
+]
 
 
 class LineError(KafkaTimersError):
@@ -75,13 +83,8 @@ def encode_timer(timer: Timer, partition: int | None = None) -> dict[str, Any]:
         doc["late"] = timer.late.text()
     if timer.spread:
         doc["spread"] = timer.spread
-    debounce = timer.debounce
-    if debounce is not None:
-        doc["debounce"] = debounce.seconds
-        if debounce.max_wait is not None:
-            doc["max_wait"] = debounce.max_wait
-        doc["debounce_first_ms"] = debounce.first_ms
-        doc["debounce_merged"] = debounce.merged
+    if timer.debounce is not None:
+        doc.update(debounce_fields(timer.debounce))
     rec = timer.recurrence
     if rec is not None:
         if rec.cron is not None:
@@ -100,6 +103,17 @@ def encode_timer(timer: Timer, partition: int | None = None) -> dict[str, Any]:
     if partition is not None:
         doc["partition"] = partition
     return doc
+
+
+def debounce_fields(debounce: Debounce) -> dict[str, Any]:
+    """A debounced timer's whole merge state as export lines and import requests write
+    it: its window, max-wait, first request's time and merged count."""
+    fields: dict[str, Any] = {"debounce": debounce.seconds}
+    if debounce.max_wait is not None:
+        fields["max_wait"] = debounce.max_wait
+    fields["debounce_first_ms"] = debounce.first_ms
+    fields["debounce_merged"] = debounce.merged
+    return fields
 
 
 def calendar_fields(tz: str, calendar: Calendar) -> dict[str, Any]:

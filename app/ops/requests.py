@@ -45,7 +45,7 @@ from app.core.raw_record import RawRecord
 from app.core.request_etf1 import ETF1_EPOCH, ETF1_TARGET_KEY, ETF1_TARGET_TOPIC
 from app.core.request_format import parse_request
 from app.core.timer import Header, Timer
-from app.ops.jsonl import LineError, calendar_fields
+from app.ops.jsonl import LineError, calendar_fields, debounce_fields
 from kafka_timers_client import protowire
 from kafka_timers_client.errors import RejectedRequest
 
@@ -221,13 +221,8 @@ def _as_json(timer: Timer) -> bytes:
     rec = timer.recurrence
     if rec is None:
         doc["at"] = timer.due
-        debounce = timer.debounce
-        if debounce is not None:
-            doc["debounce"] = debounce.seconds
-            if debounce.max_wait is not None:
-                doc["max_wait"] = debounce.max_wait
-            doc["debounce_first_ms"] = debounce.first_ms
-            doc["debounce_merged"] = debounce.merged
+        if timer.debounce is not None:
+            doc.update(debounce_fields(timer.debounce))
     else:
         if rec.cron is not None:
             doc["cron"], doc["tz"] = rec.cron, rec.tz
