@@ -183,6 +183,13 @@ class FiredTopic:
                 return outcome
         return None
 
+    def fired_unacked_version(self, timer_id: str) -> bool:
+        """Whether a version of ``timer_id`` that no ack (cancel) ever named fired: the
+        killed app scheduled it from a batch it never handed out, and the next app's copy
+        (a new token) came after it had fired."""
+        named = {token for token, _, _ in self.cancels.get(timer_id, ())}
+        return any(token not in named for token, _ in self.fires.get(timer_id, ()))
+
 
 def _fired_topic(settings: Settings) -> FiredTopic:
     out = FiredTopic()
@@ -328,7 +335,7 @@ def check(out: Outcome, settings: Settings) -> dict[str, object]:
     assert len(twice) <= BATCH, f"more than a batch scheduled again: {len(twice)}"
     # Acked, then back anyway: each needs a reason.
     races: list[tuple[int, str]] = []
-    lost_acks, unexplained = [], []
+    lost_acks, unexplained, orphans = [], [], []
     for n, ds in out.deliveries.items():
         for d in ds:
             if d.kind != "A" or not any(e.count > d.count for e in ds):
@@ -340,6 +347,8 @@ def check(out: Outcome, settings: Settings) -> dict[str, object]:
                 races.append((n, raced))
             elif not answers and d.pid == killed_pid:
                 lost_acks.append(n)
+            elif answers and fired.fired_unacked_version(timer_id):
+                orphans.append(n)
             else:
                 unexplained.append((d, answers))
     ids = [f"{group}/{d.topic}/{d.partition}/{d.offset}" for d, _ in unexplained[:3]]
@@ -354,6 +363,7 @@ def check(out: Outcome, settings: Settings) -> dict[str, object]:
         # How the worker answered the cancels that came after their fire.
         race_answers=dict(Counter(outcome for _, outcome in races)),
         redelivered_ack_lost_in_kill=len(lost_acks),
+        redelivered_by_unhanded_version=len(orphans),
         acked_by_killed_app=sum(
             1 for ds in out.deliveries.values() for d in ds if d.pid == killed_pid and d.kind == "A"
         ),
@@ -363,6 +373,8 @@ def check(out: Outcome, settings: Settings) -> dict[str, object]:
     )
     # The kill loses at most what one batch of acks can hold in the producer.
     assert len(lost_acks) <= 2 * BATCH, figures
+    # Versions scheduled from the one batch the killed app never handed out.
+    assert len(orphans) <= BATCH, figures
     print("redelivery figures:", json.dumps(figures))
     return figures
 
