@@ -156,6 +156,12 @@ class OutputProducer:
         #: Audit records of callbacks produced since the unit's last flush or commit:
         #: ``(timer, partition, fired_at_ms, coalesced)`` (see :meth:`callback`).
         self._audits: list[Audit] = []
+        #: Per partition, the newest request the service had applied there when it last
+        #: fired on it: each audit record's ``request_offset``, set by the service before
+        #: a round. Read when the unit's audits are produced, so a round of the same
+        #: partition in between (rare: one flush a tick) gives the earlier one a later
+        #: offset, never an earlier one.
+        self.fire_offsets: dict[int, int] = {}
 
     def _init_transactions(
         self,
@@ -312,7 +318,7 @@ class OutputProducer:
         # The audit JSON of the whole unit at once: the same bytes as
         # FiredRecord.fired().to_json(), with what a run of them shares formatted once.
         for (timer, partition, _, _), audit in zip(
-            audits, fired_jsons(audits, self._worker_json), strict=True
+            audits, fired_jsons(audits, self._worker_json, self.fire_offsets), strict=True
         ):
             timer_id = timer.id.encode()
             # The fired topic's partition numbered like the timer's request partition,

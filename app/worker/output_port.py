@@ -27,6 +27,9 @@ class Output(Protocol):
     changelog_acked: dict[int, int]
     #: The largest record this output can write (the producer's ``message.max.bytes``).
     max_record_bytes: int
+    #: Per partition, the newest request applied there when the service last fired on
+    #: it (the fired records' ``request_offset``); the service sets it before a round.
+    fire_offsets: dict[int, int]
 
     def callback(
         self, timer: Timer, *, partition: int, fired_at_ms: int, coalesced: int = 0

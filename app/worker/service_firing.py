@@ -166,6 +166,9 @@ class FiringJob(ServiceState):
         without the four calls through :meth:`_fire` and :meth:`_refused_at_fire` that
         decide as much."""
         now_ms = self._now_ms()
+        part = self._partitions.get(partition)
+        if part is not None and part.applied_offset >= 0:  # the audits name it
+            self._output.fire_offsets[partition] = part.applied_offset
         delivered, successors = fired.delivered, fired.successors
         callback = self._output.callback
         passed = self._policy.passed_topics

@@ -120,6 +120,7 @@ class RequestJob(ExtraRequestJob):
                     await self._let_the_loop_run(unit)
                     deadline = time.perf_counter() + UNIT_BUDGET_SECONDS
                 part = parts[record.partition]
+                part.applied_offset = record.offset
                 reread_through = part.reread_through
                 if reread_through >= 0 and record.offset >= reread_through:
                     # The last request applied before the crash: the store is whole
@@ -190,6 +191,7 @@ class RequestJob(ExtraRequestJob):
                             continue
                         through = part.wheel.ticked_through
                         assert through is not None  # FIRE_NOW: its second has been ticked
+                        self._output.fire_offsets[record.partition] = record.offset
                         sent, successor = self._fire(
                             request, through, record.partition, self._now_ms()
                         )

@@ -80,6 +80,11 @@ class LoadedPartition:
         #: nothing meanwhile (:attr:`rereading`).
         applying = kv.get(APPLYING)
         resumed = kv.get(REQUEST_OFFSET)
+        #: The offset of the newest request applied to this partition's wheel (durable
+        #: or not yet), -1 before any: each fire's audit record carries it
+        #: (``request_offset``), so an audit can tell a reschedule that reached the
+        #: partition after the older version fired from one that was undone.
+        self.applied_offset = int(resumed) if resumed is not None else -1
         through = int(applying) if applying is not None else -1
         if resumed is not None and int(resumed) >= through:
             through = -1

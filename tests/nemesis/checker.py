@@ -17,8 +17,11 @@ counters are never asked. What it holds a run to:
   overtook: a new version to the owner; reported as ``misordered``).
 - **undone**: a rescheduled timer fires its newest version only. An older version that
   fires counts as undone, unless its second came within ``slack_ms`` of the reschedule's
-  acknowledgement (the reschedule raced the tick: reported as ``raced``), or its first
-  copy reached the owner partition after the newer one (two producers that place records
+  acknowledgement (the reschedule raced the tick: reported as ``raced``), or the newer
+  version reached the owner partition only after the older one fired (its request, or
+  forwarded copy, at an offset past the fire's ``request_offset``: held up on its way,
+  by a forwarding worker's fault say; reported as ``reached_late``), or its first copy
+  reached the owner partition after the newer one (two producers that place records
   differently, which the README leaves to the producer: reported as ``misordered``).
 - **duplicates**: callbacks beyond the first of one version (or series occurrence),
   counted by cause: the latest fault under way between the first copy and the repeat
@@ -76,6 +79,9 @@ class Verdict:
     unknown: list[str] = field(default_factory=list)
     #: Benign, reported: an older version fired because the reschedule raced its tick.
     raced: list[str] = field(default_factory=list)
+    #: Benign, reported: a reschedule reached the owner partition only after its older
+    #: version had fired there (the fire's ``request_offset`` is below its offset).
+    reached_late: list[str] = field(default_factory=list)
     #: Benign, reported: versions reached the owner out of the order they were sent.
     misordered: list[str] = field(default_factory=list)
     #: Reported: a callback came, and then a cancel was answered ``cancelled``.
@@ -116,6 +122,7 @@ class Verdict:
             "undone",
             "unknown",
             "raced",
+            "reached_late",
             "misordered",
             "fired_then_cancelled",
         ):
@@ -138,9 +145,18 @@ class _Clocks:
         self.worker: dict[tuple[str, int, int], str] = {
             (f.id, f.seq or 0, f.fired_at_ms): f.worker for f in fires
         }
+        self.applied: dict[tuple[str, int, int], int] = {
+            (f.id, f.seq or 0, f.fired_at_ms): f.request_offset
+            for f in fires
+            if f.request_offset is not None
+        }
 
     def worker_of(self, cb: Callback) -> str | None:
         return self.worker.get((cb.id, cb.seq or 0, cb.fired_at_ms))
+
+    def applied_through(self, cb: Callback) -> int | None:
+        """The newest request offset the owner partition had applied when ``cb`` fired."""
+        return self.applied.get((cb.id, cb.seq or 0, cb.fired_at_ms))
 
     def real_ms(self, cb: Callback) -> int:
         worker = self.worker_of(cb)
@@ -320,6 +336,11 @@ def _judge_one_shot(
             verdict.raced.append(f"{timer_id} v{older.version}")
             continue
         old_at, new_at = first_arrival.get(older.payload), first_arrival.get(newer.payload)
+        first = min(fired[older.version], key=clocks.real_ms)
+        through = clocks.applied_through(first)
+        if new_at is not None and through is not None and new_at > through:
+            verdict.reached_late.append(f"{timer_id} v{older.version}")
+            continue
         if old_at is not None and new_at is not None and new_at < old_at:
             verdict.misordered.append(f"{timer_id} v{older.version}")
             misordered = True

@@ -153,6 +153,9 @@ class Fire:
     seq: int | None
     fired_at_ms: int
     worker: str
+    #: The newest request the firing worker had applied to the owner partition (the
+    #: record's ``request_offset``; None in runs from before it existed).
+    request_offset: int | None = None
 
 
 @dataclass(frozen=True)

@@ -105,7 +105,9 @@ def observe(settings: Settings) -> Observed:
         except ValueError:
             continue
         if fired.event is FiredKind.FIRED and fired.fired_at_ms is not None:
-            observed.fires.append(Fire(fired.id, fired.seq, fired.fired_at_ms, fired.worker))
+            observed.fires.append(
+                Fire(fired.id, fired.seq, fired.fired_at_ms, fired.worker, fired.request_offset)
+            )
     for r in _read(settings, requests_topic):
         try:
             future = protowire.decode(r.value or b"")

@@ -62,6 +62,7 @@ class FakeOutput:
         self.transactional = transactional
         self.changelog_acked: dict[int, int] = {}
         self.max_record_bytes = DEFAULT_MAX_RECORD_BYTES
+        self.fire_offsets: dict[int, int] = {}
         self.pending = Produced()
         self.durable = Produced()
         self.fail_flush = False

@@ -184,22 +184,41 @@ def audit_of(timer: Timer, partition: int, fired_at_ms: int, coalesced: int) -> 
     return (timer, partition, fired_at_ms, extra_json(timer.headers) or coalesced)
 
 
-@given(_fires, st.sampled_from(["worker-1", 'w"\u00e9']))
+@given(
+    _fires,
+    st.sampled_from(["worker-1", 'w"\u00e9']),
+    st.dictionaries(st.sampled_from([0, 3, 11]), st.integers(0, 2**62)),
+)
 def test_a_units_audits_are_each_what_the_record_writes(
-    fires: list[tuple[Timer, int, int, int]], worker: str
+    fires: list[tuple[Timer, int, int, int]], worker: str, offsets: dict[int, int]
 ) -> None:
-    got = fired_jsons([audit_of(*fire) for fire in fires], json_string(worker))
+    got = fired_jsons([audit_of(*fire) for fire in fires], json_string(worker), offsets)
     expected = [
         FiredRecord.fired(
-            timer, partition=partition, worker=worker, fired_at_ms=fired_at, coalesced=coalesced
+            timer,
+            partition=partition,
+            worker=worker,
+            fired_at_ms=fired_at,
+            coalesced=coalesced,
+            request_offset=offsets.get(partition),
         ).to_json()
         for timer, partition, fired_at, coalesced in fires
     ]
     assert got == expected
     assert got == [
-        fired_json(t, partition=p, worker_json=json_string(worker), fired_at_ms=f, coalesced=c)
+        fired_json(
+            t,
+            partition=p,
+            worker_json=json_string(worker),
+            fired_at_ms=f,
+            coalesced=c,
+            request_offset=offsets.get(p),
+        )
         for t, p, f, c in fires
     ]
+    for record in got:  # the offset a record names is its partition's
+        doc = json.loads(record)
+        assert doc.get("request_offset") == offsets.get(doc["partition"])
 
 
 @given(st.text())

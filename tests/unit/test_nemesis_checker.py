@@ -224,6 +224,38 @@ def test_a_reschedule_that_raced_its_tick_or_its_producer_is_reported_not_failed
     assert verdict.raced == ["x v1"] and verdict.misordered == ["y v1"]
 
 
+def test_a_reschedule_that_reached_the_owner_after_the_old_fire_is_reported_not_failed() -> None:
+    """v2 of "late" was acknowledged long before v1's second but reached the owner
+    partition (offset 8) only after v1 fired there with requests applied through 5:
+    held up on its way, not undone. v2 of "undone" was there (offset 4) when v1 fired."""
+    history = History(
+        versions=[
+            version("late", 1, 30, 0),
+            version("late", 2, 90, 5),
+            version("undone", 1, 30, 0),
+            version("undone", 2, 90, 5),
+        ]
+    )
+    observed = Observed()
+    for timer_id in ("late", "undone"):
+        observed.callbacks.append(
+            Callback(timer_id, version_payload(timer_id, 1), None, (T0 + 30) * MS, "cb", 0, 0)
+        )
+        observed.fires.append(Fire(timer_id, None, (T0 + 30) * MS, "worker-1", 5))
+        fired(observed, timer_id, version_payload(timer_id, 2), (T0 + 90) * MS)
+    observed.arrivals += [
+        Arrival("late", version_payload("late", 1), 2, True),
+        Arrival("late", version_payload("late", 2), 8, True),
+        Arrival("undone", version_payload("undone", 1), 2, True),
+        Arrival("undone", version_payload("undone", 2), 4, True),
+    ]
+
+    verdict = check(history, observed)
+
+    assert verdict.reached_late == ["late v1"]
+    assert len(verdict.undone) == 1 and verdict.undone[0].startswith("undone v1")
+
+
 def test_a_lost_timer_says_when_it_was_dead_lettered() -> None:
     history = History(versions=[version("a", 1, 30, 0)])
     observed = Observed(dead=[DeadLetter("a", "delivery_failed", "Local: Message timed out")])

@@ -184,6 +184,11 @@ def test_every_kind_of_fired_record_validates() -> None:
             FiredRecord.fired(timer, partition=3, worker="w1", fired_at_ms=1_800_000_000_100)
         )
         records.append(
+            FiredRecord.fired(
+                timer, partition=3, worker="w1", fired_at_ms=1_800_000_000_100, request_offset=7
+            )
+        )
+        records.append(
             FiredRecord.skipped(timer, SkipReason.LATE, partition=3, worker="w1", at_ms=1)
         )
         records.append(FiredRecord.dropped(timer, "duplicate", partition=3, worker="w", at_ms=1))

@@ -208,6 +208,29 @@ def test_a_tick_fires_what_is_due_and_forgets_it_only_after_delivery() -> None:
     assert h.fired() == ["a", "b"]
 
 
+def test_a_fire_names_the_newest_request_its_partition_had_applied() -> None:
+    # The audit record's request_offset: a reschedule at a higher offset had not reached
+    # the partition when its older version fired (lost the race), one at a lower offset
+    # had (an older version firing then would be a reschedule undone).
+    h = Harness()
+    h.requests(h.schedule("a", NOW + 1), h.schedule("x", NOW + 9), h.schedule("b", NOW + 1, 2))
+    assert h.tick(NOW + 1, 0, 2) == 2
+    assert h.output.fire_offsets == {0: 1, 2: 0}
+    h.requests(h.schedule("c", NOW + 3), h.schedule("y", NOW + 9), h.schedule("z", NOW + 9))
+    assert h.tick(NOW + 3) == 1
+    assert h.output.fire_offsets[0] == 4
+    # after a restart, from the store: the offset where reading resumes, less one
+    h.restart()
+    h.output.fire_offsets.clear()
+    h.requests(h.schedule("d", NOW + 4, 2))
+    assert h.tick(NOW + 4, 0, 2) == 1
+    assert h.output.fire_offsets == {0: 4, 2: 1}
+    h.restart()
+    h.output.fire_offsets.clear()
+    assert h.tick(NOW + 9) == 3  # x, y, z
+    assert h.output.fire_offsets[0] == 4
+
+
 def test_ticks_of_several_partitions_share_one_flush() -> None:
     h = Harness()
     h.requests(*(h.schedule(f"t{p}", NOW + 1, p) for p in range(4)))

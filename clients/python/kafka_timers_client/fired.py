@@ -181,8 +181,12 @@ class FiredRecord:
     #: The worker's clock when it applied the cancel or skipped the fire, epoch ms
     #: (cancel and skipped only).
     at_ms: int | None = None
-    #: Offset of the cancel request, on ``partition`` of the request topic (cancel only;
-    #: absent in records written before it existed).
+    #: An offset on ``partition`` of the request topic: of the cancel request (cancel
+    #: and dropped), or of the newest request the worker had applied to the partition
+    #: when it fired (fired): a version whose request, or forwarded copy, sits at a
+    #: higher offset had not reached the firing worker yet, so an older version firing
+    #: then lost a race with its reschedule rather than undoing it. Absent in records
+    #: written before it existed, and on a fire before the partition applied any request.
     request_offset: int | None = None
     #: The occurrence's number in its series, from 1 (series only).
     seq: int | None = None
@@ -202,9 +206,17 @@ class FiredRecord:
 
     @classmethod
     def fired(
-        cls, timer: TimerLike, *, partition: int, worker: str, fired_at_ms: int, coalesced: int = 0
+        cls,
+        timer: TimerLike,
+        *,
+        partition: int,
+        worker: str,
+        fired_at_ms: int,
+        coalesced: int = 0,
+        request_offset: int | None = None,
     ) -> FiredRecord:
-        """The record of ``timer``'s callback, produced at ``fired_at_ms``."""
+        """The record of ``timer``'s callback, produced at ``fired_at_ms`` with requests
+        applied through ``request_offset``."""
         return cls(
             FiredKind.FIRED,
             timer.id,
@@ -214,6 +226,7 @@ class FiredRecord:
             due=timer.due,
             fired_at_ms=fired_at_ms,
             topic=timer.topic,
+            request_offset=request_offset,
             seq=timer.seq or None,
             coalesced=coalesced or None,
             schema_id=timer.schema_id,
