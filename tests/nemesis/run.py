@@ -10,9 +10,11 @@ fired after its cancel's answer, undone or made up.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -27,6 +29,7 @@ from app.kafka.topics import ensure_topics
 from app.settings import Settings
 from kafka_timers_client import protowire
 from kafka_timers_client.client import TimerClient
+from tests.nemesis.audit import compare, run_audit
 from tests.nemesis.checker import Verdict, check
 from tests.nemesis.faults import Nemesis
 from tests.nemesis.history import (
@@ -185,13 +188,37 @@ def judge(base: Path) -> Verdict:
     return verdict
 
 
+def _audit_agrees(settings: Settings, base: Path, verdict: Verdict) -> bool:
+    """Run the PySpark audit over the run's topics and print whether it finds what the
+    checker found (:mod:`tests.nemesis.audit`); ``NEMESIS_AUDIT=0`` skips it."""
+    if os.environ.get("NEMESIS_AUDIT", "1") == "0":
+        print("nemesis: audit skipped (NEMESIS_AUDIT=0)", flush=True)
+        return True
+    print("nemesis: auditing the topics with the PySpark audit", flush=True)
+    try:
+        audit_summary, audit_line = run_audit(settings, base / "audit", time.time())
+    except (RuntimeError, subprocess.TimeoutExpired) as exc:
+        print(f"nemesis: the audit failed to run: {exc}", flush=True)
+        return False
+    agreement = compare(verdict, audit_summary, audit_line)
+    print(f"nemesis: {agreement.line()}", flush=True)
+    return agreement.agrees
+
+
 def _stop_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(f"nemesis: signal {signum}: stopping the stack")
 
 
 def main() -> int:
     if sys.argv[1:2] == ["--check"]:
-        return 0 if judge(Path(sys.argv[2])).ok else 1
+        base = Path(sys.argv[2])
+        verdict = judge(base)
+        audited = base / "audit" / "summary.json"
+        if audited.exists():  # the audit's verdict on the run, beside the checker's again
+            agreement = compare(verdict, json.loads(audited.read_text()))
+            print(f"nemesis: {agreement.line()}", flush=True)
+            return 0 if verdict.ok and agreement.agrees else 1
+        return 0 if verdict.ok else 1
     # a SIGTERM (timeout, CI) stops the stack it started, as Ctrl-C does
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     minutes = float(os.environ.get("NEMESIS_MINUTES", "60"))
@@ -241,8 +268,9 @@ def main() -> int:
             for entry in (*observed.callbacks, *observed.fires, *observed.arrivals, *observed.dead):
                 write_line(seen, entry)
         verdict = judge(base)
+        agrees = _audit_agrees(settings, base, verdict)
         print(summary(minutes, sorted(nemesis.counts.items()), verdict), flush=True)
-        return 0 if not verdict.lost and not verdict.early and verdict.ok else 1
+        return 0 if not verdict.lost and not verdict.early and verdict.ok and agrees else 1
     finally:
         stack.close()
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import io
 
-from tests.nemesis.checker import check
+from tests.nemesis.audit import compare
+from tests.nemesis.checker import Verdict, check
 from tests.nemesis.history import (
     Arrival,
     Callback,
@@ -324,3 +325,13 @@ def test_histories_survive_their_files() -> None:
     assert [*history.versions, *history.series, *history.cancels, *history.faults] == entries[:4]
     assert history.incarnations == entries[4:]
     assert [*observed.callbacks, *observed.fires, *observed.arrivals] == seen
+
+
+def test_the_audit_agrees_only_when_it_finds_what_the_checker_found() -> None:
+    verdict = Verdict(lost=["a v1 (second 1)"], early=[])
+    same = compare(verdict, {"violation_counts": {"missing": 1, "duplicate": 7}}, "audit FAIL")
+    assert same.agrees and "lost 1/1" in same.line()
+    # every forwarded original reported missing where it landed: a defect of one judge
+    apart = compare(verdict, {"violation_counts": {"missing": 18900, "superseded_fire": 3}})
+    assert not apart.agrees
+    assert "DISAGREES" in apart.line() and "undone 0/3" in apart.line()
