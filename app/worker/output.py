@@ -142,16 +142,8 @@ class OutputProducer:
         self._clock = clock
         #: Callbacks the broker refused since the last :meth:`take_failures`.
         self._failed: list[tuple[Timer, str]] = []
-        #: Per changelog partition, how far the changelog is known to hold only what the
-        #: partition's store holds: where the store stood when loaded
-        #: (:meth:`changelog_from`), then this worker's acknowledged records for as long
-        #: as they follow one another (:meth:`_changelog_delivered`). The store's
-        #: recovery offset is set from it.
+        #: Highest changelog offset acknowledged, per changelog partition.
         self.changelog_acked: dict[int, int] = {}
-        #: Partitions loaded through :meth:`changelog_from`, and those whose changelog a
-        #: record of another writer entered since (each reported once).
-        self._started: set[int] = set()
-        self._foreign_writes: set[int] = set()
         #: Changelog records the broker refused: the table would diverge from its changelog.
         self._changelog_errors: list[str] = []
         self._worker_json = json_string(worker_id)
@@ -495,51 +487,19 @@ class OutputProducer:
                 topic, value, key, partition=partition, on_delivery=self._changelog_delivered
             )
 
-    def changelog_from(self, partition: int, offset: int | None) -> None:
-        """``partition``'s store was loaded holding its changelog through ``offset``
-        (None: nothing): acknowledgements count on from there."""
-        self.changelog_acked[partition] = -1 if offset is None else offset
-        self._started.add(partition)
-        self._foreign_writes.discard(partition)
-
     def _changelog_delivered(self, err: KafkaError | None, msg: Message) -> None:
-        """Note a changelog record's fate; its partition is the table partition it mirrors.
-
-        In at-least-once mode a changelog partition can have two writers for a while: a
-        worker cut off from the group (frozen, partitioned) goes on producing what it
-        applied before it noticed, and those records land among the next owner's. A
-        store must never be told it holds the changelog through an offset it does not:
-        its next catch-up would start past records it never applied (a reschedule, a new
-        timer, a delete), and the timer they describe would fire its old version, or
-        not at all. So the offset advances only over this worker's own records while
-        they are contiguous from where the store was loaded: the first record of
-        another writer stops it there (one warning), and the next catch-up reads
-        everything after it. One producer with one request in flight per connection
-        appends a worker's records in order, so a gap is always someone else's. In
-        exactly-once mode the other writers are fenced and transaction markers take
-        offsets between records: there the highest acknowledgement counts, as before.
-        A partition never loaded through :meth:`changelog_from` counts that way too."""
+        """Note a changelog record's fate; its partition is the table partition it mirrors."""
         if err is not None:
             self._changelog_errors.append(str(err))
             return
         offset = msg.offset()
         partition = msg.partition()
-        if offset is None or partition is None:
-            return
-        through = self.changelog_acked.get(partition, -1)
-        if offset <= through:
-            return
-        if offset == through + 1 or self.transactional or partition not in self._started:
+        if (
+            offset is not None
+            and partition is not None
+            and offset > self.changelog_acked.get(partition, -1)
+        ):
             self.changelog_acked[partition] = offset
-        elif partition not in self._foreign_writes:
-            self._foreign_writes.add(partition)
-            log.warning(
-                "changelog partition %d holds records of another writer after offset %d "
-                "(a worker cut off from the group still writing): its store is recovered "
-                "from there next time, not from this worker's own records",
-                partition,
-                through,
-            )
 
     # -- waiting ----------------------------------------------------------------
 

@@ -31,8 +31,6 @@ class Output(Protocol):
     #: it (the fired records' ``request_offset``); the service sets it before a round.
     fire_offsets: dict[int, int]
 
-    def changelog_from(self, partition: int, offset: int | None) -> None: ...
-
     def callback(
         self, timer: Timer, *, partition: int, fired_at_ms: int, coalesced: int = 0
     ) -> None: ...

@@ -21,14 +21,7 @@ from typing import Any
 
 from app.core.clock_check import ClockSkewMonitor, OscillatorLead
 from app.core.forecast import PartitionForecast
-from app.core.keys import (
-    APPLYING,
-    BOOKKEEPING,
-    FAUST_OFFSET,
-    ORIGIN,
-    ORIGIN_END,
-    REQUEST_OFFSET,
-)
+from app.core.keys import APPLYING, BOOKKEEPING, ORIGIN, ORIGIN_END, REQUEST_OFFSET
 from app.core.policy import RequestPolicy
 from app.core.quotas import PartitionQuotas, QuotaBook
 from app.core.tick_gate import TickGate
@@ -192,10 +185,6 @@ class ServiceState:
                     quotas=None if book is None else PartitionQuotas(book.policy),
                 )
                 part = LoadedPartition(wheel, kv)
-                # The store holds its changelog through its recovery offset: this worker's
-                # records count on from there (OutputProducer._changelog_delivered).
-                persisted = kv.get(FAUST_OFFSET)
-                self._output.changelog_from(p, None if persisted is None else int(persisted))
                 counts = await loop.run_in_executor(None, wheel.recount)
                 if book is not None and wheel.quotas is not None:
                     book.attach(p, wheel.quotas)  # its counts rebuilt by the recount

@@ -72,9 +72,6 @@ class FakeOutput:
         self._failed: list[tuple[Timer, str]] = []
         self._offsets: dict[int, int] = {}
 
-    def changelog_from(self, partition: int, offset: int | None) -> None:
-        self.changelog_acked[partition] = -1 if offset is None else offset
-
     def callback(
         self, timer: Timer, *, partition: int, fired_at_ms: int, coalesced: int = 0
     ) -> None:
