@@ -35,7 +35,7 @@ from spark_audit.judging import (
     judge_one,
 )
 from spark_audit.parsing import RECONCILED_KINDS, ParsedColumns, judge_request, policy_for
-from spark_audit.routing import OriginMarks, reconciled_where_landed
+from spark_audit.routing import Place, where_reconciled
 from spark_audit.verdicts import Rules
 
 __all__ = ["BaselineResult", "reconcile_in_process"]
@@ -95,11 +95,10 @@ def reconcile_in_process(settings: Settings, rules: Rules) -> BaselineResult:
 
     partitions = partition_count(settings, settings.topics.requests)
     events: dict[tuple[int, str], list[_Event]] = defaultdict(list)
-    # As spark_audit.pipeline.routed_requests: a replayed copy is dropped, an original
-    # with a copy is reconciled where its copy is (decided once every copy is read).
-    marks = OriginMarks()
-    copied: set[tuple[int, int]] = set()
-    away: list[tuple[int, int, int, str, _Event]] = []
+    # As spark_audit.pipeline.routed_requests: each request where its worker applied it,
+    # decided once every record (and so every copy) is read.
+    places: list[Place] = []
+    accepted: list[tuple[str, _Event] | None] = []
     for msg in _records(settings, settings.topics.requests):
         record = to_record(msg)
         out = ParsedColumns.empty()
@@ -108,12 +107,10 @@ def reconcile_in_process(settings: Settings, rules: Rules) -> BaselineResult:
         origin = None
         if origin_partition is not None and origin_offset is not None:
             origin = Origin(origin_partition, origin_offset)
-            copied.add(origin)
-            if marks.replayed(record.partition, origin):
-                continue
-        if out.reject[0] is not None or out.id[0] is None:
-            continue
-        if out.kind[0] not in RECONCILED_KINDS:
+        places.append(Place(record.partition, record.offset, out.owner[0], origin))
+        timer_id = out.id[0]
+        if out.reject[0] is not None or timer_id is None or out.kind[0] not in RECONCILED_KINDS:
+            accepted.append(None)
             continue
         event = (
             SOURCE_REQUEST,
@@ -132,15 +129,10 @@ def reconcile_in_process(settings: Settings, rules: Rules) -> BaselineResult:
             out.spread[0],
             None,
         )
-        owner = out.owner[0]
-        if origin is None and owner is not None and owner != record.partition:
-            away.append((record.partition, record.offset, owner, out.id[0], event))
-            continue
-        events[(record.partition, out.id[0])].append(event)
-    for partition, offset, owner, timer_id, event in away:
-        copy = (partition, offset) in copied
-        if reconciled_where_landed(partition, owner, None, replayed=False, copied=copy):
-            events[(partition, timer_id)].append(event)
+        accepted.append((timer_id, event))
+    for place, request, here in zip(places, accepted, where_reconciled(places), strict=True):
+        if request is not None and here:
+            events[(place.partition, request[0])].append(request[1])
     for msg in _records(settings, settings.topics.fired):
         try:
             (event, timer_id, token, partition, worker, due, fired_at_ms, topic, outcome,

@@ -37,10 +37,31 @@ does the same with a window and a join) and by the in-process yardstick
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import NamedTuple
+
 from app.core.raw_record import RawRecord
 from app.core.routing import Origin, is_replayed, owner_of, split_hop
 
-__all__ = ["OriginMarks", "owner", "reconciled_where_landed", "split_copy"]
+__all__ = [
+    "OriginMarks",
+    "Place",
+    "owner",
+    "reconciled_where_landed",
+    "split_copy",
+    "where_reconciled",
+]
+
+
+class Place(NamedTuple):
+    """Where a request record was read, and what routing makes of it."""
+
+    partition: int
+    offset: int
+    #: The partition owning its id (``None``: refused, or nothing routed).
+    owner: int | None
+    #: For a forwarded copy, where its original was read.
+    origin: Origin | None
 
 
 def split_copy(record: RawRecord, partitions: int | None) -> tuple[RawRecord, Origin | None]:
@@ -87,3 +108,26 @@ def reconciled_where_landed(
     if origin is not None:
         return not replayed
     return owner_partition is None or owner_partition == partition or not copied
+
+
+def where_reconciled(places: Sequence[Place]) -> list[bool]:
+    """For each request record (every one read, refused ones too: their copies count
+    for replays), whether it is reconciled where it was read
+    (:func:`reconciled_where_landed`). The records of a partition must come in offset
+    order; partitions may interleave."""
+    marks = OriginMarks()
+    replayed = [
+        place.origin is not None and marks.replayed(place.partition, place.origin)
+        for place in places
+    ]
+    copied = {place.origin for place in places if place.origin is not None}
+    return [
+        reconciled_where_landed(
+            place.partition,
+            place.owner,
+            place.origin,
+            replayed=replay,
+            copied=(place.partition, place.offset) in copied,
+        )
+        for place, replay in zip(places, replayed, strict=True)
+    ]
