@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from app.core.routing import Origin
 from app.kafka.config import confluent_common
 from app.kafka.records import to_record
 from app.settings import Settings
@@ -34,6 +35,7 @@ from spark_audit.judging import (
     judge_one,
 )
 from spark_audit.parsing import RECONCILED_KINDS, ParsedColumns, judge_request, policy_for
+from spark_audit.routing import Place, where_reconciled
 from spark_audit.verdicts import Rules
 
 __all__ = ["BaselineResult", "reconcile_in_process"]
@@ -89,33 +91,48 @@ def reconcile_in_process(settings: Settings, rules: Rules) -> BaselineResult:
     """Read both topics of ``settings`` in this process and judge every timer."""
     started = time.monotonic()
     policy = policy_for(settings)
+    from spark_audit.job import partition_count  # the audit's own reading of it
+
+    partitions = partition_count(settings, settings.topics.requests)
     events: dict[tuple[int, str], list[_Event]] = defaultdict(list)
+    # As spark_audit.pipeline.routed_requests: each request where its worker applied it,
+    # decided once every record (and so every copy) is read.
+    places: list[Place] = []
+    accepted: list[tuple[str, _Event] | None] = []
     for msg in _records(settings, settings.topics.requests):
         record = to_record(msg)
         out = ParsedColumns.empty()
-        judge_request(record, policy, out)
-        if out.reject[0] is not None or out.id[0] is None:
+        judge_request(record, policy, out, partitions)
+        origin_partition, origin_offset = out.origin_partition[0], out.origin_offset[0]
+        origin = None
+        if origin_partition is not None and origin_offset is not None:
+            origin = Origin(origin_partition, origin_offset)
+        places.append(Place(record.partition, record.offset, out.owner[0], origin))
+        timer_id = out.id[0]
+        if out.reject[0] is not None or timer_id is None or out.kind[0] not in RECONCILED_KINDS:
+            accepted.append(None)
             continue
-        if out.kind[0] not in RECONCILED_KINDS:
-            continue
-        events[(record.partition, out.id[0])].append(
-            (
-                SOURCE_REQUEST,
-                record.offset,
-                record.timestamp_ms,
-                out.kind[0],
-                out.token[0],
-                out.due[0],
-                out.check_token[0],
-                out.callback_topic[0],
-                None,
-                None,
-                out.series[0],
-                None,
-                None,
-                out.spread[0],
-            )
+        event = (
+            SOURCE_REQUEST,
+            record.offset,
+            record.timestamp_ms,
+            out.kind[0],
+            out.token[0],
+            out.due[0],
+            out.check_token[0],
+            out.callback_topic[0],
+            None,
+            None,
+            out.series[0],
+            None,
+            None,
+            out.spread[0],
+            None,
         )
+        accepted.append((timer_id, event))
+    for place, request, here in zip(places, accepted, where_reconciled(places), strict=True):
+        if request is not None and here:
+            events[(place.partition, request[0])].append(request[1])
     for msg in _records(settings, settings.topics.fired):
         try:
             (event, timer_id, token, partition, worker, due, fired_at_ms, topic, outcome,
@@ -129,14 +146,14 @@ def reconcile_in_process(settings: Settings, rules: Rules) -> BaselineResult:
             timer_id = extra_of or timer_id
             ev = (SOURCE_FIRE, fired_at_ms, fired_at_ms, extra or "fired", token, due, None,
                   topic, None, worker, None, seq if extra_n is None else extra_n, coalesced,
-                  None)  # fmt: skip
+                  None, request_offset)  # fmt: skip
         elif event == "skipped":
             ev = (SOURCE_SKIP, at_ms, at_ms, "skipped", token, due, None, topic, reason,
-                  worker, None, seq, coalesced, None)  # fmt: skip
+                  worker, None, seq, coalesced, None, None)  # fmt: skip
         elif event == "cancel" or (event in (TRIGGER, BACKFILL) and outcome in APPLIED_OUTCOMES):
             kind = CANCEL_REPORT if event == "cancel" else event
             ev = (SOURCE_REPORT, at_ms, at_ms, kind, token, None, None, None, outcome, worker,
-                  None, request_offset, None, None)  # fmt: skip
+                  None, request_offset, None, None, None)  # fmt: skip
         else:
             continue
         events[(partition, timer_id)].append(ev)

@@ -22,7 +22,13 @@ from spark_audit import stats
 from spark_audit.errors import AuditError, AuditOutOfMemory, failure_line, is_out_of_memory
 from spark_audit.options import AuditOptions
 from spark_audit.parsing import policy_for
-from spark_audit.pipeline import judge_timers, parse_fired, parse_requests, timer_events
+from spark_audit.pipeline import (
+    judge_timers,
+    parse_fired,
+    parse_requests,
+    routing_counts,
+    timer_events,
+)
 from spark_audit.reading import SourceKind, read_parsed_topic, read_topic
 from spark_audit.results import write_summary
 from spark_audit.summary import AuditSummary, ReadCounts
@@ -31,6 +37,7 @@ from spark_audit.verdicts import Rules
 __all__ = [
     "audit_settings",
     "check_topics",
+    "partition_count",
     "partitions_with_deleted_records",
     "read_counts",
     "run_audit",
@@ -70,6 +77,15 @@ def check_topics(settings: Settings, topics: tuple[str, ...], timeout: float = 1
                 f"topic {topic!r} does not exist at {settings.bootstrap_servers} "
                 "(check KAFKA_TIMERS_REQUEST_TOPIC / KAFKA_TIMERS_FIRED_TOPIC or the flags)"
             )
+
+
+def partition_count(settings: Settings, topic: str, timeout: float = 15.0) -> int | None:
+    """How many partitions ``topic`` has: the count by which workers route its requests
+    (``None`` if the broker does not say)."""
+    from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+
+    info = AdminClient(confluent_common(settings)).list_topics(timeout=timeout).topics.get(topic)
+    return len(info.partitions) if info is not None and info.partitions else None
 
 
 def partitions_with_deleted_records(
@@ -160,6 +176,8 @@ def _run(
         mark = now
 
     policy = policy_for(settings)
+    # Workers route by the request topic's partition count (spark_audit.routing).
+    partitions = partition_count(settings, requests_topic)
     if options.source is SourceKind.PYTHON:
         # Parsed in the Python worker that reads the records: one hop to the JVM, not three.
         def parsed(topic: str, parse: str) -> Any:
@@ -171,6 +189,7 @@ def _run(
                 policy=policy if parse == "requests" else None,
                 max_offsets_per_partition=options.max_offsets_per_partition,
                 extra_options=options.kafka_options,
+                partitions=partitions if parse == "requests" else None,
             )
 
         requests_frame, fired_frame = (
@@ -178,7 +197,7 @@ def _run(
             parsed(fired_topic, "fired"),
         )
     else:
-        requests_frame = parse_requests(read(requests_topic), policy)
+        requests_frame = parse_requests(read(requests_topic), policy, partitions)
         fired_frame = parse_fired(read(fired_topic))
     requests = stage(requests_frame, "parsed_requests")
     phase("read_requests")
@@ -202,12 +221,14 @@ def _run(
         )
     timers = stage(judge_timers(timer_events(requests, fired), rules, incomplete), "timers")
     phase("judge")
+    routing = routing_counts(requests)
 
     violations = stage(stats.violations(timers), "violations")
     counted = stats.counts(timers, violations)
     statuses, violation_counts = counted.statuses, counted.kinds
     fire_stats = stats.fire_stats(stats.fires(timers))
-    occurrences, extra_fires = stats.occurrence_counts(timers)
+    occurrences, extra_fires, reached_late = stats.occurrence_counts(timers)
+    routing["reached_late"] = reached_late
     summary = AuditSummary(
         as_of_ms=options.as_of_ms,
         grace_ms=options.grace_ms,
@@ -230,6 +251,7 @@ def _run(
         output_dir=options.output_dir,
         occurrences=occurrences,
         extra_fires=extra_fires,
+        routing=routing,
         set_aside=aside_sample,
         by_topic=counted.by_topic,
         max_set_aside=options.max_set_aside,

@@ -71,6 +71,7 @@ EVENT_FIELDS = (
     "occurrence",
     "coalesced",
     "spread",
+    "request_offset",
 )
 
 _FIRE_TYPE = pa.struct(
@@ -114,6 +115,7 @@ VERDICT_TYPE = pa.struct(
         ("occurrences_coalesced", pa.int64()),
         ("extra_triggered", pa.int64()),
         ("extra_backfilled", pa.int64()),
+        ("reached_late", pa.int64()),
         ("note", pa.string()),
     ]
 )
@@ -126,7 +128,7 @@ VERDICT_DDL = (
     "worker:string,lateness_ms:bigint,first:boolean,extra:string>>,"
     "violations:array<struct<kind:string,token:string,due:bigint,at_ms:bigint,detail:string>>,"
     "occurrences_fired:bigint,occurrences_skipped:bigint,occurrences_coalesced:bigint,"
-    "extra_triggered:bigint,extra_backfilled:bigint,note:string>"
+    "extra_triggered:bigint,extra_backfilled:bigint,reached_late:bigint,note:string>"
 )
 
 
@@ -173,7 +175,7 @@ def judge_one(columns: dict[str, list[Any]], lo: int, hi: int, rules: Rules) -> 
     check_token, topic = columns["check_token"], columns["topic"]
     outcome, worker = columns["outcome"], columns["worker"]
     series, occurrence, coalesced = columns["series"], columns["occurrence"], columns["coalesced"]
-    spread = columns["spread"]
+    spread, request_offset = columns["spread"], columns["request_offset"]
     requests: list[RequestEvent] = []
     fires: list[FireEvent] = []
     reports: list[CancelReport] = []
@@ -209,6 +211,7 @@ def judge_one(columns: dict[str, list[Any]], lo: int, hi: int, rules: Rules) -> 
                     coalesced[i] or 0,
                     extra,
                     occurrence[i] if extra else None,
+                    request_offset[i],
                 )
             )
         elif src[i] == SOURCE_SKIP:

@@ -10,7 +10,8 @@ columns :func:`spark_audit.pipeline.parse_requests` / ``parse_fired`` give.
 
 Options: those of the Kafka source, plus ``parse`` (``requests`` or ``fired``) and, for
 requests, ``policy``: the worker's :class:`app.core.policy.RequestPolicy`, pickled and
-base64-encoded by :func:`policy_option` (options are strings).
+base64-encoded by :func:`policy_option` (options are strings), and ``partitions``: the
+request topic's partition count, by which workers route (:mod:`spark_audit.routing`).
 """
 
 from __future__ import annotations
@@ -91,6 +92,7 @@ class ParsedTopicReader(KafkaTopicReader):
         self.policy_text = options.get("policy") or ""
         if self.parse == "requests" and not self.policy_text:
             raise ValueError(f"the {PARSED_SOURCE_NAME} source needs the policy to parse requests")
+        self.routed_by = int(options.get("partitions") or 0) or None
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         policy = _policy(self.policy_text) if self.parse == "requests" else None
@@ -117,6 +119,7 @@ class ParsedTopicReader(KafkaTopicReader):
                 raw.column("headers"),
                 policy,
                 raw.column("defect"),
+                self.routed_by,
             )
             fields = _REQUEST_FIELDS
         else:

@@ -27,10 +27,12 @@ from app.core.fired import token_digest
 from app.core.policy import RequestPolicy
 from app.core.raw_record import RawRecord
 from app.core.request_format import parse_request
+from app.core.routing import Origin
 from app.core.timer import Cancel, TokenAction
 from app.settings import Settings
 from kafka_timers_client.errors import RejectedRequest, RejectReason
 from kafka_timers_client.recurrence import Recurrence
+from spark_audit.routing import owner, split_copy
 
 __all__ = [
     "CANCEL",
@@ -75,12 +77,18 @@ PARSED_REQUEST_TYPE = pa.struct(
         ("callback_topic", pa.string()),
         ("series", pa.string()),
         ("spread", pa.int64()),
+        # Routing (spark_audit.routing): the id's owner partition (accepted requests), and
+        # for a forwarded copy the partition and offset its hop names (refused ones too).
+        ("owner", pa.int32()),
+        ("origin_partition", pa.int32()),
+        ("origin_offset", pa.int64()),
     ]
 )
 #: The same type in Spark's DDL.
 PARSED_REQUEST_DDL = (
     "struct<reject:string,detail:string,kind:string,id:string,token:string,due:bigint,"
-    "check_token:boolean,callback_topic:string,series:string,spread:bigint>"
+    "check_token:boolean,callback_topic:string,series:string,spread:bigint,"
+    "owner:int,origin_partition:int,origin_offset:bigint>"
 )
 
 
@@ -137,10 +145,19 @@ class ParsedColumns:
     callback_topic: list[str | None]
     series: list[str | None]
     spread: list[int | None]
+    owner: list[int | None] = dataclasses.field(default_factory=list)
+    origin_partition: list[int | None] = dataclasses.field(default_factory=list)
+    origin_offset: list[int | None] = dataclasses.field(default_factory=list)
 
     @classmethod
     def empty(cls) -> ParsedColumns:
         return cls([], [], [], [], [], [], [], [], [], [])
+
+    def route(self, owner: int | None, origin: Origin | None) -> None:
+        """Append the routing columns of the record just added."""
+        self.owner.append(owner)
+        self.origin_partition.append(None if origin is None else origin.partition)
+        self.origin_offset.append(None if origin is None else origin.offset)
 
     def add(
         self,
@@ -179,6 +196,9 @@ class ParsedColumns:
                 pa.array(self.callback_topic, pa.string()),
                 pa.array(self.series, pa.string()),
                 pa.array(self.spread, pa.int64()),
+                pa.array(self.owner, pa.int32()),
+                pa.array(self.origin_partition, pa.int32()),
+                pa.array(self.origin_offset, pa.int64()),
             ],
             fields=list(PARSED_REQUEST_TYPE),
         )
@@ -227,8 +247,24 @@ def internal_error(exc: Exception) -> tuple[str, str]:
     return RejectReason.INTERNAL_ERROR.value, f"{type(exc).__name__} at {at}"
 
 
-def judge_request(record: RawRecord, policy: RequestPolicy, out: ParsedColumns) -> None:
+def judge_request(
+    record: RawRecord, policy: RequestPolicy, out: ParsedColumns, partitions: int | None = None
+) -> None:
     """Append what the worker makes of ``record`` to ``out``: total, never raises.
+
+    ``partitions``: the request topic's partition count, by which the worker routes
+    (:mod:`spark_audit.routing`): a forwarded copy is read without its hop (a request
+    without an id derives its id from the hop's origin, as on the worker), and the
+    routing columns say where it came from and which partition owns the id. ``None``:
+    nothing is routed, a hop is a header like any other.
+    """
+    record, origin = split_copy(record, partitions)
+    timer_id = _judge_request(record, policy, out)
+    out.route(owner(timer_id, partitions), origin)
+
+
+def _judge_request(record: RawRecord, policy: RequestPolicy, out: ParsedColumns) -> str | None:
+    """:func:`judge_request` without routing; the id of an accepted request.
 
     The worker's own steps in its order (:meth:`app.worker.service.TimerService`):
     :func:`parse_request`, :meth:`RequestPolicy.check` at the record's time, the size
@@ -242,13 +278,13 @@ def judge_request(record: RawRecord, policy: RequestPolicy, out: ParsedColumns) 
             # A pause or resume changes when a timer fires, not whether: accepted, and
             # left out of the events the audit reconciles (RECONCILED_KINDS).
             out.add(None, None, request.action.value, request.id, None, None, True)
-            return
+            return request.id
         if isinstance(request, Cancel):
             token = token_digest(request.token)
             if not _encodable(request.id):
                 raise RejectedRequest(RejectReason.OUT_OF_BOUNDS, "the id is not valid UTF-8")
             out.add(None, None, CANCEL, request.id, token, None, request.check_token)
-            return
+            return request.id
         # The worker checks against its clock when it reads the request; the record's
         # timestamp is that moment give or take the consumer lag.
         policy.check(request, record.timestamp_ms / 1000)
@@ -262,17 +298,18 @@ def judge_request(record: RawRecord, policy: RequestPolicy, out: ParsedColumns) 
             raise RejectedRequest(RejectReason.OUT_OF_BOUNDS, "a text is not valid UTF-8")
     except RejectedRequest as rejected:
         out.add(rejected.reason.value, safe_text(rejected.detail))
-        return
+        return None
     except MemoryError:
         raise
     except Exception as exc:  # the worker dead-letters these too (internal_error)
         out.add(*internal_error(exc))
-        return
+        return None
     token = token_digest(request.token)  # the fired topic carries digests, not tokens
     spread = request.spread or None  # seconds the fire may come after due, on time
     out.add(
         None, None, SCHEDULE, request.id, token, request.due, None, request.topic, series, spread
     )
+    return request.id
 
 
 def parse_request_arrays(
@@ -285,11 +322,13 @@ def parse_request_arrays(
     headers: pa.Array,
     policy: RequestPolicy,
     defect: pa.Array | None = None,
+    partitions: int | None = None,
 ) -> pa.StructArray:
     """Parse a batch of request records; one :data:`PARSED_REQUEST_TYPE` entry each.
 
     ``defect``: why the reader could not read a record as a record (a header name that
     is not UTF-8), as :attr:`RawRecord.defect`; the worker dead-letters those.
+    ``partitions``: the request topic's partition count (see :func:`judge_request`).
     """
     out = ParsedColumns.empty()
     defects = defect.to_pylist() if defect is not None else [None] * len(offset)
@@ -304,5 +343,5 @@ def parse_request_arrays(
         defects,
         strict=True,
     ):
-        judge_request(RawRecord(t, p, o, ts or 0, k, v, _headers(h), d), policy, out)
+        judge_request(RawRecord(t, p, o, ts or 0, k, v, _headers(h), d), policy, out, partitions)
     return out.to_arrow()

@@ -5,7 +5,9 @@
    (:mod:`spark_audit.fired_parsing`): a record either becomes a row or is set aside
    with its reason, never an exception;
 2. both become *events* keyed by (request partition, timer id), the unit of the
-   worker's wheel: a fired record names the request partition it fired from;
+   worker's wheel: a fired record names the request partition it fired from, and a
+   request counts on the partition whose worker applied it (:func:`routed_requests`:
+   a forwarded original on its copy's partition, a replayed copy nowhere);
 3. events are grouped per timer into one sorted array (a single shuffle) and judged,
    a batch of timers per Arrow UDF call (:mod:`spark_audit.judging`).
 
@@ -37,7 +39,15 @@ from spark_audit.judging import (
 from spark_audit.parsing import PARSED_REQUEST_DDL, RECONCILED_KINDS, parse_request_arrays
 from spark_audit.verdicts import Rules
 
-__all__ = ["FIRED_JSON_DDL", "judge_timers", "parse_fired", "parse_requests", "timer_events"]
+__all__ = [
+    "FIRED_JSON_DDL",
+    "judge_timers",
+    "parse_fired",
+    "parse_requests",
+    "routed_requests",
+    "routing_counts",
+    "timer_events",
+]
 
 #: The JSON the worker writes on the fired topic (:class:`app.core.fired.FiredRecord`).
 FIRED_JSON_DDL = FIRED_RECORD_DDL
@@ -53,8 +63,11 @@ def _arrow_udf() -> Any:
     return arrow_udf
 
 
-def parse_requests(raw: DataFrame, policy: RequestPolicy) -> DataFrame:
-    """topic, partition, offset, ts_ms and the parsed request (``reject`` set if refused)."""
+def parse_requests(
+    raw: DataFrame, policy: RequestPolicy, partitions: int | None = None
+) -> DataFrame:
+    """topic, partition, offset, ts_ms and the parsed request (``reject`` set if refused);
+    ``partitions``: the request topic's partition count, by which workers route."""
 
     def parse(
         topic: pa.Array,
@@ -67,7 +80,7 @@ def parse_requests(raw: DataFrame, policy: RequestPolicy) -> DataFrame:
         defect: pa.Array,
     ) -> pa.Array:
         return parse_request_arrays(
-            topic, partition, offset, timestamp_ms, key, value, headers, policy, defect
+            topic, partition, offset, timestamp_ms, key, value, headers, policy, defect, partitions
         )
 
     udf = _arrow_udf()(parse, PARSED_REQUEST_DDL)
@@ -131,6 +144,7 @@ def _event(
     occurrence: Column | None = None,
     coalesced: Column | None = None,
     spread: Column | None = None,
+    request_offset: Column | None = None,
 ) -> Column:
     null = F.lit(None)
     return F.struct(
@@ -148,14 +162,79 @@ def _event(
         (null if occurrence is None else occurrence).cast("bigint").alias("occurrence"),
         (null if coalesced is None else coalesced).cast("bigint").alias("coalesced"),
         (null if spread is None else spread).cast("bigint").alias("spread"),
+        (null if request_offset is None else request_offset).cast("bigint").alias("request_offset"),
     )
 
 
-def timer_events(requests: DataFrame, fired: DataFrame) -> DataFrame:
-    """(partition, id, ev): every accepted request and readable fired record as an event."""
-    null = F.lit(None)
+def _routing(requests: DataFrame) -> DataFrame:
+    """Every request with ``here``: whether it is reconciled on the partition it was read
+    on (:func:`spark_audit.routing.reconciled_where_landed`), and ``route``: ``owner``
+    (an original on its owner), ``forwarded`` (an original a copy of which exists),
+    ``stayed`` (an original off its owner without a copy), ``copy`` or ``replayed``.
+
+    A copy is a replay when its origin offset is at or below the highest one of the
+    copies from the same origin partition before it on its partition (a window in
+    offset order, refused copies included: the worker checks before it parses)."""
+    from pyspark.sql import Window
+
+    before = (
+        Window.partitionBy("partition", "origin_partition")
+        .orderBy("offset")
+        .rowsBetween(Window.unboundedPreceding, -1)
+    )
+    copies = requests.where(F.col("origin_partition").isNotNull())
+    marked = copies.withColumn(
+        "route",
+        F.when(
+            F.col("origin_offset") <= F.max("origin_offset").over(before), F.lit("replayed")
+        ).otherwise(F.lit("copy")),
+    )
+    named = copies.select(
+        F.col("origin_partition").alias("partition"),
+        F.col("origin_offset").alias("offset"),
+        F.lit(True).alias("copied"),
+    ).distinct()
+    originals = requests.where(F.col("origin_partition").isNull())
+    off_owner = F.col("owner").isNotNull() & (F.col("owner") != F.col("partition"))
+    away = (
+        originals.where(off_owner)
+        .join(named, ["partition", "offset"], "left")
+        .withColumn("route", F.when(F.col("copied"), F.lit("forwarded")).otherwise(F.lit("stayed")))
+        .drop("copied")
+    )
+    home = originals.where(~off_owner | F.col("owner").isNull()).withColumn("route", F.lit("owner"))
+    return (
+        marked.unionByName(away)
+        .unionByName(home)
+        .withColumn("here", ~F.col("route").isin("forwarded", "replayed"))
+    )
+
+
+def routed_requests(requests: DataFrame) -> DataFrame:
+    """The accepted requests the audit reconciles, each on the partition whose worker
+    applied it (:mod:`spark_audit.routing`)."""
     accepted = requests.where(F.col("reject").isNull() & F.col("kind").isin(*RECONCILED_KINDS))
-    request_events = accepted.select(
+    return (
+        _routing(requests)
+        .where(F.col("here") & F.col("reject").isNull() & F.col("kind").isin(*RECONCILED_KINDS))
+        .select(*accepted.columns)
+    )
+
+
+def routing_counts(requests: DataFrame) -> dict[str, int]:
+    """Accepted requests by ``route`` (see :func:`_routing`): one small job."""
+    accepted = F.col("reject").isNull() & F.col("kind").isin(*RECONCILED_KINDS)
+    rows = _routing(requests).where(accepted).groupBy("route").count().collect()
+    counts = dict.fromkeys(("owner", "forwarded", "copy", "replayed", "stayed"), 0)
+    counts.update({row["route"]: int(row["count"]) for row in rows})
+    return counts
+
+
+def timer_events(requests: DataFrame, fired: DataFrame) -> DataFrame:
+    """(partition, id, ev): every accepted request (on the partition whose worker applied
+    it: :func:`routed_requests`) and readable fired record as an event."""
+    null = F.lit(None)
+    request_events = routed_requests(requests).select(
         "partition",
         "id",
         _event(
@@ -193,6 +272,7 @@ def timer_events(requests: DataFrame, fired: DataFrame) -> DataFrame:
             None,
             F.coalesce(F.col("extra_n"), F.col("seq")),
             F.col("coalesced"),
+            request_offset=F.col("request_offset"),
         ).alias("ev"),
     )
     skip_events = readable.where(F.col("event") == "skipped").select(

@@ -129,10 +129,12 @@ def read_parsed_topic(
     policy: RequestPolicy | None = None,
     max_offsets_per_partition: int | None = None,
     extra_options: Mapping[str, str] | None = None,
+    partitions: int | None = None,
 ) -> Any:
     """``topic`` read by the Python source and parsed where it is read (``parse``:
     ``requests`` with the worker's ``policy``, or ``fired``), in one Python hop: the
-    columns of :func:`spark_audit.pipeline.parse_requests` / ``parse_fired``."""
+    columns of :func:`spark_audit.pipeline.parse_requests` / ``parse_fired``.
+    ``partitions``: the request topic's partition count, by which workers route."""
     from pyspark.sql import functions as F
 
     from spark_audit.parsed_source import (
@@ -148,6 +150,8 @@ def read_parsed_topic(
     reader = reader.options(**dict(extra_options or {})).option("parse", parse)
     if policy is not None:
         reader = reader.option("policy", policy_option(policy))
+    if partitions:
+        reader = reader.option("partitions", str(partitions))
     frame = reader.option("subscribe", topic).load()
     if parse == "fired":
         frame = frame.withColumn("readable", F.col("set_aside").isNull())

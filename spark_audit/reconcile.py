@@ -19,7 +19,11 @@ at the request's timestamp when there is no report. Then every fire is judged:
 
 - **early**: fired before its due second (a spread timer's too: its window starts there);
 - **fire after cancel** / **superseded fire**: its version was cancelled / replaced
-  before the fire happened;
+  before the fire happened: by the requests its worker had applied when it fired (the
+  fire's ``request_offset``: the cancel or the reschedule at or below it), or by time
+  for a fire that does not name it. A fire of a version whose reschedule or cancel sits
+  past its ``request_offset`` lost a race with a request held up on its way (a forwarding
+  worker's failover, say): counted as ``reached_late``, not a violation;
 - **unrequested fire**: no request ever asked for that id, or for that version;
 - **duplicate**: a version that fired more than once (the at-least-once window);
 - **missing**: the final version is not cancelled, has not fired, and its due second
@@ -136,6 +140,7 @@ def judge(
 
     violations: list[Violation] = []
     fire_rows: list[dict[str, Any]] = []
+    reached_late = 0
     for fire, version in zip(distinct, versions, strict=True):
         due_ms = fire.due * 1000
         since = replay.first_requested.get(version)
@@ -189,16 +194,20 @@ def judge(
                 )
             )
             continue
-        span = replay.dead_span(version, fire.fired_at_ms)
+        span = replay.dead_span(version, fire.fired_at_ms, fire.request_offset)
+        if span is None and fire.request_offset is not None:
+            # Replaced or cancelled by then, by time, but by a request the worker had not
+            # applied yet: the request reached it late (held up on its way), a race.
+            reached_late += replay.dead_span(version, fire.fired_at_ms) is not None
         if span is not None:
             what = "cancelled" if span.kind is ViolationKind.FIRE_AFTER_CANCEL else "replaced"
-            violations.append(
-                Violation.of_fire(
-                    span.kind,
-                    fire,
-                    f"fired {fire.fired_at_ms - span.start} ms after it was {what}",
+            detail = f"fired {fire.fired_at_ms - span.start} ms after it was {what}"
+            if fire.request_offset is not None:
+                detail += (
+                    f" (at offset {span.offset}; its worker had applied the requests "
+                    f"through {fire.request_offset})"
                 )
-            )
+            violations.append(Violation.of_fire(span.kind, fire, detail))
     for ((token, _), due), occurrence_fires in by_occurrence.items():
         if len(occurrence_fires) > 1:
             times = ", ".join(utc_text(f.fired_at_ms) for f in occurrence_fires)
@@ -231,6 +240,7 @@ def judge(
             violations=violations,
             extra_triggered=extras.triggered,
             extra_backfilled=extras.backfilled,
+            reached_late=reached_late,
         )
     assert final.due is not None
     version = (final.token, final.due)
@@ -251,6 +261,7 @@ def judge(
         violations=violations,
         extra_triggered=extras.triggered,
         extra_backfilled=extras.backfilled,
+        reached_late=reached_late,
     )
     recurrence = replay.series.get(version)
     if recurrence is not None:

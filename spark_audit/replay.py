@@ -44,11 +44,16 @@ def without_repeats(items: Iterable[_T], key: Callable[[_T], Any]) -> list[_T]:
 
 
 class DeadSpan(NamedTuple):
-    """A span of time in which one version must not fire."""
+    """A span in which one version must not fire: of time, and of the partition's
+    request offsets (from the request that replaced or cancelled it to the one that
+    requested it again), for a fire that names the newest request its worker had
+    applied (``request_offset``)."""
 
     start: int
     end: int | None
     kind: ViolationKind
+    offset: int = -1
+    end_offset: int | None = None
 
 
 class Replay:
@@ -83,18 +88,18 @@ class Replay:
         for report in without_repeats(reports, lambda r: r.at_ms):
             self._reports[report.token].append(report)
 
-    def _kill(self, version: Version, at_ms: int, kind: ViolationKind) -> None:
+    def _kill(self, version: Version, at_ms: int, kind: ViolationKind, offset: int) -> None:
         spans = self.dead[version]
         if spans and spans[-1].end is None:
             if spans[-1].kind is kind:
                 return
-            spans[-1] = spans[-1]._replace(end=at_ms)
-        spans.append(DeadSpan(at_ms, None, kind))
+            spans[-1] = spans[-1]._replace(end=at_ms, end_offset=offset)
+        spans.append(DeadSpan(at_ms, None, kind, offset))
 
-    def _revive(self, version: Version, at_ms: int) -> None:
+    def _revive(self, version: Version, at_ms: int, offset: int) -> None:
         spans = self.dead.get(version)
         if spans and spans[-1].end is None:
-            spans[-1] = spans[-1]._replace(end=at_ms)
+            spans[-1] = spans[-1]._replace(end=at_ms, end_offset=offset)
 
     def schedule(self, request: RequestEvent) -> None:
         """Apply a schedule request, as the wheel does when it reads one."""
@@ -116,12 +121,12 @@ class Replay:
         ):
             # The wheel drops it: cancelled before it arrived, or this very version again.
             self.live_since.setdefault(version, request.ts_ms)
-            self._kill(version, request.ts_ms, ViolationKind.FIRE_AFTER_CANCEL)
+            self._kill(version, request.ts_ms, ViolationKind.FIRE_AFTER_CANCEL, request.offset)
             return
         if self.pending != version:
             if self.pending is not None:
-                self._kill(self.pending, request.ts_ms, ViolationKind.SUPERSEDED)
-            self._revive(version, request.ts_ms)
+                self._kill(self.pending, request.ts_ms, ViolationKind.SUPERSEDED, request.offset)
+            self._revive(version, request.ts_ms, request.offset)
             self.live_since[version] = request.ts_ms
         self.pending = version
         self.cancelled_token = None
@@ -181,7 +186,7 @@ class Replay:
             return
         if request.token != self.pending[0]:
             return  # a tombstone (no token) cancels only a timer stored without one
-        self._kill(self.pending, effective_ms, ViolationKind.FIRE_AFTER_CANCEL)
+        self._kill(self.pending, effective_ms, ViolationKind.FIRE_AFTER_CANCEL, request.offset)
         self.cancelled_token, self.cancelled_due = self.pending
         self.pending = None
 
@@ -196,9 +201,18 @@ class Replay:
         before = [v for v in candidates if self.first_requested[v] <= at_ms]
         return before[-1] if before else candidates[0]
 
-    def dead_span(self, version: Version, at_ms: int) -> DeadSpan | None:
-        """The span in which ``version`` must not fire that holds ``at_ms``, if any."""
+    def dead_span(
+        self, version: Version, at_ms: int, request_offset: int | None = None
+    ) -> DeadSpan | None:
+        """The span in which ``version`` must not fire that holds a fire at ``at_ms``, if
+        any: by the fire's ``request_offset`` when it has one (the requests its worker
+        had applied: one past it had not reached the worker), else by time."""
         for span in self.dead.get(version, ()):
-            if span.start <= at_ms and (span.end is None or at_ms < span.end):
+            if request_offset is not None:
+                if span.offset <= request_offset and (
+                    span.end_offset is None or request_offset < span.end_offset
+                ):
+                    return span
+            elif span.start <= at_ms and (span.end is None or at_ms < span.end):
                 return span
         return None

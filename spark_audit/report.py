@@ -108,6 +108,7 @@ def console_summary(summary: AuditSummary, per_kind: int = 5) -> str:
         + "  ".join(f"{k}={v}" for k, v in summary.occurrences.items()),
         "  extra fires (not violations): "
         + "  ".join(f"{k}={v}" for k, v in (summary.extra_fires or _NO_EXTRA).items()),
+        "  routing (not violations): " + "  ".join(f"{k}={v}" for k, v in summary.routing.items()),
         "",
         f"  {'lateness (ms)':<32} {'fires':>9}  {'p50':>9}  {'p90':>9}  {'p99':>9}  {'max':>9}",
     ]
@@ -286,7 +287,8 @@ def html_report(summary: AuditSummary) -> str:
     occurrences = _table(
         ["occurrences", "count"],
         [[k, v] for k, v in summary.occurrences.items()]
-        + [[f"extra: {k}", v] for k, v in (summary.extra_fires or _NO_EXTRA).items()],
+        + [[f"extra: {k}", v] for k, v in (summary.extra_fires or _NO_EXTRA).items()]
+        + [[f"routing: {k}", v] for k, v in summary.routing.items()],
     )
     histogram = bar_chart(
         summary.histogram,

@@ -100,19 +100,23 @@ def counts(timers: DataFrame, violations: DataFrame) -> Counts:
     return Counts(statuses, kinds, by_topic)
 
 
-def occurrence_counts(timers: DataFrame) -> tuple[dict[str, int], dict[str, int]]:
+def occurrence_counts(timers: DataFrame) -> tuple[dict[str, int], dict[str, int], int]:
     """Occurrences fired, skipped (``skip-after``) and coalesced, over every timer: the
-    late-fire policy's work, reported beside the violations, never as one; and the extra
-    fires, ``triggered`` and ``backfilled`` (:mod:`spark_audit.extras`). One job."""
+    late-fire policy's work, reported beside the violations, never as one; the extra
+    fires, ``triggered`` and ``backfilled`` (:mod:`spark_audit.extras`); and the fires
+    of versions whose replacement or cancel reached the worker after them
+    (``reached_late``). One job."""
     row = timers.agg(
         F.sum("occurrences_fired").alias("fired"),
         F.sum("occurrences_skipped").alias("skipped"),
         F.sum("occurrences_coalesced").alias("coalesced"),
         F.sum("extra_triggered").alias("triggered"),
         F.sum("extra_backfilled").alias("backfilled"),
+        F.sum("reached_late").alias("reached_late"),
     ).collect()[0]
     occurrences = {name: int(row[name] or 0) for name in ("fired", "skipped", "coalesced")}
-    return occurrences, {name: int(row[name] or 0) for name in ("triggered", "backfilled")}
+    extra = {name: int(row[name] or 0) for name in ("triggered", "backfilled")}
+    return occurrences, extra, int(row["reached_late"] or 0)
 
 
 def first_of_each(

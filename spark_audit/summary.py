@@ -77,6 +77,13 @@ class AuditSummary:
     #: occurrence) and ``backfilled`` (a backfill's occurrences), each extra id once;
     #: judged by what they are, counted apart from the occurrences.
     extra_fires: dict[str, int] = field(default_factory=dict)
+    #: Accepted requests by where they were reconciled (:mod:`spark_audit.routing`):
+    #: ``owner`` (read on their owner), ``forwarded`` (originals judged where their copy
+    #: is), ``copy``, ``replayed`` (copies a forwarder sent again, dropped), ``stayed``
+    #: (originals off their owner without a copy, judged where they landed); and
+    #: ``reached_late``: fires of a version whose reschedule or cancel reached the worker
+    #: only after it fired (the fire's ``request_offset``), a race, not a violation.
+    routing: dict[str, int] = field(default_factory=dict)
     #: The first records refused or set aside for each (disposition, topic, reason):
     #: disposition, topic, partition, offset, ts_ms, reason, detail.
     set_aside: list[dict[str, Any]] = field(default_factory=list)

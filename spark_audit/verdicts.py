@@ -114,6 +114,10 @@ class FireEvent(NamedTuple):
     #: judged with series ``<id>``): the trigger's request offset or the backfilled
     #: second. ``None`` for a timer's own fire, a triggered one-shot's included.
     extra_n: int | None = None
+    #: The newest request offset the firing worker had applied to the timer's partition
+    #: (the record's ``request_offset``): requests past it had not reached the worker.
+    #: ``None`` in records written before workers named it.
+    request_offset: int | None = None
 
 
 class ExtraAnswer(NamedTuple):
@@ -225,6 +229,9 @@ class Verdict:
     #: occurrences a backfill fired, each extra id once: counted, not occurrences.
     extra_triggered: int = 0
     extra_backfilled: int = 0
+    #: Fires of a version whose reschedule or cancel the firing worker had not applied
+    #: yet (at an offset past the fire's ``request_offset``): races, not violations.
+    reached_late: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -245,6 +252,7 @@ class Verdict:
             "occurrences_coalesced": self.occurrences_coalesced,
             "extra_triggered": self.extra_triggered,
             "extra_backfilled": self.extra_backfilled,
+            "reached_late": self.reached_late,
         }
 
 

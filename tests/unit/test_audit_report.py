@@ -137,7 +137,7 @@ def test_judge_arrays_turns_grouped_events_into_verdicts() -> None:
         outcome: str | None = None,
     ) -> dict[str, object]:
         values = [src, seq, seq, kind, token, due, True, "cb", outcome, "w1"]
-        values += [series, occurrence, None, None]
+        values += [series, occurrence, None, None, None]
         return dict(zip(EVENT_FIELDS, values, strict=True))
 
     due = 1767225600
@@ -169,6 +169,7 @@ def test_judge_arrays_turns_grouped_events_into_verdicts() -> None:
             ("occurrence", pa.int64()),
             ("coalesced", pa.int64()),
             ("spread", pa.int64()),
+            ("request_offset", pa.int64()),
         ]
     )
     # a one-shot triggered 60 s before its second, and a series' trigger and backfill,

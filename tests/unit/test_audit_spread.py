@@ -84,9 +84,9 @@ def test_the_spread_travels_from_the_request_record_to_the_judge() -> None:
     row = out.to_arrow().to_pylist()[0]
     assert row["reject"] is None and row["spread"] == SPREAD
     request = [SOURCE_REQUEST, 5, DUE_MS - 60_000, "schedule", row["token"], DUE, True, "cb"]
-    request += [None, None, None, None, None, row["spread"]]
+    request += [None, None, None, None, None, row["spread"], None]
     fired = [SOURCE_FIRE, DUE_MS + 12_000, DUE_MS + 12_000, "fired", row["token"], DUE, None]
-    fired += ["cb", None, "w1", None, None, None, None]
+    fired += ["cb", None, "w1", None, None, None, None, None]
     columns = {name: [a, b] for name, a, b in zip(EVENT_FIELDS, request, fired, strict=True)}
     verdict = judge_one(columns, 0, 2, Rules(as_of_ms=DUE_MS + 3_600_000))
     assert verdict["status"] == "fired" and verdict["violations"] == []
