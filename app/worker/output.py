@@ -144,6 +144,10 @@ class OutputProducer:
         self._failed: list[tuple[Timer, str]] = []
         #: Highest changelog offset acknowledged, per changelog partition.
         self.changelog_acked: dict[int, int] = {}
+        #: How many changelog records were acknowledged, per changelog partition: with
+        #: the offsets, it tells whether another worker wrote in between
+        #: (:meth:`app.worker.partition_store.ChangeloggedKV.record_persisted`).
+        self.changelog_acked_count: dict[int, int] = {}
         #: Changelog records the broker refused: the table would diverge from its changelog.
         self._changelog_errors: list[str] = []
         self._worker_json = json_string(worker_id)
@@ -488,12 +492,11 @@ class OutputProducer:
             return
         offset = msg.offset()
         partition = msg.partition()
-        if (
-            offset is not None
-            and partition is not None
-            and offset > self.changelog_acked.get(partition, -1)
-        ):
-            self.changelog_acked[partition] = offset
+        if offset is not None and partition is not None:
+            counts = self.changelog_acked_count
+            counts[partition] = counts.get(partition, 0) + 1
+            if offset > self.changelog_acked.get(partition, -1):
+                self.changelog_acked[partition] = offset
 
     # -- waiting ----------------------------------------------------------------
 

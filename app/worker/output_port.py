@@ -25,6 +25,8 @@ class Output(Protocol):
     transactional: bool
     #: Highest changelog offset acknowledged, per changelog partition.
     changelog_acked: dict[int, int]
+    #: How many changelog records were acknowledged, per changelog partition.
+    changelog_acked_count: dict[int, int]
     #: The largest record this output can write (the producer's ``message.max.bytes``).
     max_record_bytes: int
 

@@ -12,6 +12,7 @@ Before a store is used it is read up to its changelog's true end: :mod:`app.work
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,10 +27,13 @@ from app.worker.catch_up import (
     DEFAULT_STALL_SECONDS,
     CatchUpReport,
     catch_up_until_done,
+    persisted_offset,
 )
 from app.worker.output import OutputProducer
 
 __all__ = ["ChangeloggedKV", "RocksDBStores"]
+
+log = logging.getLogger(__name__)
 
 
 class ChangeloggedKV:
@@ -42,12 +46,26 @@ class ChangeloggedKV:
         changelog_topic: str,
         partition: int,
         clock: Callable[[], float] = time.time,
+        acked_before: int | None = None,
     ) -> None:
+        """``acked_before``: how many records of this changelog partition the output had
+        had acknowledged when the store was caught up (its running count,
+        :attr:`~app.worker.output.OutputProducer.changelog_acked_count`); None: the store
+        does not check that its changelog has no other writer (see :meth:`record_persisted`)."""
         self._db = db
         self._output = output
         self._topic = changelog_topic
         self._partition = partition
         self._clock = clock
+        #: The offset the store was caught up to when opened, and the output's count of
+        #: acknowledged records then: every record after it is this worker's, as long as
+        #: the count grows as the offsets do (None: not checked).
+        self._opened_at: tuple[int | None, int] | None = (
+            None if acked_before is None else (persisted_offset(db), acked_before)
+        )
+        #: Another writer's records were found among this worker's: the persisted offset
+        #: stays where the changelog was last known to hold only what this store holds.
+        self._foreign = False
         #: Local writes held back until the unit's transaction commits (exactly-once mode).
         self._deferred: dict[bytes, bytes | None] | None = None
         #: Whether local writes were applied since the last acknowledged flush (and the
@@ -154,18 +172,70 @@ class ChangeloggedKV:
         options.set_iterate_upper_bound(high)  # stop at the bound, never walk past it
         yield from self._db.items(from_key=low, read_opt=options)
 
-    def record_persisted(self, offset: int) -> None:
+    def record_persisted(self, offset: int, acked: int | None = None) -> None:
         """Tell Faust's recovery that changelog records up to ``offset`` are in this DB;
-        everything produced so far is acknowledged, so the local writes are confirmed."""
+        everything produced so far is acknowledged, so the local writes are confirmed.
+
+        ``offset`` is the newest of this worker's records the broker acknowledged, and
+        ``acked`` how many of this partition's records it has acknowledged in all. That
+        the store holds every record up to ``offset`` is true only if no other worker
+        wrote the changelog since the store was caught up, which one worker owning a
+        partition at a time should ensure. But a stale owner does write: a worker
+        frozen past its session (SIGSTOP, a VM stall) that applies a batch on waking
+        before it learns that the group moved on, or records held up by a cut-off
+        network and delivered after the partition had moved. Its records and the new
+        owner's then interleave, and each store that recorded its own newest offset
+        claimed the other's records it never applied: its next catch-up started after
+        them. (The nemesis on Apache Kafka lost occurrences of four series so: a worker
+        woken from a 13 s SIGSTOP applied a batch at once, and when the group gave it the
+        partition back it resumed its store past the new owner's records, which held
+        the series' next occurrences.) So offsets and count are compared with those at
+        the store's opening: while every offset since then is one of this worker's, the
+        offset is recorded; once another writer's records show among them, the store
+        keeps the last offset recorded before them, for as long as it is open, and its
+        next load reads everything after that again (a warning says so). ``acked``
+        None (exactly-once mode, whose transaction markers take offsets too): not
+        checked."""
         self._marking = False
+        holds = offset if self._holds_all_through(offset, acked) else None
         if self._unconfirmed:
             batch = WriteBatch(raw_mode=True)
-            batch.put(FAUST_OFFSET, str(offset).encode())
+            if holds is not None:
+                batch.put(FAUST_OFFSET, str(holds).encode())
             batch.delete(UNCONFIRMED)
             self._db.write(batch)
             self._unconfirmed = False
-        else:
-            self._db.put(FAUST_OFFSET, str(offset).encode())
+        elif holds is not None:
+            self._db.put(FAUST_OFFSET, str(holds).encode())
+
+    def _holds_all_through(self, offset: int, acked: int | None) -> bool:
+        """Whether every changelog record up to ``offset`` is in this store: those up to
+        its opening, and after it only this worker's (``acked``: see record_persisted)."""
+        if self._foreign:
+            return False
+        if acked is None or self._opened_at is None:
+            return True
+        opened_offset, opened_acked = self._opened_at
+        if acked == opened_acked:  # none of this worker's records since the opening
+            return False
+        if opened_offset is None:  # an empty changelog: nothing to compare with
+            self._opened_at = (offset - (acked - opened_acked), opened_acked)
+            return True
+        if offset - opened_offset == acked - opened_acked:
+            return True
+        self._foreign = True
+        log.warning(
+            "changelog %s[%d]: offsets %d to %d hold %d records this worker did not write "
+            "(another worker wrote the partition while this one held it: one of the two "
+            "was a stale owner); the store is known to hold the changelog only up to its "
+            "last offset before them, and its next load reads the rest from the changelog",
+            self._topic,
+            self._partition,
+            opened_offset + 1,
+            offset,
+            offset - opened_offset - (acked - opened_acked),
+        )
+        return False
 
     def mark_caught_up(self) -> None:
         """Record (locally) that this store holds everything its changelog holds, now.
@@ -236,4 +306,12 @@ class RocksDBStores:
     def open(self, partition: int) -> ChangeloggedKV:
         db = self._db_for_partition(partition)
         self.catch_up({partition: db})
-        return ChangeloggedKV(db, self._output, self._topic, partition, self._clock)
+        acked = None if self._output.transactional else self._output.changelog_acked_count
+        return ChangeloggedKV(
+            db,
+            self._output,
+            self._topic,
+            partition,
+            self._clock,
+            acked_before=None if acked is None else acked.get(partition, 0),
+        )
