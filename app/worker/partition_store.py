@@ -46,23 +46,24 @@ class ChangeloggedKV:
         changelog_topic: str,
         partition: int,
         clock: Callable[[], float] = time.time,
-        acked_before: int | None = None,
+        check_writers: bool = False,
     ) -> None:
-        """``acked_before``: how many records of this changelog partition the output had
-        had acknowledged when the store was caught up (its running count,
-        :attr:`~app.worker.output.OutputProducer.changelog_acked_count`); None: the store
-        does not check that its changelog has no other writer (see :meth:`record_persisted`)."""
+        """``check_writers``: the store checks that every changelog record after the
+        offset it was caught up to is its worker's, by the output's count of them (see
+        :meth:`record_persisted`); not in exactly-once mode, whose transaction markers
+        take offsets too."""
         self._db = db
         self._output = output
         self._topic = changelog_topic
         self._partition = partition
         self._clock = clock
-        #: The offset the store was caught up to when opened, and the output's count of
-        #: acknowledged records then: every record after it is this worker's, as long as
-        #: the count grows as the offsets do (None: not checked).
-        self._opened_at: tuple[int | None, int] | None = (
-            None if acked_before is None else (persisted_offset(db), acked_before)
-        )
+        #: The offset the store was caught up to when opened (-1: none), if it checks
+        #: that no other worker writes its changelog.
+        self._opened_offset: int | None = None
+        if check_writers:
+            opened = persisted_offset(db)
+            self._opened_offset = -1 if opened is None else opened
+            output.count_changelog_after(partition, self._opened_offset)
         #: Another writer's records were found among this worker's: the persisted offset
         #: stays where the changelog was last known to hold only what this store holds.
         self._foreign = False
@@ -177,7 +178,8 @@ class ChangeloggedKV:
         everything produced so far is acknowledged, so the local writes are confirmed.
 
         ``offset`` is the newest of this worker's records the broker acknowledged, and
-        ``acked`` how many of this partition's records it has acknowledged in all. That
+        ``acked`` how many of them it acknowledged past the offset the store was caught
+        up to when opened (:meth:`OutputProducer.count_changelog_after`). That
         the store holds every record up to ``offset`` is true only if no other worker
         wrote the changelog since the store was caught up, which one worker owning a
         partition at a time should ensure. But a stale owner does write: a worker
@@ -189,13 +191,12 @@ class ChangeloggedKV:
         them. (The nemesis on Apache Kafka lost occurrences of four series so: a worker
         woken from a 13 s SIGSTOP applied a batch at once, and when the group gave it the
         partition back it resumed its store past the new owner's records, which held
-        the series' next occurrences.) So offsets and count are compared with those at
-        the store's opening: while every offset since then is one of this worker's, the
-        offset is recorded; once another writer's records show among them, the store
+        the series' next occurrences.) So the offsets past the opening are counted: while
+        every one of them holds a record of this worker's, the offset is recorded; once
+        another writer's records show among them, the store
         keeps the last offset recorded before them, for as long as it is open, and its
         next load reads everything after that again (a warning says so). ``acked``
-        None (exactly-once mode, whose transaction markers take offsets too): not
-        checked."""
+        None, or a store opened without ``check_writers``: not checked."""
         self._marking = False
         holds = offset if self._holds_all_through(offset, acked) else None
         if self._unconfirmed:
@@ -213,15 +214,12 @@ class ChangeloggedKV:
         its opening, and after it only this worker's (``acked``: see record_persisted)."""
         if self._foreign:
             return False
-        if acked is None or self._opened_at is None:
+        opened = self._opened_offset
+        if acked is None or opened is None:
             return True
-        opened_offset, opened_acked = self._opened_at
-        if acked == opened_acked:  # none of this worker's records since the opening
+        if acked == 0:  # none of this worker's records since the opening
             return False
-        if opened_offset is None:  # an empty changelog: nothing to compare with
-            self._opened_at = (offset - (acked - opened_acked), opened_acked)
-            return True
-        if offset - opened_offset == acked - opened_acked:
+        if offset - opened == acked:
             return True
         self._foreign = True
         log.warning(
@@ -231,9 +229,9 @@ class ChangeloggedKV:
             "last offset before them, and its next load reads the rest from the changelog",
             self._topic,
             self._partition,
-            opened_offset + 1,
+            opened + 1,
             offset,
-            offset - opened_offset - (acked - opened_acked),
+            offset - opened - acked,
         )
         return False
 
@@ -306,12 +304,11 @@ class RocksDBStores:
     def open(self, partition: int) -> ChangeloggedKV:
         db = self._db_for_partition(partition)
         self.catch_up({partition: db})
-        acked = None if self._output.transactional else self._output.changelog_acked_count
         return ChangeloggedKV(
             db,
             self._output,
             self._topic,
             partition,
             self._clock,
-            acked_before=None if acked is None else acked.get(partition, 0),
+            check_writers=not self._output.transactional,
         )

@@ -64,8 +64,8 @@ class PartitionStore(Protocol):
     def record_persisted(self, offset: int, acked: int | None = None) -> None:
         """The changelog is durable up to ``offset``: recovery may start after it, if
         every record since the store was opened is this worker's (``acked``: how many
-        of the partition's changelog records the output has had acknowledged in all;
-        None: not checked)."""
+        of its records were acknowledged past the offset the store was opened at; None:
+        not checked)."""
         ...
 
     def mark_caught_up(self) -> None:

@@ -142,9 +142,9 @@ class Commits:
     def record_persisted(self) -> None:
         """Tell each held store how far its changelog is durable: recovery starts there."""
         loaded = self._loaded()
-        # Exactly-once mode's transaction markers take offsets too: no count to compare.
-        counts = None if self.output.transactional else self.output.changelog_acked_count
+        counted = self.output.changelog_counted
         for p, offset in list(self.output.changelog_acked.items()):
             store = loaded.get(p)
             if store is not None:
-                store.record_persisted(offset, None if counts is None else counts.get(p, 0))
+                count = counted.get(p)
+                store.record_persisted(offset, None if count is None else count[1])

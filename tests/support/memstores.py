@@ -61,7 +61,7 @@ class FakeOutput:
     def __init__(self, *, transactional: bool = False) -> None:
         self.transactional = transactional
         self.changelog_acked: dict[int, int] = {}
-        self.changelog_acked_count: dict[int, int] = {}
+        self.changelog_counted: dict[int, list[int]] = {}
         self.max_record_bytes = DEFAULT_MAX_RECORD_BYTES
         self.pending = Produced()
         self.durable = Produced()
@@ -151,7 +151,6 @@ class FakeOutput:
         for p, _, _ in self.pending.changelog:
             self._offsets[p] = self._offsets.get(p, -1) + 1
             self.changelog_acked[p] = self._offsets[p]
-            self.changelog_acked_count[p] = self.changelog_acked_count.get(p, 0) + 1
         self.pending = Produced()
 
     async def flush(self, timeout: float = 60.0) -> None:
