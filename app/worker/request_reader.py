@@ -178,8 +178,8 @@ class RequestReader:
 
     async def _read_batch(self, wait: float, first_wait: float = 0.0) -> tuple[int, set[int]]:
         """Read one batch and apply it; return how many messages it held, and the
-        partitions that reached their end; -1 and none if it was put back
-        (:meth:`_put_back`).
+        partitions that reached their end; -1 if it was put back (:meth:`_put_back`),
+        with the partitions at their end that had no record in it.
 
         With ``first_wait``, wait up to that long for the first message (``poll`` returns
         as soon as one arrives), then up to ``wait`` for the rest of the batch.
@@ -200,17 +200,17 @@ class RequestReader:
             else:
                 log.warning("reading requests: %s", err)
         if records and self._lease is not None and not self._lease.held():
-            await self._put_back(records)
-            return -1, set()
+            # A partition at its end with no record in the batch stays at its end.
+            return -1, at_end - await self._put_back(records)
         if records:
             await self._handle(records)
             if self._progress is not None:
                 self._progress.applied(records)
         return len(messages), at_end
 
-    async def _put_back(self, records: list[RawRecord]) -> None:
+    async def _put_back(self, records: list[RawRecord]) -> set[int]:
         """Put a batch read after the group lease ran out back, and wait until the lease
-        is held again or the assignment changes.
+        is held again or the assignment changes; return the partitions put back.
 
         A worker frozen past its session (SIGSTOP, a VM stall) wakes believing it still
         owns its partitions, and its first batch used to be applied at once, before a
@@ -242,6 +242,7 @@ class RequestReader:
         )
         while not (self._lease.held() or self._assignment_waits.is_set() or self._closing.is_set()):
             await asyncio.sleep(LEASE_CHECK)
+        return set(first)
 
     def _consume(self, wait: float) -> list[Message]:
         """In the reading thread: a batch, waiting up to ``wait`` for it."""
