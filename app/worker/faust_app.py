@@ -354,6 +354,7 @@ def build_worker(
         batch_size=REQUEST_BATCH,
         batch_wait=REQUEST_BATCH_WITHIN,
         progress=progress,
+        lease=lease,
     )
 
     @app.timer(GROUP_LAG_INTERVAL, name="kafka_timers_request_group_lag")  # type: ignore[untyped-decorator,misc]

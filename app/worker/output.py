@@ -144,6 +144,10 @@ class OutputProducer:
         self._failed: list[tuple[Timer, str]] = []
         #: Highest changelog offset acknowledged, per changelog partition.
         self.changelog_acked: dict[int, int] = {}
+        #: Per changelog partition whose store checks that it is the only writer: the
+        #: offset the store was caught up to, and how many of this output's records
+        #: were acknowledged past it since (:meth:`count_changelog_after`).
+        self.changelog_counted: dict[int, list[int]] = {}
         #: Changelog records the broker refused: the table would diverge from its changelog.
         self._changelog_errors: list[str] = []
         self._worker_json = json_string(worker_id)
@@ -494,12 +498,20 @@ class OutputProducer:
             return
         offset = msg.offset()
         partition = msg.partition()
-        if (
-            offset is not None
-            and partition is not None
-            and offset > self.changelog_acked.get(partition, -1)
-        ):
-            self.changelog_acked[partition] = offset
+        if offset is not None and partition is not None:
+            if offset > self.changelog_acked.get(partition, -1):
+                self.changelog_acked[partition] = offset
+            counted = self.changelog_counted.get(partition)
+            if counted is not None and offset > counted[0]:
+                counted[1] += 1
+
+    def count_changelog_after(self, partition: int, offset: int) -> None:
+        """From now on, count this output's acknowledged records of changelog
+        ``partition`` past ``offset``: a store caught up to ``offset`` opens, and tells
+        by the count whether another worker wrote after it
+        (:meth:`app.worker.partition_store.ChangeloggedKV.record_persisted`). Records
+        acknowledged late at or before ``offset`` were in the changelog it read."""
+        self.changelog_counted[partition] = [offset, 0]
 
     # -- waiting ----------------------------------------------------------------
 

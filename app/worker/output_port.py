@@ -25,6 +25,9 @@ class Output(Protocol):
     transactional: bool
     #: Highest changelog offset acknowledged, per changelog partition.
     changelog_acked: dict[int, int]
+    #: Per changelog partition whose store counts them: the offset it was caught up to,
+    #: and how many records were acknowledged past it since.
+    changelog_counted: dict[int, list[int]]
     #: The largest record this output can write (the producer's ``message.max.bytes``).
     max_record_bytes: int
     #: Per partition, the newest request applied there when the service last fired on

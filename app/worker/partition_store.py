@@ -12,6 +12,7 @@ Before a store is used it is read up to its changelog's true end: :mod:`app.work
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -26,10 +27,13 @@ from app.worker.catch_up import (
     DEFAULT_STALL_SECONDS,
     CatchUpReport,
     catch_up_until_done,
+    persisted_offset,
 )
 from app.worker.output import OutputProducer
 
 __all__ = ["ChangeloggedKV", "RocksDBStores"]
+
+log = logging.getLogger(__name__)
 
 
 class ChangeloggedKV:
@@ -42,12 +46,27 @@ class ChangeloggedKV:
         changelog_topic: str,
         partition: int,
         clock: Callable[[], float] = time.time,
+        check_writers: bool = False,
     ) -> None:
+        """``check_writers``: the store checks that every changelog record after the
+        offset it was caught up to is its worker's, by the output's count of them (see
+        :meth:`record_persisted`); not in exactly-once mode, whose transaction markers
+        take offsets too."""
         self._db = db
         self._output = output
         self._topic = changelog_topic
         self._partition = partition
         self._clock = clock
+        #: The offset the store was caught up to when opened (-1: none), if it checks
+        #: that no other worker writes its changelog.
+        self._opened_offset: int | None = None
+        if check_writers:
+            opened = persisted_offset(db)
+            self._opened_offset = -1 if opened is None else opened
+            output.count_changelog_after(partition, self._opened_offset)
+        #: Another writer's records were found among this worker's: the persisted offset
+        #: stays where the changelog was last known to hold only what this store holds.
+        self._foreign = False
         #: Local writes held back until the unit's transaction commits (exactly-once mode).
         self._deferred: dict[bytes, bytes | None] | None = None
         #: Whether local writes were applied since the last acknowledged flush (and the
@@ -154,18 +173,67 @@ class ChangeloggedKV:
         options.set_iterate_upper_bound(high)  # stop at the bound, never walk past it
         yield from self._db.items(from_key=low, read_opt=options)
 
-    def record_persisted(self, offset: int) -> None:
+    def record_persisted(self, offset: int, acked: int | None = None) -> None:
         """Tell Faust's recovery that changelog records up to ``offset`` are in this DB;
-        everything produced so far is acknowledged, so the local writes are confirmed."""
+        everything produced so far is acknowledged, so the local writes are confirmed.
+
+        ``offset`` is the newest of this worker's records the broker acknowledged, and
+        ``acked`` how many of them it acknowledged past the offset the store was caught
+        up to when opened (:meth:`OutputProducer.count_changelog_after`). That
+        the store holds every record up to ``offset`` is true only if no other worker
+        wrote the changelog since the store was caught up, which one worker owning a
+        partition at a time should ensure. But a stale owner does write: a worker
+        frozen past its session (SIGSTOP, a VM stall) that applies a batch on waking
+        before it learns that the group moved on, or records held up by a cut-off
+        network and delivered after the partition had moved. Its records and the new
+        owner's then interleave, and each store that recorded its own newest offset
+        claimed the other's records it never applied: its next catch-up started after
+        them. (The nemesis on Apache Kafka lost occurrences of four series so: a worker
+        woken from a 13 s SIGSTOP applied a batch at once, and when the group gave it the
+        partition back it resumed its store past the new owner's records, which held
+        the series' next occurrences.) So the offsets past the opening are counted: while
+        every one of them holds a record of this worker's, the offset is recorded; once
+        another writer's records show among them, the store
+        keeps the last offset recorded before them, for as long as it is open, and its
+        next load reads everything after that again (a warning says so). ``acked``
+        None, or a store opened without ``check_writers``: not checked."""
         self._marking = False
+        holds = offset if self._holds_all_through(offset, acked) else None
         if self._unconfirmed:
             batch = WriteBatch(raw_mode=True)
-            batch.put(FAUST_OFFSET, str(offset).encode())
+            if holds is not None:
+                batch.put(FAUST_OFFSET, str(holds).encode())
             batch.delete(UNCONFIRMED)
             self._db.write(batch)
             self._unconfirmed = False
-        else:
-            self._db.put(FAUST_OFFSET, str(offset).encode())
+        elif holds is not None:
+            self._db.put(FAUST_OFFSET, str(holds).encode())
+
+    def _holds_all_through(self, offset: int, acked: int | None) -> bool:
+        """Whether every changelog record up to ``offset`` is in this store: those up to
+        its opening, and after it only this worker's (``acked``: see record_persisted)."""
+        if self._foreign:
+            return False
+        opened = self._opened_offset
+        if acked is None or opened is None:
+            return True
+        if acked == 0:  # none of this worker's records since the opening
+            return False
+        if offset - opened == acked:
+            return True
+        self._foreign = True
+        log.warning(
+            "changelog %s[%d]: offsets %d to %d hold %d records this worker did not write "
+            "(another worker wrote the partition while this one held it: one of the two "
+            "was a stale owner); the store is known to hold the changelog only up to its "
+            "last offset before them, and its next load reads the rest from the changelog",
+            self._topic,
+            self._partition,
+            opened + 1,
+            offset,
+            offset - opened - acked,
+        )
+        return False
 
     def mark_caught_up(self) -> None:
         """Record (locally) that this store holds everything its changelog holds, now.
@@ -236,4 +304,11 @@ class RocksDBStores:
     def open(self, partition: int) -> ChangeloggedKV:
         db = self._db_for_partition(partition)
         self.catch_up({partition: db})
-        return ChangeloggedKV(db, self._output, self._topic, partition, self._clock)
+        return ChangeloggedKV(
+            db,
+            self._output,
+            self._topic,
+            partition,
+            self._clock,
+            check_writers=not self._output.transactional,
+        )

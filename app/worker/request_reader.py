@@ -28,9 +28,10 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Message, Top
 
 from app.core.raw_record import RawRecord
 from app.kafka.records import to_record
+from app.worker.group_lease import GroupLease
 from app.worker.request_progress import RequestProgress
 
-__all__ = ["IDLE_WAIT", "RequestReader"]
+__all__ = ["IDLE_WAIT", "LEASE_CHECK", "RequestReader"]
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,9 @@ IDLE_SLICE = 0.1
 #: While nothing arrives, lag metrics and the informational commits are refreshed this
 #: often, seconds (after every batch otherwise).
 IDLE_REPORT_INTERVAL = 1.0
+#: How often a batch put back while the group lease has run out looks whether the lease
+#: is held again (or an assignment change waits), seconds.
+LEASE_CHECK = 0.05
 
 
 class RequestReader:
@@ -71,7 +75,14 @@ class RequestReader:
         progress_interval: float = 10.0,
         progress: RequestProgress | None = None,
         idle_wait: float = IDLE_WAIT,
+        lease: GroupLease | None = None,
     ) -> None:
+        """``lease``: whether the group still certainly gives this worker its partitions
+        (:mod:`app.worker.group_lease`); a batch read after it ran out is put back, not
+        applied (:meth:`_put_back`). None: not checked."""
+        self._lease = lease
+        #: Batches put back because the lease had run out (for tests and status).
+        self.batches_put_back = 0
         self._consumer = Consumer({**consumer_conf, "enable.partition.eof": True})
         self._topic = topic
         self._handle = handle
@@ -160,11 +171,15 @@ class RequestReader:
             if time.monotonic() > next_report:
                 log.warning("still reading the waiting requests of partitions %s", sorted(waiting))
                 next_report += self._progress_interval
-            waiting -= (await self._read_batch(0.05))[1]
+            read, at_end = await self._read_batch(0.05)
+            if read < 0 and (self._assignment_waits.is_set() or self._closing.is_set()):
+                return  # put back, and the group moved on: the next assignment reads them
+            waiting -= at_end
 
     async def _read_batch(self, wait: float, first_wait: float = 0.0) -> tuple[int, set[int]]:
         """Read one batch and apply it; return how many messages it held, and the
-        partitions that reached their end.
+        partitions that reached their end; -1 if it was put back (:meth:`_put_back`),
+        with the partitions at their end that had no record in it.
 
         With ``first_wait``, wait up to that long for the first message (``poll`` returns
         as soon as one arrives), then up to ``wait`` for the rest of the batch.
@@ -184,11 +199,50 @@ class RequestReader:
                 at_end.add(msg.partition() or 0)
             else:
                 log.warning("reading requests: %s", err)
+        if records and self._lease is not None and not self._lease.held():
+            # A partition at its end with no record in the batch stays at its end.
+            return -1, at_end - await self._put_back(records)
         if records:
             await self._handle(records)
             if self._progress is not None:
                 self._progress.applied(records)
         return len(messages), at_end
+
+    async def _put_back(self, records: list[RawRecord]) -> set[int]:
+        """Put a batch read after the group lease ran out back, and wait until the lease
+        is held again or the assignment changes; return the partitions put back.
+
+        A worker frozen past its session (SIGSTOP, a VM stall) wakes believing it still
+        owns its partitions, and its first batch used to be applied at once, before a
+        heartbeat told it the group had moved on: the new owner had applied the same
+        requests and fired since, and the woken worker's writes went to the changelog
+        after the new owner's (in the nemesis, a series' request applied again by the
+        woken worker moved the series back to its first second after occurrence 1 had
+        fired, and no occurrence fired again). Ticks already waited for the lease
+        (:mod:`app.worker.group_lease`); requests now do too: each partition of the
+        batch is read again from its first record, so a renewed lease applies the batch
+        as it was, and a revocation leaves it to the next owner, which resumes from the
+        offset its store holds. A unit under way when the worker froze still ends after
+        it wakes: the window left is one unit."""
+        assert self._lease is not None
+        first: dict[int, int] = {}
+        for record in records:
+            if record.offset < first.get(record.partition, record.offset + 1):
+                first[record.partition] = record.offset
+        for partition, offset in first.items():
+            self._consumer.seek(TopicPartition(self._topic, partition, offset))
+        self.batches_put_back += 1
+        log.warning(
+            "no heartbeat answered for %.0f s past the session timeout: a batch of %d "
+            "requests waits (read again from %s) until the broker confirms this worker "
+            "still owns its partitions, or the group gives them to another",
+            self._lease.lapsed_for(),
+            len(records),
+            ", ".join(f"{p}@{o}" for p, o in sorted(first.items())),
+        )
+        while not (self._lease.held() or self._assignment_waits.is_set() or self._closing.is_set()):
+            await asyncio.sleep(LEASE_CHECK)
+        return set(first)
 
     def _consume(self, wait: float) -> list[Message]:
         """In the reading thread: a batch, waiting up to ``wait`` for it."""

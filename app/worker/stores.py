@@ -61,8 +61,11 @@ class PartitionStore(Protocol):
         :meth:`record_persisted`: a store stopped in between is rebuilt, not resumed."""
         ...
 
-    def record_persisted(self, offset: int) -> None:
-        """The changelog is durable up to ``offset``: recovery may start after it."""
+    def record_persisted(self, offset: int, acked: int | None = None) -> None:
+        """The changelog is durable up to ``offset``: recovery may start after it, if
+        every record since the store was opened is this worker's (``acked``: how many
+        of its records were acknowledged past the offset the store was opened at; None:
+        not checked)."""
         ...
 
     def mark_caught_up(self) -> None:

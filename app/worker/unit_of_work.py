@@ -142,7 +142,9 @@ class Commits:
     def record_persisted(self) -> None:
         """Tell each held store how far its changelog is durable: recovery starts there."""
         loaded = self._loaded()
+        counted = self.output.changelog_counted
         for p, offset in list(self.output.changelog_acked.items()):
             store = loaded.get(p)
             if store is not None:
-                store.record_persisted(offset)
+                count = counted.get(p)
+                store.record_persisted(offset, None if count is None else count[1])

@@ -8,17 +8,27 @@ timers after 14 s (measured by the issue). Now a tick that arrives after no hear
 answered for a whole session timeout fires nothing, so the thawed worker fires nothing
 its successor fired, and what remains is the at-least-once window of the handover
 itself (the tick in flight when it froze).
+
+Requests wait for the lease too: a thawed worker used to apply the requests it read
+on waking, after its successor had applied them and fired (a series moved back to its
+first second, after occurrence 1 had fired: no occurrence fired again), and its
+changelog records interleaved with its successor's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
 from collections.abc import Iterator
 
 import pytest
+from confluent_kafka import Producer
 
+from app.core.routing import owner_of
+from app.kafka.config import confluent_producer
+from kafka_timers_client import protowire
 from tests.support.faults import (
     FaultScene,
     deliberate_fault_window,
@@ -98,3 +108,99 @@ def test_a_thawed_worker_fires_nothing_its_successor_fired(scene: FaultScene) ->
     assert not bad, f"{report}; {bad[:5]}"
     held_back = "not firing until the broker confirms" in frozen.log_path.read_text()
     print(f"the thawed worker held back ticks after its lease ran out: {held_back}")
+
+
+#: Series scheduled on the frozen worker's partitions while it is frozen: their
+#: occurrences every SERIES_EVERY s, SERIES_COUNT of them.
+SERIES = 24
+SERIES_EVERY = 2
+SERIES_COUNT = 8
+
+
+@pytest.fixture
+def series_scene(stack: Stack) -> Iterator[FaultScene]:
+    started = FaultScene.start(
+        stack,
+        "frozen-series",
+        workers=["w-steady", "w-frozen"],
+        timers=160,
+        last_due_in=40,
+        startup_timeout=STARTUP_TIMEOUT,
+    )
+    yield started
+    started.watch.close()
+
+
+def _schedule_series(scene: FaultScene, partitions: set[int], first_due: int) -> set[str]:
+    """Schedule :data:`SERIES` series on ``partitions``, straight to their owner partition."""
+    settings = scene.settings
+    producer = Producer(confluent_producer(settings))
+    ids: set[str] = set()
+    i = 0
+    while len(ids) < SERIES:
+        series_id = f"s{i:05d}"
+        i += 1
+        partition = owner_of(series_id, settings.partition_count)
+        if partition not in partitions:
+            continue
+        value = protowire.encode(
+            protowire.Future(
+                callback_topic=scene.topic,
+                callback_key=f"p{partition}",
+                callback=series_id.encode(),
+                id=series_id,
+                token="tok",
+                start=first_due,
+                every=SERIES_EVERY,
+                count=SERIES_COUNT,
+                late="all",
+            )
+        )
+        producer.produce(settings.topics.requests, value, series_id.encode(), partition=partition)
+        ids.add(series_id)
+    assert producer.flush(30) == 0
+    return ids
+
+
+def test_series_sent_while_a_worker_is_frozen_fire_every_occurrence(
+    series_scene: FaultScene,
+) -> None:
+    """Series requests for a frozen worker's partitions are applied by its successor; the
+    thawed worker reads them too, and must not apply them before its lease is renewed."""
+    scene = series_scene
+    settings, watch = scene.settings, scene.watch
+    frozen = scene.workers["w-frozen"]
+    its_partitions = {p for p, w in owners(watch.fires()).items() if w == frozen.name}
+    assert its_partitions, "the frozen worker owned nothing"
+    pid = frozen.process.pid
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        # Past the session and the rebalance: the successor reads these requests.
+        deliberate_fault_window(settings.session_timeout + 4)
+        first_due = int(time.time()) + 2
+        ids = _schedule_series(scene, its_partitions, first_due)
+        # Occurrence 1 (and 2) fire from the successor before the thaw.
+        deliberate_fault_window(FROZEN_SECONDS - settings.session_timeout - 4)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    expected = {(i, first_due + k * SERIES_EVERY) for i in ids for k in range(SERIES_COUNT)}
+    last_due = first_due + (SERIES_COUNT - 1) * SERIES_EVERY
+
+    def fired() -> set[tuple[str, int]]:
+        return {(f.id, f.due) for f in watch.fires() if f.id in ids}
+
+    with contextlib.suppress(AssertionError):
+        watch.wait(
+            lambda w: expected <= fired(),
+            max(0.0, last_due - time.time()) + SETTLE_TIMEOUT,
+            "every occurrence of every series",
+        )
+    missing = sorted(expected - fired())
+    put_back = "requests waits (read again from" in frozen.log_path.read_text()
+    report = (
+        f"[frozen {FROZEN_SECONDS:.0f} s] {SERIES} series x {SERIES_COUNT} on partitions "
+        f"{sorted(its_partitions)}: {len(missing)} occurrences never fired "
+        f"(e.g. {missing[:6]}); the thawed worker put a request batch back: {put_back}"
+    )
+    print("\n" + report)
+    assert not missing, report

@@ -4,7 +4,8 @@ An idle read waits up to its idle wait (here 5 s) for a first record, holding th
 reader's lock, so a revoke or an assignment must end it early (it polls in slices and
 gives up when an assignment change waits) rather than wait it out. Through revokes,
 new partitions and a partition taken back, every partition's requests are applied in
-offset order, each once, and only while held.
+offset order, each once, and only while held; and a batch read after the group lease
+ran out is applied only once it is held again, never after a revoke.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from confluent_kafka import Producer
 from app.core.raw_record import RawRecord
 from app.kafka.config import confluent_consumer, confluent_producer
 from app.settings import Settings
+from app.worker.group_lease import GroupLease
 from app.worker.request_reader import RequestReader
 from tests.support.waiting import wait_until_async
 
@@ -111,3 +113,77 @@ def test_assignment_changes_end_an_idle_read_and_keep_order(settings: Settings) 
     for partition, offsets in applied.items():
         assert offsets == sorted(set(offsets)), f"partition {partition}: {offsets}"
     assert {p: len(o) for p, o in applied.items()} == {0: 60, 1: 60, 2: 55}
+
+
+async def _lapsed_scenario(settings: Settings) -> tuple[list[int], int]:
+    """A worker whose group lease ran out (frozen past its session) reads a batch."""
+    now = [1000.0]
+    lease = GroupLease(6.0, clock=lambda: now[0])
+    lease.renew(now[0])
+    applied: list[int] = []
+    stored: dict[int, int] = {}
+
+    async def handle(records: list[RawRecord]) -> None:
+        for record in records:
+            applied.append(record.offset)
+            stored[record.partition] = record.offset
+
+    async def resume_offset(partition: int) -> int | None:
+        return stored.get(partition)
+
+    reader = RequestReader(
+        confluent_consumer(settings, group_id=settings.app_id, **{"fetch.wait.max.ms": 50}),
+        settings.topics.requests,
+        handle=handle,
+        resume_offset=resume_offset,
+        batch_size=100,
+        batch_wait=0.02,
+        idle_wait=0.5,
+        lease=lease,
+    )
+    _produce(settings, {0: 20})
+    task = asyncio.create_task(reader.run())
+    try:
+        await reader.assign({0})
+        assert len(applied) == 20
+        # Frozen past the session: the next batch is read, put back, and waits.
+        now[0] += 10
+        _produce(settings, {0: 5})
+        await wait_until_async(lambda: reader.batches_put_back >= 1, 20, "a batch put back")
+        assert len(applied) == 20, "applied while the group may have moved on"
+        # A heartbeat answered: this worker still owns it, and the batch goes on as read.
+        lease.renew(now[0])
+        await wait_until_async(lambda: len(applied) == 25, 20, "the batch put back")
+        # Frozen again, and this time the group moved on: the revoke ends the wait at
+        # once, nothing of the batch applied; the next owner resumes from the store.
+        now[0] += 10
+        _produce(settings, {0: 5})
+        await wait_until_async(lambda: reader.batches_put_back >= 2, 20, "a batch put back")
+        began = time.monotonic()
+        await reader.assign(set())
+        revoke_took = time.monotonic() - began
+        assert len(applied) == 25, "applied by a worker the group had moved on from"
+        lease.renew(now[0])
+        await reader.assign({0})
+        assert len(applied) == 30
+        # Frozen while partitions are assigned: their waiting requests are put back too,
+        # and an empty one read to its end in the same batch is still at its end.
+        now[0] += 10
+        _produce(settings, {1: 5})
+        assigning = asyncio.create_task(reader.assign({0, 1, 2}))
+        await wait_until_async(lambda: reader.batches_put_back >= 3, 20, "a batch put back")
+        assert len(applied) == 30 and not assigning.done()
+        lease.renew(now[0])
+        await asyncio.wait_for(assigning, 20)
+        assert len(applied) == 35
+    finally:
+        reader.stop()
+        await asyncio.gather(task, return_exceptions=True)
+        reader.close()
+    return applied, round(revoke_took)
+
+
+def test_a_batch_read_after_the_group_lease_ran_out_waits_for_it(settings: Settings) -> None:
+    applied, revoke_took = asyncio.run(_lapsed_scenario(settings))
+    assert applied == list(range(30)) + list(range(5)), "every request applied once, in order"
+    assert revoke_took < 2, f"the revoke waited {revoke_took} s for a batch put back"

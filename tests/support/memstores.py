@@ -61,6 +61,7 @@ class FakeOutput:
     def __init__(self, *, transactional: bool = False) -> None:
         self.transactional = transactional
         self.changelog_acked: dict[int, int] = {}
+        self.changelog_counted: dict[int, list[int]] = {}
         self.max_record_bytes = DEFAULT_MAX_RECORD_BYTES
         self.fire_offsets: dict[int, int] = {}
         self.pending = Produced()
@@ -233,7 +234,7 @@ class MemoryStore(MemoryKV):
     def mark_unconfirmed(self) -> None:
         self.unconfirmed = True
 
-    def record_persisted(self, offset: int) -> None:
+    def record_persisted(self, offset: int, acked: int | None = None) -> None:
         self.persisted_offset = offset
         self.unconfirmed = False
 

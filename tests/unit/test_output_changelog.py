@@ -28,6 +28,18 @@ def test_acknowledgements_keep_the_highest_offset_per_partition() -> None:
     assert out.changelog_acked == {3: 12, 5: 7}
 
 
+def test_acknowledgements_past_a_store_s_opening_are_counted() -> None:
+    """A store caught up to offset 10 counts this output's records after it; a late
+    report of a record at or before 10 (in the changelog it read) is not counted."""
+    out = _producer()
+    out._changelog_delivered(None, Delivered(3, 11))  # type: ignore[arg-type]
+    out.count_changelog_after(3, 10)
+    for partition, offset in [(3, 9), (3, 10), (3, 12), (3, 13), (5, 14)]:
+        out._changelog_delivered(None, Delivered(partition, offset))  # type: ignore[arg-type]
+    assert out.changelog_counted == {3: [10, 2]}
+    assert out.changelog_acked == {3: 13, 5: 14}
+
+
 def test_a_refused_changelog_record_fails_the_flush() -> None:
     out = _producer()
     out.changelog("table-changelog", 2, b"k", b"v")
