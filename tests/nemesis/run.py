@@ -138,13 +138,14 @@ def observe(settings: Settings) -> Observed:
     return observed
 
 
-def _drain(settings: Settings, expected: set[tuple[str, str, int]]) -> int:
-    """Read the callback topics until every callback in ``expected`` has come, then
-    :data:`QUIET` s more (a duplicate on its way); give up after :data:`DRAIN_LIMIT` s.
-    Returns how many never came (the checker then says which, and why)."""
+def _drain(settings: Settings, expected: dict[tuple[str, int], frozenset[str]]) -> int:
+    """Read the callback topics until every callback in ``expected`` has come (by
+    ``(id, seq)``: one of its payloads), then :data:`QUIET` s more (a duplicate on its
+    way); give up after :data:`DRAIN_LIMIT` s. Returns how many never came (the checker
+    then says which, and why)."""
     topics = (PLAIN_TOPIC, SPREAD_TOPIC, LIMITED_TOPIC)
     readers = [Reader(settings, t) for t in topics]
-    missing = set(expected)
+    missing = dict(expected)
     try:
         deadline = time.monotonic() + DRAIN_LIMIT
         report = time.monotonic() + 30
@@ -154,7 +155,9 @@ def _drain(settings: Settings, expected: set[tuple[str, str, int]]) -> int:
                 for r in reader.poll(0.3):
                     seq = _header(r, "timer-seq")
                     timer_id = (_header(r, "timer-id") or b"").decode()
-                    missing.discard((timer_id, (r.value or b"").decode(), int(seq or 0)))
+                    key = (timer_id, int(seq or 0))
+                    if (r.value or b"").decode() in missing.get(key, ()):
+                        del missing[key]
             if not missing and done_at is None:
                 done_at = time.monotonic()
             if done_at is not None and time.monotonic() - done_at > QUIET:
