@@ -159,6 +159,15 @@ class Fire:
 
 
 @dataclass(frozen=True)
+class Answer:
+    """One cancel answer on ``timer-fired``: which worker answered, stamped on its clock."""
+
+    id: str
+    worker: str
+    outcome: str
+
+
+@dataclass(frozen=True)
 class Arrival:
     """A request for a timer as it reached the id's owner partition: sent there, or a
     copy a worker forwarded (``copy``)."""
@@ -199,6 +208,7 @@ class Observed:
     fires: list[Fire] = field(default_factory=list)
     arrivals: list[Arrival] = field(default_factory=list)
     dead: list[DeadLetter] = field(default_factory=list)
+    answers: list[Answer] = field(default_factory=list)
 
 
 _HISTORY_KINDS: dict[str, type[Any]] = {
@@ -213,6 +223,7 @@ _OBSERVED_KINDS: dict[str, type[Any]] = {
     "fire": Fire,
     "arrival": Arrival,
     "dead": DeadLetter,
+    "answer": Answer,
 }
 _KIND_OF: dict[type[Any], str] = {
     cls: kind for kind, cls in (*_HISTORY_KINDS.items(), *_OBSERVED_KINDS.items())
@@ -260,6 +271,7 @@ def parse_observed(lines: Iterable[str]) -> Observed:
         Fire: observed.fires,
         Arrival: observed.arrivals,
         DeadLetter: observed.dead,
+        Answer: observed.answers,
     }
     for entry in _entries(lines, _OBSERVED_KINDS):
         lists[type(entry)].append(entry)

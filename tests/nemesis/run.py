@@ -29,10 +29,11 @@ from app.kafka.topics import ensure_topics
 from app.settings import Settings
 from kafka_timers_client import protowire
 from kafka_timers_client.client import TimerClient
-from tests.nemesis.audit import compare, run_audit
+from tests.nemesis.audit import compare, run_audit, skewed_ids
 from tests.nemesis.checker import Verdict, check
 from tests.nemesis.faults import Nemesis
 from tests.nemesis.history import (
+    Answer,
     Arrival,
     Callback,
     DeadLetter,
@@ -107,6 +108,8 @@ def observe(settings: Settings) -> Observed:
             fired = FiredRecord.from_json(r.value or b"{}")
         except ValueError:
             continue
+        if fired.event is FiredKind.CANCEL and fired.outcome:
+            observed.answers.append(Answer(fired.id, fired.worker, fired.outcome))
         if fired.event is FiredKind.FIRED and fired.fired_at_ms is not None:
             observed.fires.append(
                 Fire(fired.id, fired.seq, fired.fired_at_ms, fired.worker, fired.request_offset)
@@ -203,7 +206,10 @@ def _audit_agrees(settings: Settings, base: Path, verdict: Verdict) -> bool:
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
         print(f"nemesis: the audit failed to run: {exc}", flush=True)
         return False
-    agreement = compare(verdict, audit_summary, audit_line)
+    skewed = skewed_ids(
+        read_history(base / "history.jsonl"), read_observed(base / "observed.jsonl")
+    )
+    agreement = compare(verdict, audit_summary, audit_line, skewed)
     print(f"nemesis: {agreement.line()}", flush=True)
     return agreement.agrees
 
@@ -218,7 +224,10 @@ def main() -> int:
         verdict = judge(base)
         audited = base / "audit" / "summary.json"
         if audited.exists():  # the audit's verdict on the run, beside the checker's again
-            agreement = compare(verdict, json.loads(audited.read_text()))
+            skewed = skewed_ids(
+                read_history(base / "history.jsonl"), read_observed(base / "observed.jsonl")
+            )
+            agreement = compare(verdict, json.loads(audited.read_text()), skewed=skewed)
             print(f"nemesis: {agreement.line()}", flush=True)
             return 0 if verdict.ok and agreement.agrees else 1
         return 0 if verdict.ok else 1
@@ -268,7 +277,13 @@ def main() -> int:
             nemesis.stop()
         observed = observe(settings)
         with (base / "observed.jsonl").open("w") as seen:
-            for entry in (*observed.callbacks, *observed.fires, *observed.arrivals, *observed.dead):
+            for entry in (
+                *observed.callbacks,
+                *observed.fires,
+                *observed.arrivals,
+                *observed.dead,
+                *observed.answers,
+            ):
                 write_line(seen, entry)
         verdict = judge(base)
         agrees = _audit_agrees(settings, base, verdict)

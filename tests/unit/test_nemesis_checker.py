@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import io
 
-from tests.nemesis.audit import compare
+from tests.nemesis.audit import compare, skewed_ids
 from tests.nemesis.checker import Verdict, check
 from tests.nemesis.history import (
+    Answer,
     Arrival,
     Callback,
     CancelOp,
@@ -335,3 +336,24 @@ def test_the_audit_agrees_only_when_it_finds_what_the_checker_found() -> None:
     apart = compare(verdict, {"violation_counts": {"missing": 18900, "superseded_fire": 3}})
     assert not apart.agrees
     assert "DISAGREES" in apart.line() and "undone 0/3" in apart.line()
+
+
+def test_audit_findings_on_a_moved_worker_clock_are_set_apart() -> None:
+    """The audit reads worker clocks: a cancel answered by a worker the nemesis ran 34 s
+    behind looks, to it, like a fire after the cancel; the checker (real time) is right."""
+    history = History(incarnations=[Incarnation("worker-2~m34", -34.0)])
+    observed = Observed()
+    observed.answers.append(Answer("c", "worker-2~m34", "cancelled"))
+    summary = {
+        "violation_counts": {"fire_after_cancel": 2},
+        "violations": [
+            {"kind": "fire_after_cancel", "id": "c"},
+            {"kind": "fire_after_cancel", "id": "d"},  # on an honest clock: compared
+        ],
+    }
+    agreement = compare(Verdict(), summary, skewed=skewed_ids(history, observed))
+    assert agreement.clock == 1
+    assert not agreement.agrees and "after_cancel 0/1" in agreement.line()
+    summary["violations"] = summary["violations"][:1]  # type: ignore[index]
+    summary["violation_counts"] = {"fire_after_cancel": 1}
+    assert compare(Verdict(), summary, skewed=skewed_ids(history, observed)).agrees
