@@ -27,6 +27,7 @@ from spark_audit.extras import APPLIED_OUTCOMES
 from spark_audit.fired_parsing import FiredUnreadable, read_fired
 from spark_audit.judging import (
     CANCEL_REPORT,
+    DROPPED_ANSWER,
     EVENT_FIELDS,
     SOURCE_FIRE,
     SOURCE_REPORT,
@@ -141,7 +142,7 @@ def reconcile_in_process(settings: Settings, rules: Rules) -> BaselineResult:
         except FiredUnreadable:
             continue
         # As spark_audit.pipeline.timer_events: a series' extra fire under its series' id,
-        # cancel outcomes and applied triggers and backfills as reports.
+        # cancel outcomes, applied triggers and backfills and dropped schedules as reports.
         if event == "fired":
             timer_id = extra_of or timer_id
             ev = (SOURCE_FIRE, fired_at_ms, fired_at_ms, extra or "fired", token, due, None,
@@ -150,7 +151,9 @@ def reconcile_in_process(settings: Settings, rules: Rules) -> BaselineResult:
         elif event == "skipped":
             ev = (SOURCE_SKIP, at_ms, at_ms, "skipped", token, due, None, topic, reason,
                   worker, None, seq, coalesced, None, None)  # fmt: skip
-        elif event == "cancel" or (event in (TRIGGER, BACKFILL) and outcome in APPLIED_OUTCOMES):
+        elif event in ("cancel", DROPPED_ANSWER) or (
+            event in (TRIGGER, BACKFILL) and outcome in APPLIED_OUTCOMES
+        ):
             kind = CANCEL_REPORT if event == "cancel" else event
             ev = (SOURCE_REPORT, at_ms, at_ms, kind, token, None, None, None, outcome, worker,
                   None, request_offset, None, None, None)  # fmt: skip

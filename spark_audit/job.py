@@ -227,7 +227,7 @@ def _run(
     counted = stats.counts(timers, violations)
     statuses, violation_counts = counted.statuses, counted.kinds
     fire_stats = stats.fire_stats(stats.fires(timers))
-    occurrences, extra_fires, reached_late = stats.occurrence_counts(timers)
+    occurrences, extra_fires, reached_late, refused = stats.occurrence_counts(timers)
     routing["reached_late"] = reached_late
     summary = AuditSummary(
         as_of_ms=options.as_of_ms,
@@ -252,6 +252,7 @@ def _run(
         occurrences=occurrences,
         extra_fires=extra_fires,
         routing=routing,
+        refused=refused,
         set_aside=aside_sample,
         by_topic=counted.by_topic,
         max_set_aside=options.max_set_aside,

@@ -20,6 +20,7 @@ from spark_audit.parsing import internal_error, schedule_from_json
 from spark_audit.reconcile import judge
 from spark_audit.verdicts import (
     CancelReport,
+    DroppedAnswer,
     ExtraAnswer,
     FireEvent,
     RequestEvent,
@@ -29,6 +30,7 @@ from spark_audit.verdicts import (
 
 __all__ = [
     "CANCEL_REPORT",
+    "DROPPED_ANSWER",
     "EVENT_FIELDS",
     "NOT_JUDGED",
     "SOURCE_FIRE",
@@ -42,11 +44,14 @@ __all__ = [
 ]
 
 #: ``src`` of an event: a request record, a ``fired`` record, a ``cancel`` outcome record
-#: (or the answer to a trigger or a backfill the worker applied: ``kind`` says which),
-#: a ``skipped`` record.
+#: (or the answer to a trigger or a backfill the worker applied, or to a request it
+#: dropped: ``kind`` says which), a ``skipped`` record.
 SOURCE_REQUEST, SOURCE_FIRE, SOURCE_REPORT, SOURCE_SKIP = 0, 1, 2, 3
 #: ``kind`` of a cancel's outcome record (a :data:`SOURCE_REPORT`).
 CANCEL_REPORT = "cancel_report"
+#: ``kind`` of the answer to a schedule request the worker did not store (a ``dropped``
+#: record; a :data:`SOURCE_REPORT`, its ``occurrence`` the request's offset).
+DROPPED_ANSWER = "dropped"
 #: ``kind`` of a fire a trigger or a backfill asked for (its record's ``extra``), and of
 #: the answer to a trigger or a backfill; a fire's ``occurrence`` is then the number its
 #: derived id names (``extra_n``), an answer's the request's offset.
@@ -116,6 +121,8 @@ VERDICT_TYPE = pa.struct(
         ("extra_triggered", pa.int64()),
         ("extra_backfilled", pa.int64()),
         ("reached_late", pa.int64()),
+        ("refused_over_quota", pa.int64()),
+        ("refused_wrong_token", pa.int64()),
         ("note", pa.string()),
     ]
 )
@@ -128,7 +135,8 @@ VERDICT_DDL = (
     "worker:string,lateness_ms:bigint,first:boolean,extra:string>>,"
     "violations:array<struct<kind:string,token:string,due:bigint,at_ms:bigint,detail:string>>,"
     "occurrences_fired:bigint,occurrences_skipped:bigint,occurrences_coalesced:bigint,"
-    "extra_triggered:bigint,extra_backfilled:bigint,reached_late:bigint,note:string>"
+    "extra_triggered:bigint,extra_backfilled:bigint,reached_late:bigint,"
+    "refused_over_quota:bigint,refused_wrong_token:bigint,note:string>"
 )
 
 
@@ -181,6 +189,7 @@ def judge_one(columns: dict[str, list[Any]], lo: int, hi: int, rules: Rules) -> 
     reports: list[CancelReport] = []
     skips: list[SkipEvent] = []
     answers: list[ExtraAnswer] = []
+    dropped: list[DroppedAnswer] = []
     for i in range(lo, hi):
         if src[i] == SOURCE_REQUEST:
             recurrence, debounce = schedule_from_json(series[i])
@@ -225,10 +234,12 @@ def judge_one(columns: dict[str, list[Any]], lo: int, hi: int, rules: Rules) -> 
                     coalesced[i] or 0,
                 )
             )
+        elif kind[i] == DROPPED_ANSWER:
+            dropped.append(DroppedAnswer(outcome[i] or "", occurrence[i]))
         elif kind[i] in _EXTRA_KINDS:
             answers.append(
                 ExtraAnswer(kind[i], token[i] or "", outcome[i] or "", ts_ms[i], occurrence[i])
             )
         else:
             reports.append(CancelReport(token[i] or "", outcome[i], ts_ms[i]))
-    return judge(requests, fires, reports, rules, skips, answers).to_dict()
+    return judge(requests, fires, reports, rules, skips, answers, dropped).to_dict()

@@ -29,6 +29,7 @@ from spark_audit.extras import APPLIED_OUTCOMES
 from spark_audit.fired_parsing import PARSED_FIRED_DDL, parse_fired_arrays
 from spark_audit.judging import (
     CANCEL_REPORT,
+    DROPPED_ANSWER,
     SOURCE_FIRE,
     SOURCE_REPORT,
     SOURCE_REQUEST,
@@ -294,10 +295,13 @@ def timer_events(requests: DataFrame, fired: DataFrame) -> DataFrame:
             F.col("coalesced"),
         ).alias("ev"),
     )
-    # The answers to cancels, and to the triggers and backfills the worker applied (when
-    # what they fire was stored; occurrence: the request's offset).
-    answered = (F.col("event") == "cancel") | (
-        F.col("event").isin(TRIGGER, BACKFILL) & F.col("outcome").isin(*APPLIED_OUTCOMES)
+    # The answers to cancels, to the triggers and backfills the worker applied (when
+    # what they fire was stored) and to the schedules it dropped (occurrence: the
+    # request's offset).
+    answered = (
+        (F.col("event") == "cancel")
+        | (F.col("event").isin(TRIGGER, BACKFILL) & F.col("outcome").isin(*APPLIED_OUTCOMES))
+        | (F.col("event") == DROPPED_ANSWER)
     )
     report_events = readable.where(answered).select(
         "partition",

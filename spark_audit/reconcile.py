@@ -42,6 +42,15 @@ request plus the debounce or, capped, the first request plus the max-wait (its d
 second), and late from there; the N-1 versions it went through are superseded, never
 missing.
 
+A schedule request the worker refused for a reason the audit cannot rule on — a
+pending-timer quota (``over_quota``: the state of the whole deployment), a pending
+version protected by another token (``wrong_token``) — is answered on the fired topic
+(``"event": "dropped"``, with its ``request_offset`` where the worker applied it) and
+never stored: the audit takes that answer, and replays the timer without the request
+(no version expected from it, none superseded by it), counting it as refused. The
+other ``dropped`` answers (``duplicate``, ``cancelled_earlier``) are rulings the replay
+makes itself, from the requests.
+
 A fire a trigger or a backfill asked for (its record's ``extra``) is judged by what it
 is (:mod:`spark_audit.extras`): a triggered one-shot is not early for firing before its
 second, and a series' extra fires (keyed under the series' id) are no occurrences of it.
@@ -76,7 +85,7 @@ status ``request_gone``, not a violation.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
@@ -85,7 +94,9 @@ from spark_audit.extras import judge_series_extras, trigger_early
 from spark_audit.replay import Replay, without_repeats
 from spark_audit.series import judge_series
 from spark_audit.verdicts import (
+    REFUSED_OUTCOMES,
     CancelReport,
+    DroppedAnswer,
     ExtraAnswer,
     FireEvent,
     RequestEvent,
@@ -110,11 +121,19 @@ def judge(
     rules: Rules,
     skips: Iterable[SkipEvent] = (),
     answers: Iterable[ExtraAnswer] = (),
+    dropped: Iterable[DroppedAnswer] = (),
 ) -> Verdict:
     """The verdict on one timer; ``requests`` must be in offset order. ``answers``: the
     worker's answers to the triggers and backfills of it that it applied; ``fires``
-    include the fires they asked for (:mod:`spark_audit.extras`)."""
+    include the fires they asked for (:mod:`spark_audit.extras`). ``dropped``: the
+    worker's ``dropped`` answers to its schedule requests (matched by offset)."""
     requests = list(requests)
+    refusals = {
+        d.request_offset: d.outcome
+        for d in dropped
+        if d.outcome in REFUSED_OUTCOMES and d.request_offset is not None
+    }
+    refused: Counter[str] = Counter()
     answers = list(answers)
     fires = list(fires)
     fired_ms: dict[Version, int] = {}  # each one-shot version's first fire
@@ -125,6 +144,10 @@ def judge(
     replay = Replay(reports, fired_ms)
     for request in requests:
         if request.kind == "schedule":
+            outcome = refusals.get(request.offset)
+            if outcome is not None:  # refused by the worker: never stored
+                refused[outcome] += 1
+                continue
             replay.schedule(request)
         else:
             replay.cancel(request)
@@ -230,7 +253,7 @@ def judge(
     final = replay.final
     if final is None:
         if not distinct and not extras.rows:
-            status = Status.CANCEL_ONLY
+            status = Status.REFUSED if refused else Status.CANCEL_ONLY
         else:
             status = Status.UNREQUESTED if rules.requests_complete else Status.REQUEST_GONE
         return Verdict(
@@ -241,6 +264,8 @@ def judge(
             extra_triggered=extras.triggered,
             extra_backfilled=extras.backfilled,
             reached_late=reached_late,
+            refused_over_quota=refused["over_quota"],
+            refused_wrong_token=refused["wrong_token"],
         )
     assert final.due is not None
     version = (final.token, final.due)
@@ -262,6 +287,8 @@ def judge(
         extra_triggered=extras.triggered,
         extra_backfilled=extras.backfilled,
         reached_late=reached_late,
+        refused_over_quota=refused["over_quota"],
+        refused_wrong_token=refused["wrong_token"],
     )
     recurrence = replay.series.get(version)
     if recurrence is not None:

@@ -8,13 +8,14 @@ from typing import Any
 
 from spark_audit.charts import bar_chart
 from spark_audit.summary import AuditSummary, LatenessRow
-from spark_audit.verdicts import ViolationKind, utc_text
+from spark_audit.verdicts import REFUSED_OUTCOMES, ViolationKind, utc_text
 
 __all__ = ["console_summary", "fire_rate_bars", "html_report", "verdict_line"]
 
 _KINDS = [k.value for k in ViolationKind]
 #: The extra fires a summary without them shows (one written before they were counted).
 _NO_EXTRA = {"triggered": 0, "backfilled": 0}
+_NO_REFUSED = dict.fromkeys(REFUSED_OUTCOMES, 0)
 
 
 def _utc(ms: int | None) -> str:
@@ -109,6 +110,8 @@ def console_summary(summary: AuditSummary, per_kind: int = 5) -> str:
         "  extra fires (not violations): "
         + "  ".join(f"{k}={v}" for k, v in (summary.extra_fires or _NO_EXTRA).items()),
         "  routing (not violations): " + "  ".join(f"{k}={v}" for k, v in summary.routing.items()),
+        "  refused by workers (not violations): "
+        + "  ".join(f"{k}={v}" for k, v in (summary.refused or _NO_REFUSED).items()),
         "",
         f"  {'lateness (ms)':<32} {'fires':>9}  {'p50':>9}  {'p90':>9}  {'p99':>9}  {'max':>9}",
     ]
@@ -288,7 +291,8 @@ def html_report(summary: AuditSummary) -> str:
         ["occurrences", "count"],
         [[k, v] for k, v in summary.occurrences.items()]
         + [[f"extra: {k}", v] for k, v in (summary.extra_fires or _NO_EXTRA).items()]
-        + [[f"routing: {k}", v] for k, v in summary.routing.items()],
+        + [[f"routing: {k}", v] for k, v in summary.routing.items()]
+        + [[f"refused: {k}", v] for k, v in (summary.refused or _NO_REFUSED).items()],
     )
     histogram = bar_chart(
         summary.histogram,

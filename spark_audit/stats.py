@@ -21,6 +21,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from spark_audit.summary import LatenessRow
+from spark_audit.verdicts import REFUSED_OUTCOMES
 
 __all__ = [
     "HISTOGRAM_EDGES_MS",
@@ -100,12 +101,15 @@ def counts(timers: DataFrame, violations: DataFrame) -> Counts:
     return Counts(statuses, kinds, by_topic)
 
 
-def occurrence_counts(timers: DataFrame) -> tuple[dict[str, int], dict[str, int], int]:
+def occurrence_counts(
+    timers: DataFrame,
+) -> tuple[dict[str, int], dict[str, int], int, dict[str, int]]:
     """Occurrences fired, skipped (``skip-after``) and coalesced, over every timer: the
     late-fire policy's work, reported beside the violations, never as one; the extra
-    fires, ``triggered`` and ``backfilled`` (:mod:`spark_audit.extras`); and the fires
+    fires, ``triggered`` and ``backfilled`` (:mod:`spark_audit.extras`); the fires
     of versions whose replacement or cancel reached the worker after them
-    (``reached_late``). One job."""
+    (``reached_late``); and the schedule requests the worker refused, by its answer
+    (``over_quota``, ``wrong_token``: never stored). One job."""
     row = timers.agg(
         F.sum("occurrences_fired").alias("fired"),
         F.sum("occurrences_skipped").alias("skipped"),
@@ -113,10 +117,12 @@ def occurrence_counts(timers: DataFrame) -> tuple[dict[str, int], dict[str, int]
         F.sum("extra_triggered").alias("triggered"),
         F.sum("extra_backfilled").alias("backfilled"),
         F.sum("reached_late").alias("reached_late"),
+        *(F.sum(f"refused_{name}").alias(name) for name in REFUSED_OUTCOMES),
     ).collect()[0]
     occurrences = {name: int(row[name] or 0) for name in ("fired", "skipped", "coalesced")}
     extra = {name: int(row[name] or 0) for name in ("triggered", "backfilled")}
-    return occurrences, extra, int(row["reached_late"] or 0)
+    refused = {name: int(row[name] or 0) for name in REFUSED_OUTCOMES}
+    return occurrences, extra, int(row["reached_late"] or 0), refused
 
 
 def first_of_each(

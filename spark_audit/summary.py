@@ -84,6 +84,11 @@ class AuditSummary:
     #: ``reached_late``: fires of a version whose reschedule or cancel reached the worker
     #: only after it fired (the fire's ``request_offset``), a race, not a violation.
     routing: dict[str, int] = field(default_factory=dict)
+    #: Schedule requests the worker refused and answered ``dropped`` on the fired topic,
+    #: by its answer: ``over_quota`` (a pending-timer quota), ``wrong_token`` (a pending
+    #: version protected by another token). Never stored, so never expected to fire: the
+    #: worker's work, counted, not violations.
+    refused: dict[str, int] = field(default_factory=dict)
     #: The first records refused or set aside for each (disposition, topic, reason):
     #: disposition, topic, partition, offset, ts_ms, reason, detail.
     set_aside: list[dict[str, Any]] = field(default_factory=list)

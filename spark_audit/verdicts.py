@@ -11,7 +11,9 @@ from app.core.debounce import Debounce
 from kafka_timers_client.recurrence import Recurrence
 
 __all__ = [
+    "REFUSED_OUTCOMES",
     "CancelReport",
+    "DroppedAnswer",
     "ExtraAnswer",
     "FireEvent",
     "RequestEvent",
@@ -68,6 +70,9 @@ class Status(str, Enum):
     REQUEST_GONE = "request_gone"
     #: Fired without any request.
     UNREQUESTED = "unrequested"
+    #: Every schedule request for it was refused by the worker (answered ``dropped``,
+    #: ``over_quota`` or ``wrong_token``): never stored, nothing expected.
+    REFUSED = "refused"
 
 
 class RequestEvent(NamedTuple):
@@ -157,6 +162,26 @@ class CancelReport(NamedTuple):
     at_ms: int
 
 
+#: The ``dropped`` answers of a schedule request the worker refused, which the audit
+#: cannot rule on itself: ``over_quota`` (a pending-timer quota, a state of the whole
+#: deployment) and ``wrong_token`` (a pending version protected by another token). The
+#: other ``dropped`` outcomes, ``duplicate`` and ``cancelled_earlier``, are rulings the
+#: replay makes itself (:mod:`spark_audit.replay`): taking their answers too would count
+#: them twice.
+REFUSED_OUTCOMES = ("over_quota", "wrong_token")
+
+
+class DroppedAnswer(NamedTuple):
+    """One ``dropped`` record of the timer from the fired topic: a schedule request the
+    worker answered, and did not store."""
+
+    #: ``over_quota``, ``wrong_token``, ``duplicate``, ``cancelled_earlier``.
+    outcome: str
+    #: The request's offset on the partition where the worker applied it (a forwarded
+    #: request's: its copy's), the request the answer is matched to; ``None``: not named.
+    request_offset: int | None
+
+
 @dataclass(frozen=True)
 class Rules:
     """When a timer counts as missing."""
@@ -232,6 +257,11 @@ class Verdict:
     #: Fires of a version whose reschedule or cancel the firing worker had not applied
     #: yet (at an offset past the fire's ``request_offset``): races, not violations.
     reached_late: int = 0
+    #: Schedule requests the worker refused and answered ``dropped`` (see
+    #: :data:`REFUSED_OUTCOMES`), by outcome: never stored, so neither expected to fire
+    #: nor replacing the version before them.
+    refused_over_quota: int = 0
+    refused_wrong_token: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -253,6 +283,8 @@ class Verdict:
             "extra_triggered": self.extra_triggered,
             "extra_backfilled": self.extra_backfilled,
             "reached_late": self.reached_late,
+            "refused_over_quota": self.refused_over_quota,
+            "refused_wrong_token": self.refused_wrong_token,
         }
 
 
