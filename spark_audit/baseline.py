@@ -15,7 +15,7 @@ import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.routing import Origin
@@ -37,7 +37,7 @@ from spark_audit.judging import (
 )
 from spark_audit.parsing import RECONCILED_KINDS, ParsedColumns, judge_request, policy_for
 from spark_audit.routing import Place, where_reconciled
-from spark_audit.verdicts import Rules
+from spark_audit.verdicts import REFUSED_OUTCOMES, Rules
 
 __all__ = ["BaselineResult", "reconcile_in_process"]
 
@@ -52,6 +52,8 @@ class BaselineResult:
     violation_counts: dict[str, int]
     read_s: float
     judge_s: float
+    #: Schedule requests the workers refused, by their answer (the summary's ``refused``).
+    refused: dict[str, int] = field(default_factory=dict)
 
 
 def _records(settings: Settings, topic: str, batch: int = 10_000) -> Iterator[Any]:
@@ -162,6 +164,7 @@ def reconcile_in_process(settings: Settings, rules: Rules) -> BaselineResult:
         events[(partition, timer_id)].append(ev)
     read_s = time.monotonic() - started
     kinds: Counter[str] = Counter()
+    refused: Counter[str] = Counter()
     for timer_events in events.values():
         timer_events.sort(key=_sort_key)
         columns = {
@@ -170,4 +173,7 @@ def reconcile_in_process(settings: Settings, rules: Rules) -> BaselineResult:
         }
         verdict = judge_one(columns, 0, len(timer_events), rules)
         kinds.update(v["kind"] for v in verdict["violations"])
-    return BaselineResult(len(events), dict(kinds), read_s, time.monotonic() - started - read_s)
+        refused.update({name: verdict.get(f"refused_{name}") or 0 for name in REFUSED_OUTCOMES})
+    judge_s = time.monotonic() - started - read_s
+    counted = {name: refused[name] for name in REFUSED_OUTCOMES}
+    return BaselineResult(len(events), dict(kinds), read_s, judge_s, counted)

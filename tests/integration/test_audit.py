@@ -322,13 +322,19 @@ def test_triggered_and_backfilled_fires_are_extra_fires_judged_by_what_they_are(
     assert summary["occurrences"]["fired"] == 16 + 1 + 1 + 1 + 2
     # and no lateness samples: the clean history's 16, x-hb's 2 and x-twice's 1
     assert summary["lateness_overall"]["fires"] == 16 + 2 + 1
-    # The scale tool's single-process yardstick reads the same records the same way.
+    assert_the_baseline_agrees(settings, summary)
+
+
+def assert_the_baseline_agrees(settings: Settings, summary: dict[str, Any]) -> None:
+    """The scale tool's single-process yardstick reads the same records the same way:
+    the same timers, violations and refusals as the Spark audit's ``summary``."""
     since_ms = summary["since_ms"]
     rules = Rules(as_of_ms=summary["as_of_ms"], grace_ms=summary["grace_ms"], since_ms=since_ms)
     baseline = reconcile_in_process(settings, rules)
-    assert (baseline.timers, baseline.violation_counts) == (
+    assert (baseline.timers, baseline.violation_counts, baseline.refused) == (
         summary["timers"],
         summary["violation_counts"],
+        summary["refused"],
     )
 
 
@@ -373,13 +379,7 @@ def test_a_debounced_burst_is_one_timer_fired_once_within_its_window(
     assert {(v["kind"], v["id"]) for v in summary["violations"]} == planted
     assert summary["total_violations"] == len(planted) and code == 1
     assert summary["statuses"] == {"fired": 4, "missing": 1}
-    since_ms = summary["since_ms"]
-    rules = Rules(as_of_ms=summary["as_of_ms"], grace_ms=summary["grace_ms"], since_ms=since_ms)
-    baseline = reconcile_in_process(settings, rules)
-    assert (baseline.timers, baseline.violation_counts) == (
-        summary["timers"],
-        summary["violation_counts"],
-    )
+    assert_the_baseline_agrees(settings, summary)
 
 
 def run_audit(settings: Settings, out: Path, *extra: str) -> tuple[int, dict[str, Any]]:
@@ -588,6 +588,46 @@ def test_the_audit_of_a_real_run_with_a_trigger_and_a_backfill_counts_them_as_ex
     assert summary["violations"] == [] and summary["total_violations"] == 0 and code == 0
     assert summary["extra_fires"] == {"triggered": 2, "backfilled": 10}
     assert summary["statuses"] == {"fired": 4 + 1, "pending": 1}, "4 probes, one, hb"
+
+
+def test_requests_a_worker_refused_over_quota_are_counted_refused_not_missing(
+    spark: Any, stack: Stack, tmp_path: Path
+) -> None:
+    """A worker with a quota of 5 pending timers on a callback topic; 8 requests for it
+    (in one burst, before any is due): 5 stored and fired, 3 answered ``dropped``
+    ``over_quota``. The audit takes the answers: no missing timer, 3 refused. Before, it
+    expected the 3 to fire and reported them missing."""
+    settings = stack.settings
+    topic = stack.callback_topic("quota-audited")
+    probe = stack.callback_topic("quota-audited-probe")
+    stack.oscillator()
+    stack.worker(topic_quotas=((topic, 5),))
+    client = TimerClient(settings)
+    wait_until_firing(settings, client, probe, probes=4)
+    due = time.time() + 5
+    ids = [client.schedule(topic, b"q%d" % i, f"k{i}", at=due).id for i in range(8)]
+    client.flush()
+
+    def settled(records: list[Any]) -> bool:
+        events = [json.loads(r.value or b"{}") for r in records]
+        fired = {e["id"] for e in events if e["event"] == "fired" and e["id"] in ids}
+        refused = {e["id"] for e in events if e.get("outcome") == "over_quota"}
+        # and past the second plus the grace below: a timer still due would be pending
+        passed = time.time() > due + 3
+        return len(fired) == 5 and len(refused) == 3 and not fired & refused and passed
+
+    with TopicReader(settings, settings.topics.fired) as reader:
+        reader.wait_for(settled, FIRE_TIMEOUT)
+
+    # A grace of 1 s: the 3 refused are long past theirs, and would be missing.
+    code, summary = run_audit(settings, tmp_path, "--grace", "1s")
+    assert summary["violations"] == [] and summary["total_violations"] == 0
+    assert code == 0
+    assert summary["refused"] == {"over_quota": 3, "wrong_token": 0}
+    assert summary["statuses"] == {"fired": 5 + 4, "refused": 3}
+    console = (tmp_path / "report.html").read_text()
+    assert "<td>refused: over_quota</td><td>3</td>" in console
+    assert_the_baseline_agrees(settings, summary)
 
 
 def write_before_window(h: History, t_old: int) -> set[tuple[str, str]]:
