@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+import uuid
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,6 +15,7 @@ import pytest
 from confluent_kafka import KafkaError, Message, Producer
 
 from app.core.fired import FiredKind, FiredRecord
+from app.core.routing import owner_of
 from app.core.timer import Timer
 from app.dev.stack import wait_until_firing
 from app.kafka.config import confluent_producer
@@ -590,13 +592,15 @@ def test_the_audit_of_a_real_run_with_a_trigger_and_a_backfill_counts_them_as_ex
     assert summary["statuses"] == {"fired": 4 + 1, "pending": 1}, "4 probes, one, hb"
 
 
+@pytest.mark.parametrize("placed", ["owner", "elsewhere"])
 def test_requests_a_worker_refused_over_quota_are_counted_refused_not_missing(
-    spark: Any, stack: Stack, tmp_path: Path
+    spark: Any, stack: Stack, tmp_path: Path, placed: str
 ) -> None:
     """A worker with a quota of 5 pending timers on a callback topic; 8 requests for it
     (in one burst, before any is due): 5 stored and fired, 3 answered ``dropped``
     ``over_quota``. The audit takes the answers: no missing timer, 3 refused. Before, it
-    expected the 3 to fire and reported them missing."""
+    expected the 3 to fire and reported them missing. Sent ``elsewhere`` than their
+    owner partition, the requests are forwarded, and the answers name the copies."""
     settings = stack.settings
     topic = stack.callback_topic("quota-audited")
     probe = stack.callback_topic("quota-audited-probe")
@@ -605,8 +609,19 @@ def test_requests_a_worker_refused_over_quota_are_counted_refused_not_missing(
     client = TimerClient(settings)
     wait_until_firing(settings, client, probe, probes=4)
     due = time.time() + 5
-    ids = [client.schedule(topic, b"q%d" % i, f"k{i}", at=due).id for i in range(8)]
-    client.flush()
+    if placed == "owner":
+        ids = [client.schedule(topic, b"q%d" % i, f"k{i}", at=due).id for i in range(8)]
+        client.flush()
+    else:
+        ids = [f"quota-{uuid.uuid4().hex[:12]}" for _ in range(8)]
+        producer = stack.producer()
+        for i, timer_id in enumerate(ids):
+            doc = {"topic": topic, "value": f"q{i}", "at": int(due), "id": timer_id, "token": "k"}
+            away = (owner_of(timer_id, settings.partition_count) + 1) % settings.partition_count
+            producer.produce(
+                settings.topics.requests, json.dumps(doc).encode(), timer_id.encode(), away
+            )
+        producer.flush(10)
 
     def settled(records: list[Any]) -> bool:
         events = [json.loads(r.value or b"{}") for r in records]
@@ -625,6 +640,7 @@ def test_requests_a_worker_refused_over_quota_are_counted_refused_not_missing(
     assert code == 0
     assert summary["refused"] == {"over_quota": 3, "wrong_token": 0}
     assert summary["statuses"] == {"fired": 5 + 4, "refused": 3}
+    assert summary["routing"]["forwarded"] == (8 if placed == "elsewhere" else 0)
     console = (tmp_path / "report.html").read_text()
     assert "<td>refused: over_quota</td><td>3</td>" in console
     assert_the_baseline_agrees(settings, summary)
