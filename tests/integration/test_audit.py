@@ -600,7 +600,9 @@ def test_requests_a_worker_refused_over_quota_are_counted_refused_not_missing(
     (in one burst, before any is due): 5 stored and fired, 3 answered ``dropped``
     ``over_quota``. The audit takes the answers: no missing timer, 3 refused. Before, it
     expected the 3 to fire and reported them missing. Sent ``elsewhere`` than their
-    owner partition, the requests are forwarded, and the answers name the copies."""
+    owner partition, the requests are forwarded, and the answers name the copies. And a
+    reschedule refused for another token (``wrong_token``) leaves the version it would
+    have replaced to fire: neither superseded nor missing."""
     settings = stack.settings
     topic = stack.callback_topic("quota-audited")
     probe = stack.callback_topic("quota-audited-probe")
@@ -609,8 +611,13 @@ def test_requests_a_worker_refused_over_quota_are_counted_refused_not_missing(
     client = TimerClient(settings)
     wait_until_firing(settings, client, probe, probes=4)
     due = time.time() + 5
+    guarded = f"guarded-{placed}"
     if placed == "owner":
         ids = [client.schedule(topic, b"q%d" % i, f"k{i}", at=due).id for i in range(8)]
+        # and, on the probe topic (no quota), a reschedule under another token: refused
+        # wrong_token, the first version kept, and fired
+        client.schedule(probe, b"a", timer_id=guarded, token="a", at=due)
+        client.schedule(probe, b"b", timer_id=guarded, token="b", at=due + 1)
         client.flush()
     else:
         ids = [f"quota-{uuid.uuid4().hex[:12]}" for _ in range(8)]
@@ -627,9 +634,12 @@ def test_requests_a_worker_refused_over_quota_are_counted_refused_not_missing(
         events = [json.loads(r.value or b"{}") for r in records]
         fired = {e["id"] for e in events if e["event"] == "fired" and e["id"] in ids}
         refused = {e["id"] for e in events if e.get("outcome") == "over_quota"}
+        guards = placed == "elsewhere" or {
+            (e["event"], e.get("outcome")) for e in events if e["id"] == guarded
+        } >= {("fired", None), ("dropped", "wrong_token")}
         # and past the second plus the grace below: a timer still due would be pending
         passed = time.time() > due + 3
-        return len(fired) == 5 and len(refused) == 3 and not fired & refused and passed
+        return len(fired) == 5 and len(refused) == 3 and not fired & refused and passed and guards
 
     with TopicReader(settings, settings.topics.fired) as reader:
         reader.wait_for(settled, FIRE_TIMEOUT)
@@ -638,8 +648,9 @@ def test_requests_a_worker_refused_over_quota_are_counted_refused_not_missing(
     code, summary = run_audit(settings, tmp_path, "--grace", "1s")
     assert summary["violations"] == [] and summary["total_violations"] == 0
     assert code == 0
-    assert summary["refused"] == {"over_quota": 3, "wrong_token": 0}
-    assert summary["statuses"] == {"fired": 5 + 4, "refused": 3}
+    guards = 1 if placed == "owner" else 0
+    assert summary["refused"] == {"over_quota": 3, "wrong_token": guards}
+    assert summary["statuses"] == {"fired": 5 + 4 + guards, "refused": 3}
     assert summary["routing"]["forwarded"] == (8 if placed == "elsewhere" else 0)
     console = (tmp_path / "report.html").read_text()
     assert "<td>refused: over_quota</td><td>3</td>" in console
