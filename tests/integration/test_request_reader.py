@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from confluent_kafka import Producer
 
@@ -34,6 +36,24 @@ def _produce(settings: Settings, counts: dict[int, int]) -> None:
     assert producer.flush(30) == 0
 
 
+def _reader(
+    settings: Settings,
+    handle: Callable[[list[RawRecord]], Awaitable[None]],
+    resume_offset: Callable[[int], Awaitable[int | None]],
+    **options: Any,
+) -> RequestReader:
+    """A reader of the request topic with short fetch waits and small batches."""
+    return RequestReader(
+        confluent_consumer(settings, group_id=settings.app_id, **{"fetch.wait.max.ms": 50}),
+        settings.topics.requests,
+        handle=handle,
+        resume_offset=resume_offset,
+        batch_size=100,
+        batch_wait=0.02,
+        **options,
+    )
+
+
 async def _scenario(settings: Settings) -> dict[int, list[int]]:
     applied: dict[int, list[int]] = defaultdict(list)
     held: set[int] = set()
@@ -48,15 +68,7 @@ async def _scenario(settings: Settings) -> dict[int, list[int]]:
     async def resume_offset(partition: int) -> int | None:
         return stored.get(partition)
 
-    reader = RequestReader(
-        confluent_consumer(settings, group_id=settings.app_id, **{"fetch.wait.max.ms": 50}),
-        settings.topics.requests,
-        handle=handle,
-        resume_offset=resume_offset,
-        batch_size=100,
-        batch_wait=0.02,
-        idle_wait=IDLE_WAIT,
-    )
+    reader = _reader(settings, handle, resume_offset, idle_wait=IDLE_WAIT)
 
     async def assign(partitions: set[int]) -> float:
         held.update(partitions)  # before: a new partition's records may come at once
@@ -131,16 +143,7 @@ async def _lapsed_scenario(settings: Settings) -> tuple[list[int], int]:
     async def resume_offset(partition: int) -> int | None:
         return stored.get(partition)
 
-    reader = RequestReader(
-        confluent_consumer(settings, group_id=settings.app_id, **{"fetch.wait.max.ms": 50}),
-        settings.topics.requests,
-        handle=handle,
-        resume_offset=resume_offset,
-        batch_size=100,
-        batch_wait=0.02,
-        idle_wait=0.5,
-        lease=lease,
-    )
+    reader = _reader(settings, handle, resume_offset, idle_wait=0.5, lease=lease)
     _produce(settings, {0: 20})
     task = asyncio.create_task(reader.run())
     try:
