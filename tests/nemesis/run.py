@@ -186,15 +186,19 @@ def summary(minutes: float, faults: list[tuple[str, int]], verdict: Verdict) -> 
     )
 
 
-def judge(base: Path) -> Verdict:
-    """Judge a run's saved files again (``python -m tests.nemesis --check DIR``)."""
-    verdict = check(read_history(base / "history.jsonl"), read_observed(base / "observed.jsonl"))
+def judge(base: Path) -> tuple[Verdict, set[str]]:
+    """Judge a run's saved files (``python -m tests.nemesis --check DIR`` again); with the
+    verdict, the ids a moved worker clock stamped (:func:`~tests.nemesis.audit.skewed_ids`),
+    for the comparison with the audit."""
+    history = read_history(base / "history.jsonl")
+    observed = read_observed(base / "observed.jsonl")
+    verdict = check(history, observed)
     for line in verdict.lines():
         print(f"nemesis: {line}", flush=True)
-    return verdict
+    return verdict, skewed_ids(history, observed)
 
 
-def _audit_agrees(settings: Settings, base: Path, verdict: Verdict) -> bool:
+def _audit_agrees(settings: Settings, base: Path, verdict: Verdict, skewed: set[str]) -> bool:
     """Run the PySpark audit over the run's topics and print whether it finds what the
     checker found (:mod:`tests.nemesis.audit`); ``NEMESIS_AUDIT=0`` skips it."""
     if os.environ.get("NEMESIS_AUDIT", "1") == "0":
@@ -206,9 +210,6 @@ def _audit_agrees(settings: Settings, base: Path, verdict: Verdict) -> bool:
     except (RuntimeError, subprocess.TimeoutExpired) as exc:
         print(f"nemesis: the audit failed to run: {exc}", flush=True)
         return False
-    skewed = skewed_ids(
-        read_history(base / "history.jsonl"), read_observed(base / "observed.jsonl")
-    )
     agreement = compare(verdict, audit_summary, audit_line, skewed)
     print(f"nemesis: {agreement.line()}", flush=True)
     return agreement.agrees
@@ -221,12 +222,9 @@ def _stop_on_sigterm(signum: int, frame: object) -> None:
 def main() -> int:
     if sys.argv[1:2] == ["--check"]:
         base = Path(sys.argv[2])
-        verdict = judge(base)
+        verdict, skewed = judge(base)
         audited = base / "audit" / "summary.json"
         if audited.exists():  # the audit's verdict on the run, beside the checker's again
-            skewed = skewed_ids(
-                read_history(base / "history.jsonl"), read_observed(base / "observed.jsonl")
-            )
             agreement = compare(verdict, json.loads(audited.read_text()), skewed=skewed)
             print(f"nemesis: {agreement.line()}", flush=True)
             return 0 if verdict.ok and agreement.agrees else 1
@@ -285,8 +283,8 @@ def main() -> int:
                 *observed.answers,
             ):
                 write_line(seen, entry)
-        verdict = judge(base)
-        agrees = _audit_agrees(settings, base, verdict)
+        verdict, skewed = judge(base)
+        agrees = _audit_agrees(settings, base, verdict, skewed)
         print(summary(minutes, sorted(nemesis.counts.items()), verdict), flush=True)
         return 0 if not verdict.lost and not verdict.early and verdict.ok and agrees else 1
     finally:
