@@ -32,6 +32,7 @@ from app.kafka.demand import DemandPublisher, DemandTable
 from app.kafka.topic_config import BROKER_DEFAULT_DELETE_RETENTION_MS
 from app.settings import TABLE_NAME, Settings
 from app.worker.catch_up import CatchUpAbandoned, persisted_offset, stale_after
+from app.worker.changelog_repair import ChangelogRepairer
 from app.worker.control import BulkCanceller, ControlFollower
 from app.worker.demand import DemandExchange
 from app.worker.descriptors import ROCKSDB_MAX_OPEN_FILES
@@ -262,6 +263,7 @@ def build_worker(
     # A catch-up that cannot finish is retried, never fatal: the worker stays up and not
     # ready, and says why (app.worker.catch_up.catch_up_until_done).
     metrics.not_ready_seconds.set_function(health.not_ready_for)
+    lease = GroupLease(settings.session_timeout)
     stores = RocksDBStores(
         db_for_partition,
         output,
@@ -271,8 +273,13 @@ def build_worker(
         stall_timeout=settings.catchup_stall_seconds,
         report=RecoveryStalls(health, metrics),
         should_stop=lambda: bool(app.should_stop),
+        repairer=ChangelogRepairer(
+            catchup_conf,
+            settings.changelog_topic,
+            owns=lease.held,
+            repaired=metrics.changelog_repairs.inc,
+        ),
     )
-    lease = GroupLease(settings.session_timeout)
     watch_group_session(settings.app_id, lease)
     gates = TopicGates(dict(settings.topic_rate_limits), partitions=settings.partition_count)
     # Pauses and limits set at run time (the control topic, app.worker.control): read to
