@@ -22,9 +22,10 @@ while the group lease says it still owns the partition
 (woken from the cut, its last flush answered at the heal) must not write its own old
 values over the new owner's.
 
-What it cannot cover: the owner stopping between the late records' arrival and its next
-flush (a store idle then, or a crash in that second) leaves them for the next restore to
-apply. Exactly-once mode does not need this: each unit is a transaction, and a writer
+A busy owner finds them at its next flush; an idle one when it next asks its changelogs'
+end offsets (every few seconds: :meth:`app.worker.partition_store.RocksDBStores.find_foreign`).
+What it cannot cover: the owner stopping between the late records' arrival and then
+leaves them for the next restore to apply. Exactly-once mode does not need this: each unit is a transaction, and a writer
 whose transaction did not commit wrote nothing anyone reads.
 """
 
@@ -144,6 +145,26 @@ class ChangelogRepairer:
         self._topic = topic
         self._owns = owns
         self._repaired = repaired
+        #: Asks the changelog's end offsets (:meth:`ends`), made at the first ask.
+        self._consumer: Consumer | None = None
+
+    def ends(self, partitions: list[int]) -> dict[int, int]:
+        """The changelog's end offset (high watermark) of each of ``partitions``, asked of
+        the broker now; the ones it did not answer in time are left out. Blocking."""
+        if self._consumer is None:
+            conf = dict(self._conf)
+            conf["group.id"] = f"kafka-timers-repair-{uuid.uuid4().hex}"
+            self._consumer = Consumer(conf)
+        ends: dict[int, int] = {}
+        for p in partitions:
+            try:
+                _, high = self._consumer.get_watermark_offsets(
+                    TopicPartition(self._topic, p), timeout=5, cached=False
+                )
+            except Exception:  # the broker away or slow: looked at again next time
+                continue
+            ends[p] = high
+        return ends
 
     def submit(self, store: RepairedStore, offsets: list[int]) -> None:
         """Repair ``store``'s changelog at ``offsets`` (another writer's records), in the

@@ -121,6 +121,9 @@ WEB_VIEWS_OFF: dict[str, Any] = {
 #: How often every worker refreshes the request lag of every partition from the
 #: informational group's committed offsets (two ListOffsets and one OffsetFetch each).
 GROUP_LAG_INTERVAL = 5.0
+#: How often an owner asks its changelogs' end offsets for another writer's late
+#: records it would find only at its next write (one ListOffsets per partition held).
+FOREIGN_WRITER_CHECK_SECONDS = 5.0
 
 #: Longest the worker's start waits to read the control topic to its end.
 CONTROL_LOAD_TIMEOUT = 30.0
@@ -375,6 +378,13 @@ def build_worker(
         finally:
             reader.close()
             progress.close()
+
+    @app.timer(FOREIGN_WRITER_CHECK_SECONDS, name="kafka_timers_changelog_writers")  # type: ignore[untyped-decorator,misc]
+    async def find_foreign_writers() -> None:
+        # An idle owner's changelog ended by a stale owner's late records
+        # (app.worker.changelog_repair); a busy one finds them at its next flush.
+        if lease.held():
+            await stores.find_foreign(service.held_stores())
 
     @app.task  # type: ignore[untyped-decorator]
     async def release_held_ticks() -> None:

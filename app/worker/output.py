@@ -149,8 +149,7 @@ class OutputProducer:
         #: offset the store was caught up to, and how many of this output's records
         #: were acknowledged past it since (:meth:`count_changelog_after`).
         self.changelog_counted: dict[int, list[int]] = {}
-        #: The offsets of the counted records, until a store takes them
-        #: (:meth:`take_own_changelog`).
+        #: The offsets of the counted records, until taken (:meth:`take_own_changelog`).
         self._changelog_own: dict[int, list[int]] = {}
         #: Changelog records the broker refused: the table would diverge from its changelog.
         self._changelog_errors: list[str] = []
@@ -519,6 +518,10 @@ class OutputProducer:
         self.changelog_counted[partition] = [offset, 0]
         self._changelog_own[partition] = []
 
+    def in_flight(self) -> int:
+        """Records produced and not yet acknowledged (or refused)."""
+        return len(self._producer)
+
     def take_own_changelog(self, partition: int, through: int) -> list[int]:
         """The offsets of this output's records of changelog ``partition`` acknowledged
         since the last call (counted ones only: :meth:`count_changelog_after`), up to
@@ -527,8 +530,7 @@ class OutputProducer:
         own = self._changelog_own.get(partition)
         if not own:
             return []
-        # The same list throughout: delivery callbacks append to it from the thread that
-        # flushes, and a slice then a del of that slice loses none of theirs.
+        # One list throughout: a slice then its del loses none of the flush thread's appends.
         cut = bisect_right(own, through)
         taken = own[:cut]
         del own[:cut]

@@ -12,6 +12,7 @@ Before a store is used it is read up to its changelog's true end: :mod:`app.work
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -204,12 +205,7 @@ class ChangeloggedKV:
         next load reads everything after that again (a warning says so). ``acked``
         None, or a store opened without ``check_writers``: not checked."""
         self._marking = False
-        if self._opened_offset is not None and offset > self._checked:
-            own = self._output.take_own_changelog(self.partition, offset)
-            foreign = foreign_offsets(self._checked, offset, own)
-            self._checked = offset
-            if foreign and self._repairer is not None:
-                self._repairer.submit(self, foreign)
+        self.find_foreign(offset)
         holds = offset if self._holds_all_through(offset, acked) else None
         if self._unconfirmed:
             batch = WriteBatch(raw_mode=True)
@@ -246,6 +242,19 @@ class ChangeloggedKV:
             offset - opened - acked,
         )
         return False
+
+    def find_foreign(self, through: int) -> None:
+        """Have the repairer write over another writer's records up to changelog offset
+        ``through`` (every record of this worker's there acknowledged), if it checks
+        writers: after a flush, and when the changelog's end passed this worker's last
+        record while it wrote nothing (an idle owner: RocksDBStores.find_foreign)."""
+        if self._opened_offset is None or through <= self._checked:
+            return
+        own = self._output.take_own_changelog(self.partition, through)
+        foreign = foreign_offsets(self._checked, through, own)
+        self._checked = through
+        if foreign and self._repairer is not None:
+            self._repairer.submit(self, foreign)
 
     def write_over(self, keys: set[bytes]) -> int:
         """Write the value this store holds now for each of ``keys`` to the changelog (a
@@ -331,6 +340,23 @@ class RocksDBStores:
                 report=self._report,
                 should_stop=self._should_stop,
             )
+
+    async def find_foreign(self, stores: Mapping[int, Any]) -> None:
+        """Look whether another writer's records ended the changelogs of ``stores`` (the
+        ones this worker holds) while this worker wrote nothing: a stale owner's late
+        records reaching an idle owner would otherwise wait for its next write
+        (:mod:`app.worker.changelog_repair`). Only while nothing of this worker's is on
+        its way: a record in flight would look like another writer's."""
+        kvs = {p: kv for p, kv in stores.items() if isinstance(kv, ChangeloggedKV)}
+        if self._repairer is None or not kvs or self._output.in_flight():
+            return
+        loop = asyncio.get_running_loop()
+        ends = await loop.run_in_executor(None, self._repairer.ends, sorted(kvs))
+        if self._output.in_flight():
+            return
+        for p, end in ends.items():
+            if p in kvs and end > self._output.changelog_acked.get(p, -1) + 1:
+                kvs[p].find_foreign(end - 1)
 
     def open(self, partition: int) -> ChangeloggedKV:
         db = self._db_for_partition(partition)
