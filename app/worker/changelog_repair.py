@@ -22,11 +22,17 @@ while the group lease says it still owns the partition
 (woken from the cut, its last flush answered at the heal) must not write its own old
 values over the new owner's.
 
-A busy owner finds them at its next flush; an idle one when it next asks its changelogs'
-end offsets (every few seconds: :meth:`app.worker.partition_store.RocksDBStores.find_foreign`).
-What it cannot cover: the owner stopping between the late records' arrival and then
-leaves them for the next restore to apply. Exactly-once mode does not need this: each unit is a transaction, and a writer
-whose transaction did not commit wrote nothing anyone reads.
+A busy owner finds them at its next flush; an idle one when it next asks its
+changelogs' end offsets (every few seconds:
+:meth:`app.worker.partition_store.RocksDBStores.find_foreign`). What it cannot cover: an
+owner that stops between the late records' arrival and then leaves them for the next
+restore to apply.
+
+Not in exactly-once mode, whose transaction markers take offsets of their own (they would
+look like another writer's records). There a stale owner's transaction is fenced once
+the coordinator aborts it (``transaction.timeout.ms``, 15 s); a cut-off writer whose
+held requests and commit reach the broker before that is not, a window this module does
+not close.
 """
 
 from __future__ import annotations
