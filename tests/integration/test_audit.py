@@ -29,8 +29,8 @@ from spark_audit.baseline import reconcile_in_process
 from spark_audit.errors import AuditError, AuditSetupError
 from spark_audit.main import main as audit_main
 from spark_audit.reading import read_topic
-from spark_audit.session import audit_session
 from spark_audit.verdicts import Rules
+from tests.support.audit_run import local_spark, run_audit
 from tests.support.faults import deliberate_fault_window
 from tests.support.stack import Stack
 from tests.support.waiting import wait_until
@@ -52,13 +52,7 @@ PLANTED = {
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local Spark for every audit test; the audit reuses it instead of starting its own."""
-    conf = {
-        "spark.ui.enabled": "false",
-        "spark.sql.shuffle.partitions": "2",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.driver.host": "127.0.0.1",
-    }
-    with audit_session("local[2]", conf) as session:
+    with local_spark() as session:
         yield session
 
 
@@ -382,23 +376,6 @@ def test_a_debounced_burst_is_one_timer_fired_once_within_its_window(
     assert summary["total_violations"] == len(planted) and code == 1
     assert summary["statuses"] == {"fired": 4, "missing": 1}
     assert_the_baseline_agrees(settings, summary)
-
-
-def run_audit(settings: Settings, out: Path, *extra: str) -> tuple[int, dict[str, Any]]:
-    code = audit_main(
-        [
-            "--bootstrap",
-            settings.bootstrap_servers,
-            "--requests-topic",
-            settings.topics.requests,
-            "--fired-topic",
-            settings.topics.fired,
-            "--output",
-            str(out),
-            *extra,
-        ]
-    )
-    return code, json.loads((out / "summary.json").read_text())
 
 
 def test_each_planted_violation_is_found_with_its_timer_and_nothing_else(
