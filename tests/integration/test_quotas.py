@@ -23,7 +23,7 @@ from kafka_timers_client.fired import FiredKind, FiredRecord
 from kafka_timers_client.outcome import CancelOutcome
 from tests.support.faults import FireWatch, owners, schedule_spread
 from tests.support.probes import get_admitted, start_probed
-from tests.support.stack import Stack
+from tests.support.stack import Stack, fired_records
 from tests.support.waiting import wait_until
 
 #: Generous: two shared cores, and other test runs beside this one.
@@ -46,15 +46,11 @@ def ids_owned_by(partition: int, partitions: int, count: int, prefix: str) -> It
 
 def over_quota_answers(records: list[Record]) -> dict[str, FiredRecord]:
     """The fired topic's ``dropped`` answers with outcome ``over_quota``, by timer id."""
-    out = {}
-    for record in records:
-        try:
-            answer = FiredRecord.from_json(record.value or b"")
-        except ValueError:
-            continue
-        if answer.event is FiredKind.DROPPED and answer.outcome == "over_quota":
-            out[answer.id] = answer
-    return out
+    return {
+        a.id: a
+        for a in fired_records(records)
+        if a.event is FiredKind.DROPPED and a.outcome == "over_quota"
+    }
 
 
 def fired_ids(records: list[Record]) -> list[str]:

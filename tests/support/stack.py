@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
 
+from app.core.fired import FiredRecord
 from app.dev.stack import ServiceProcess, start_oscillator, start_worker
 from app.kafka.config import confluent_producer
 from app.kafka.records import Record, TopicReader
@@ -112,6 +113,16 @@ def running_stack(settings: Settings, base_dir: Path) -> Iterator[Stack]:
         raise
     finally:
         stack.close()
+
+
+def fired_records(records: Iterable[Record]) -> Iterator[FiredRecord]:
+    """The fired topic's records read as :class:`FiredRecord`, in order; a record that
+    is not one (empty, not JSON, no ``event``) is passed over."""
+    for record in records:
+        try:
+            yield FiredRecord.from_json(record.value or b"{}")
+        except ValueError:
+            continue
 
 
 def fired_ids(records: list[Record]) -> list[str]:
