@@ -19,7 +19,7 @@ from app.kafka.config import confluent_producer
 from app.kafka.records import TopicReader
 from app.settings import Settings
 from kafka_timers_client import protowire
-from kafka_timers_client.client import TimerClient
+from kafka_timers_client.client import ScheduledTimer, TimerClient
 from kafka_timers_client.errors import CancelNotAnswered
 from kafka_timers_client.outcome import CancelOutcome
 from kafka_timers_client.partitioner import partition_for
@@ -49,6 +49,21 @@ def fire_now(stack: Stack, client: TimerClient, topic: str) -> tuple[str, str]:
     return timer.id, timer.token
 
 
+def to_be_answered(
+    stack: Stack, name: str
+) -> tuple[str, TimerClient, ScheduledTimer, ScheduledTimer]:
+    """An oscillator and a worker firing on the callback topic ``name``, a client, and two
+    timers due in 10 minutes (not flushed yet): one to cancel, one to cancel with
+    another token."""
+    topic = stack.callback_topic(name)
+    stack.oscillator()
+    stack.worker()
+    client = firing_client(stack, topic)
+    pending = client.schedule(topic, b"pending", delay=600)
+    refused = client.schedule(topic, b"refused", delay=600)
+    return topic, client, pending, refused
+
+
 def test_librdkafka_puts_each_key_where_the_pure_partitioner_says(settings: Settings) -> None:
     # The client computes a timer's partition instead of asking: it must agree with the
     # murmur2_random partitioner every producer of the request topic uses.
@@ -67,12 +82,7 @@ def test_librdkafka_puts_each_key_where_the_pure_partitioner_says(settings: Sett
 
 
 def test_cancel_wait_prints_each_of_the_five_answers(stack: Stack) -> None:
-    topic = stack.callback_topic("answers-cli")
-    stack.oscillator()
-    stack.worker()
-    client = firing_client(stack, topic)
-    pending = client.schedule(topic, b"pending", delay=600)
-    refused = client.schedule(topic, b"refused", delay=600)
+    topic, client, pending, refused = to_be_answered(stack, "answers-cli")
     client.flush()
     fired_id, fired_token = fire_now(stack, client, topic)
     client.close()
@@ -97,12 +107,7 @@ def test_cancel_wait_prints_each_of_the_five_answers(stack: Stack) -> None:
 
 
 def test_the_client_returns_the_same_answers(stack: Stack) -> None:
-    topic = stack.callback_topic("answers-api")
-    stack.oscillator()
-    stack.worker()
-    client = firing_client(stack, topic)
-    pending = client.schedule(topic, b"pending", delay=600)
-    refused = client.schedule(topic, b"refused", delay=600)
+    topic, client, pending, refused = to_be_answered(stack, "answers-api")
     by_key = client.schedule(topic, b"by key", delay=600)
     client.flush()
     fired_id, fired_token = fire_now(stack, client, topic)
