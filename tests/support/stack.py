@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -27,55 +27,36 @@ class Stack:
         self.services: list[ServiceProcess] = []
 
     def worker(
-        self,
-        name: str = "worker-1",
-        *,
-        clock_offset: float = 0.0,
-        loglevel: str = "warning",
-        data_dir: Path | None = None,
-        web_port: int | None = None,
-        metrics_port: int | None = None,
-        log_name: str | None = None,
-        **changes: Any,
+        self, name: str = "worker-1", *, clock_offset: float = 0.0, **options: Any
     ) -> ServiceProcess:
-        """Start a worker: the one way tests do (see :func:`app.dev.stack.start_worker`
-        for the options). ``clock_offset`` moves its wall clock that many seconds ahead;
-        ``changes`` are settings applied on top of the stack's."""
-        clock = moved_clock(clock_offset)
-        service = start_worker(
-            self.settings,
-            name,
-            self.base_dir,
-            loglevel=loglevel,
-            data_dir=data_dir,
-            web_port=web_port,
-            metrics_port=metrics_port,
-            log_name=log_name,
-            env=clock.env,
-            python_path=clock.python_path,
-            **changes,
-        )
-        self.services.append(service)
-        return service
+        """Start a worker: the one way tests do. ``options`` are those of
+        :func:`app.dev.stack.start_worker` (log level, data directory, ports, log name)
+        and settings applied on top of the stack's; ``clock_offset`` moves its wall clock
+        that many seconds ahead."""
+        return self._start(start_worker, name, clock_offset, options)
 
     def oscillator(
-        self,
-        name: str = "oscillator-1",
-        *,
-        clock_offset: float = 0.0,
-        metrics_port: int | None = None,
-        **changes: Any,
+        self, name: str = "oscillator-1", *, clock_offset: float = 0.0, **options: Any
     ) -> ServiceProcess:
-        """Start an oscillator, its wall clock ``clock_offset`` seconds ahead."""
+        """Start an oscillator, its wall clock ``clock_offset`` seconds ahead; ``options``
+        as for :meth:`worker` (:func:`app.dev.stack.start_oscillator`'s)."""
+        return self._start(start_oscillator, name, clock_offset, options)
+
+    def _start(
+        self,
+        start: Callable[..., ServiceProcess],
+        name: str,
+        clock_offset: float,
+        options: dict[str, Any],
+    ) -> ServiceProcess:
         clock = moved_clock(clock_offset)
-        service = start_oscillator(
+        service = start(
             self.settings,
             name,
             self.base_dir,
-            metrics_port=metrics_port,
             env=clock.env,
             python_path=clock.python_path,
-            **changes,
+            **options,
         )
         self.services.append(service)
         return service
