@@ -24,7 +24,7 @@ from kafka_timers_client.errors import CancelNotAnswered
 from kafka_timers_client.outcome import CancelOutcome
 from kafka_timers_client.partitioner import partition_for
 from tests.support.cli import run_cli
-from tests.support.probes import start_probed
+from tests.support.probes import Probed, start_probed
 from tests.support.stack import Stack, fired_ids
 from tests.support.waiting import wait_until
 
@@ -38,6 +38,15 @@ def firing_client(stack: Stack, topic: str) -> TimerClient:
     client = TimerClient(stack.settings)
     wait_until_firing(stack.settings, client, topic)
     return client
+
+
+def probed_and_firing(stack: Stack, name: str, worker: str) -> tuple[str, Probed, TimerClient]:
+    """An oscillator and the probed worker ``worker`` firing on the callback topic
+    ``name`` (the test's own), and a client."""
+    topic = stack.callback_topic(name)
+    stack.oscillator()
+    probed = start_probed(stack, "worker", worker)
+    return topic, probed, firing_client(stack, topic)
 
 
 def fire_now(stack: Stack, client: TimerClient, topic: str) -> tuple[str, str]:
@@ -199,11 +208,8 @@ def get(settings: Settings, timer_id: str, *urls: str) -> tuple[int, dict[str, A
 
 
 def test_get_shows_pending_fired_and_cancelled(stack: Stack) -> None:
-    topic = stack.callback_topic("get-callbacks")
-    stack.oscillator()
-    worker = start_probed(stack, "worker", "get-worker")
+    topic, worker, client = probed_and_firing(stack, "get-callbacks", "get-worker")
     settings = stack.settings
-    client = firing_client(stack, topic)
     pending = client.schedule(topic, b"secret payload", key="k", delay=600, token="secret-tok")
     cancelled = client.schedule(topic, b"x", delay=600)
     client.flush()
