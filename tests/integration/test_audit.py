@@ -530,10 +530,7 @@ def test_the_audit_of_a_real_run_with_a_trigger_and_a_backfill_counts_them_as_ex
 ) -> None:
     settings = stack.settings
     topic = stack.callback_topic("extra-audited")
-    stack.oscillator()
-    stack.worker()
-    client = TimerClient(settings)
-    wait_until_firing(settings, client, topic, probes=4)
+    client = stack.firing_client(topic, probes=4)
     one = client.schedule(topic, b"one", delay=600, token="t")
     hb = client.schedule(topic, b"hb", every=5, token="t")
     client.flush()
@@ -583,10 +580,7 @@ def test_requests_a_worker_refused_over_quota_are_counted_refused_not_missing(
     settings = stack.settings
     topic = stack.callback_topic("quota-audited")
     probe = stack.callback_topic("quota-audited-probe")
-    stack.oscillator()
-    stack.worker(topic_quotas=((topic, 5),))
-    client = TimerClient(settings)
-    wait_until_firing(settings, client, probe, probes=4)
+    client = stack.firing_client(probe, probes=4, topic_quotas=((topic, 5),))
     due = time.time() + 5
     guarded = f"guarded-{placed}"
     if placed == "owner":

@@ -61,10 +61,7 @@ def test_a_quota_of_1000_refuses_the_1001st_request_and_answers_it(stack: Stack)
     settings = stack.settings
     topic = stack.callback_topic("quota")
     probe = stack.callback_topic("quota-probe")
-    stack.oscillator()
-    stack.worker(topic_quotas=((topic, 1000),))
-    client = TimerClient(settings)
-    wait_until_firing(settings, client, probe)
+    client = stack.firing_client(probe, topic_quotas=((topic, 1000),))
     tag = uuid.uuid4().hex[:8]
     ids = list(ids_owned_by(0, settings.partition_count, 1002, f"q{tag}"))
     accepted, refused, later = ids[:1000], ids[1000], ids[1001]
@@ -217,10 +214,9 @@ def test_tenant_quotas_count_by_the_tenant_header(stack: Stack) -> None:
     settings = stack.settings
     topic = stack.callback_topic("quota-tenants")
     probe = stack.callback_topic("quota-tenants-probe")
-    stack.oscillator()
-    stack.worker(tenant_header="tenant", tenant_quotas=(("acme", 3), ("*", 1)))
-    client = TimerClient(settings)
-    wait_until_firing(settings, client, probe)
+    client = stack.firing_client(
+        probe, tenant_header="tenant", tenant_quotas=(("acme", 3), ("*", 1))
+    )
     tag = uuid.uuid4().hex[:8]
     ids = list(ids_owned_by(0, settings.partition_count, 10, f"t{tag}"))
     plan = [("acme", 4), ("zed", 2), (None, 3), ("acme", 1)]  # one partition, in order

@@ -10,11 +10,12 @@ from typing import Any
 from confluent_kafka import Producer
 
 from app.core.fired import FiredRecord
-from app.dev.stack import ServiceProcess, start_oscillator, start_worker
+from app.dev.stack import ServiceProcess, start_oscillator, start_worker, wait_until_firing
 from app.kafka.config import confluent_producer
 from app.kafka.records import Record, TopicReader
 from app.kafka.topics import ensure_topics
 from app.settings import Settings
+from kafka_timers_client.client import TimerClient
 from tests.support.clock import moved_clock
 
 
@@ -41,6 +42,18 @@ class Stack:
         """Start an oscillator, its wall clock ``clock_offset`` seconds ahead; ``options``
         as for :meth:`worker` (:func:`app.dev.stack.start_oscillator`'s)."""
         return self._start(start_oscillator, name, clock_offset, options)
+
+    def firing_client(
+        self, probe_topic: str, *, probes: int = 32, timeout: float = 90.0, **worker: Any
+    ) -> TimerClient:
+        """Start an oscillator and a worker (``worker``: options as for :meth:`worker`),
+        and return a client once they fire on every partition: ``probes`` timers due now
+        on ``probe_topic`` fired within ``timeout`` s (:func:`app.dev.stack.wait_until_firing`)."""
+        self.oscillator()
+        self.worker(**worker)
+        client = TimerClient(self.settings)
+        wait_until_firing(self.settings, client, probe_topic, probes=probes, timeout=timeout)
+        return client
 
     def _start(
         self,
