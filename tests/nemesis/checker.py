@@ -23,6 +23,10 @@ counters are never asked. What it holds a run to:
   by a forwarding worker's fault say; reported as ``reached_late``), or its first copy
   reached the owner partition after the newer one (two producers that place records
   differently, which the README leaves to the producer: reported as ``misordered``).
+- **lost**: the newest acknowledged version (or one sent after it) fires unless a cancel
+  was answered, a version it raced fired, or an older version first reached the owner
+  partition after it (two producers' race again: the owner read the older one last, so
+  that one is the newest it knows; reported as ``misordered``, ``overtaken``).
 - **duplicates**: callbacks beyond the first of one version (or series occurrence),
   counted by cause: the latest fault under way between the first copy and the repeat
   that hit the broker or either copy's worker, ``producer resend`` for copies of one
@@ -366,7 +370,15 @@ def _judge_one_shot(
         return
     firsts = [min(fired[v.version], key=clocks.real_ms) for v in candidates if fired.get(v.version)]
     if not firsts:
-        if not misordered:
+        # An older version the owner read after the newest one (two producers' race: one
+        # retried its record past a broker restart) is the newest the owner knows.
+        newest_at = first_arrival.get(candidates[-1].payload)
+        overtaken = newest_at is not None and any(
+            first_arrival.get(v.payload, -1) > newest_at for v in vs[: vs.index(candidates[0])]
+        )
+        if overtaken and not misordered:
+            verdict.misordered.append(f"{timer_id} v{candidates[-1].version} overtaken")
+        elif not misordered:
             last = candidates[0]
             verdict.lost.append(
                 f"{timer_id} v{last.version} (second {last.fire_at}, {last.kind}, "

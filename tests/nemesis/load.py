@@ -78,6 +78,8 @@ class _Timer:
     sent_at: float = 0.0
     #: Its newest version the broker acknowledged (0: none yet).
     acked: int = 0
+    #: The route its newest version was sent by (``any`` or ``owner``).
+    route: str = ""
 
 
 class Load:
@@ -170,8 +172,9 @@ class Load:
             if timer is not None:
                 route = self.rng.choice(("any", "any", "owner"))
                 # by the other route only once the last version reached the owner: the
-                # README leaves two routes' race to the producer
-                if route == "any" or self._arrived_at_owner(timer):
+                # README leaves two routes' race to the producer (two producers: one
+                # retrying past a broker restart lands after the other's newer record)
+                if route == timer.route or self._arrived_at_owner(timer):
                     self._reschedule(timer, route)
         elif roll < 0.85:
             timer = self._pick(min_ahead=-30)
@@ -274,6 +277,7 @@ class Load:
 
     def _send_version(self, timer: _Timer, route: str) -> None:
         timer.version += 1
+        timer.route = route
         timer.sent_at = time.time()
         number, due, fire_at = timer.version, timer.due, timer.fire_at
         self.last_second = max(self.last_second, fire_at)

@@ -354,3 +354,24 @@ def test_audit_findings_on_a_moved_worker_clock_are_set_apart() -> None:
     summary["violations"] = summary["violations"][:1]  # type: ignore[index]
     summary["violation_counts"] = {"fire_after_cancel": 1}
     assert compare(Verdict(), summary, skewed=skewed_ids(history, observed)).agrees
+
+
+def test_a_newest_version_an_older_one_overtook_at_the_owner_is_reported_not_lost() -> None:
+    """The third hour's one "lost" timer: v1 sent straight to the owner, v2 and v3 by
+    another producer; v1's producer retried it past a broker restart, so the owner read
+    v2, v3 and then v1, fired v1 (the newest it knew) and never v3. Two producers' race,
+    which the README leaves to the producer; with v1 read first, v3 not firing is lost."""
+    # v2 acknowledged 3 s before v1's second: v1's fire raced it
+    history = History(versions=[*rescheduled("raced", 8, 60), *rescheduled("kept", 8, 60)])
+    observed = Observed()
+    for timer_id, v1_at in (("raced", 9), ("kept", 1)):
+        fired(observed, timer_id, version_payload(timer_id, 1), (T0 + 8) * MS)
+        observed.arrivals += [
+            Arrival(timer_id, version_payload(timer_id, 1), v1_at, False),
+            Arrival(timer_id, version_payload(timer_id, 2), 4, False),
+        ]
+
+    verdict = check(history, observed)
+
+    assert "raced v2 overtaken" in verdict.misordered
+    assert [line.split(" ")[0] for line in verdict.lost] == ["kept"], verdict.lines()
