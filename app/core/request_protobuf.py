@@ -42,7 +42,7 @@ def _tag_lead(field: str) -> int:
     (sent with another wire type, it is an unknown field, refused before it is read).
     An int, looked for with ``in`` (one ``memchr``; a one-byte ``bytes`` is first tried
     as a number, and the error that makes cost ten times the search)."""
-    number = proto.Future.DESCRIPTOR.fields_by_name[field].number
+    number: int = proto.Future.DESCRIPTOR.fields_by_name[field].number
     tag = number << 3 | 2
     assert tag >= 128, field
     return tag & 0x7F | 0x80
