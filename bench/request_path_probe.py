@@ -22,7 +22,9 @@ load (each pause applies the unit's writes so far), so the count of one tree mov
 prints the best CPU seconds per request over ``passes`` fresh passes. Not counted:
 librdkafka's produce (the fake output), its threads and the flush's wait.
 
-Imports only ``app``, ``tests.support``, confluent-kafka and rocksdict.
+:mod:`bench.before` counts it on this tree and on the trees before the redesign and
+before the features past the anchors. Imports only ``app``, ``tests.support``, the
+client package (the tree's own, where it has one), confluent-kafka and rocksdict.
 """
 
 from __future__ import annotations
