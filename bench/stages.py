@@ -22,7 +22,7 @@ INGEST: list[tuple[str, tuple[str, ...]]] = [
     ("parse", ("app/core/request_", "app/core/timer.py", "app/core/bounds.py")),
     (
         "forward: sign, check, copy",
-        ("hop_value", "split_hop", "_signature", "check_forwardable", "_with ", "forward "),
+        ("hop_value", "split_hop", "_keyed", "check_forwardable", "_with ", "forward "),
     ),
     ("policy, size, placement", ("policy.py", "budget.py", "routing.py", "partitioner.py")),
     (

@@ -250,38 +250,9 @@ def judge(
     violations = in_window(violations + extras.violations, rules)
     skips = without_repeats(skips, lambda s: (s.at_ms, s.token, s.due))
     skip_versions = [replay.version_of(k.token, k.due, k.seq, k.at_ms) for k in skips]
-    final = replay.final
-    if final is None:
-        if not distinct and not extras.rows:
-            status = Status.REFUSED if refused else Status.CANCEL_ONLY
-        else:
-            status = Status.UNREQUESTED if rules.requests_complete else Status.REQUEST_GONE
-        return Verdict(
-            status,
-            len(requests),
-            fires=fire_rows,
-            violations=violations,
-            extra_triggered=extras.triggered,
-            extra_backfilled=extras.backfilled,
-            reached_late=reached_late,
-            refused_over_quota=refused["over_quota"],
-            refused_wrong_token=refused["wrong_token"],
-        )
-    assert final.due is not None
-    version = (final.token, final.due)
-    since = replay.live_since[version]
-    spans = replay.dead.get(version)
-    cancel_at = spans[-1].start if spans and spans[-1].end is None else None
-    final_fires = [f.fired_at_ms for f, v in zip(distinct, versions, strict=True) if v == version]
     verdict = Verdict(
-        status=Status.PENDING,
-        requests=len(requests),
-        final_token=final.token,
-        final_due=final.due,
-        final_topic=final.topic,
-        final_requested_ms=since,
-        fire_count=len(final_fires),
-        fire_times=final_fires,
+        Status.PENDING,
+        len(requests),
         fires=fire_rows,
         violations=violations,
         extra_triggered=extras.triggered,
@@ -290,6 +261,22 @@ def judge(
         refused_over_quota=refused["over_quota"],
         refused_wrong_token=refused["wrong_token"],
     )
+    final = replay.final
+    if final is None:
+        if not distinct and not extras.rows:
+            verdict.status = Status.REFUSED if refused else Status.CANCEL_ONLY
+        else:
+            verdict.status = Status.UNREQUESTED if rules.requests_complete else Status.REQUEST_GONE
+        return verdict
+    assert final.due is not None
+    version = (final.token, final.due)
+    since = replay.live_since[version]
+    spans = replay.dead.get(version)
+    cancel_at = spans[-1].start if spans and spans[-1].end is None else None
+    final_fires = [f.fired_at_ms for f, v in zip(distinct, versions, strict=True) if v == version]
+    verdict.final_token, verdict.final_due = final.token, final.due
+    verdict.final_topic, verdict.final_requested_ms = final.topic, since
+    verdict.fire_count, verdict.fire_times = len(final_fires), final_fires
     recurrence = replay.series.get(version)
     if recurrence is not None:
         mine = [f for f, v in zip(distinct, versions, strict=True) if v == version]

@@ -32,6 +32,7 @@ from app.kafka.demand import DemandPublisher, DemandTable
 from app.kafka.topic_config import BROKER_DEFAULT_DELETE_RETENTION_MS
 from app.settings import TABLE_NAME, Settings
 from app.worker.catch_up import CatchUpAbandoned, persisted_offset, stale_after
+from app.worker.changelog_repair import ChangelogRepairer
 from app.worker.control import BulkCanceller, ControlFollower
 from app.worker.demand import DemandExchange
 from app.worker.descriptors import ROCKSDB_MAX_OPEN_FILES
@@ -120,6 +121,9 @@ WEB_VIEWS_OFF: dict[str, Any] = {
 #: How often every worker refreshes the request lag of every partition from the
 #: informational group's committed offsets (two ListOffsets and one OffsetFetch each).
 GROUP_LAG_INTERVAL = 5.0
+#: How often an owner asks its changelogs' end offsets for another writer's late
+#: records it would find only at its next write (one ListOffsets per partition held).
+FOREIGN_WRITER_CHECK_SECONDS = 5.0
 
 #: Longest the worker's start waits to read the control topic to its end.
 CONTROL_LOAD_TIMEOUT = 30.0
@@ -262,6 +266,7 @@ def build_worker(
     # A catch-up that cannot finish is retried, never fatal: the worker stays up and not
     # ready, and says why (app.worker.catch_up.catch_up_until_done).
     metrics.not_ready_seconds.set_function(health.not_ready_for)
+    lease = GroupLease(settings.session_timeout)
     stores = RocksDBStores(
         db_for_partition,
         output,
@@ -271,8 +276,13 @@ def build_worker(
         stall_timeout=settings.catchup_stall_seconds,
         report=RecoveryStalls(health, metrics),
         should_stop=lambda: bool(app.should_stop),
+        repairer=ChangelogRepairer(
+            catchup_conf,
+            settings.changelog_topic,
+            owns=lease.held,
+            repaired=metrics.changelog_repairs.inc,
+        ),
     )
-    lease = GroupLease(settings.session_timeout)
     watch_group_session(settings.app_id, lease)
     gates = TopicGates(dict(settings.topic_rate_limits), partitions=settings.partition_count)
     # Pauses and limits set at run time (the control topic, app.worker.control): read to
@@ -368,6 +378,13 @@ def build_worker(
         finally:
             reader.close()
             progress.close()
+
+    @app.timer(FOREIGN_WRITER_CHECK_SECONDS, name="kafka_timers_changelog_writers")  # type: ignore[untyped-decorator,misc]
+    async def find_foreign_writers() -> None:
+        # An idle owner's changelog ended by a stale owner's late records
+        # (app.worker.changelog_repair); a busy one finds them at its next flush.
+        if lease.held():
+            await stores.find_foreign(service.held_stores())
 
     @app.task  # type: ignore[untyped-decorator]
     async def release_held_ticks() -> None:

@@ -142,6 +142,13 @@ class WorkerMetrics:
             "something else).",
             registry=r,
         )
+        self.changelog_repairs = Counter(
+            "kafka_timers_changelog_repairs",
+            "Changelog records this worker wrote over another writer's: a stale owner's "
+            "records that reached the broker after this worker took the partition over "
+            "(app.worker.changelog_repair).",
+            registry=r,
+        )
         self.forwards_replayed = Counter(
             "kafka_timers_requests_forward_replays",
             "Forwarded requests dropped on their owner partition as copies it had applied "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from bisect import bisect_right
 from collections.abc import Callable
 from typing import Any
 
@@ -148,6 +149,8 @@ class OutputProducer:
         #: offset the store was caught up to, and how many of this output's records
         #: were acknowledged past it since (:meth:`count_changelog_after`).
         self.changelog_counted: dict[int, list[int]] = {}
+        #: The offsets of the counted records, until taken (:meth:`take_own_changelog`).
+        self._changelog_own: dict[int, list[int]] = {}
         #: Changelog records the broker refused: the table would diverge from its changelog.
         self._changelog_errors: list[str] = []
         self._worker_json = json_string(worker_id)
@@ -504,6 +507,7 @@ class OutputProducer:
             counted = self.changelog_counted.get(partition)
             if counted is not None and offset > counted[0]:
                 counted[1] += 1
+                self._changelog_own[partition].append(offset)
 
     def count_changelog_after(self, partition: int, offset: int) -> None:
         """From now on, count this output's acknowledged records of changelog
@@ -512,6 +516,25 @@ class OutputProducer:
         (:meth:`app.worker.partition_store.ChangeloggedKV.record_persisted`). Records
         acknowledged late at or before ``offset`` were in the changelog it read."""
         self.changelog_counted[partition] = [offset, 0]
+        self._changelog_own[partition] = []
+
+    def in_flight(self) -> int:
+        """Records produced and not yet acknowledged (or refused)."""
+        return len(self._producer)
+
+    def take_own_changelog(self, partition: int, through: int) -> list[int]:
+        """The offsets of this output's records of changelog ``partition`` acknowledged
+        since the last call (counted ones only: :meth:`count_changelog_after`), up to
+        ``through``; later ones stay for the next call. In order: a partition's records
+        are acknowledged in the order they were written."""
+        own = self._changelog_own.get(partition)
+        if not own:
+            return []
+        # One list throughout: a slice then its del loses none of the flush thread's appends.
+        cut = bisect_right(own, through)
+        taken = own[:cut]
+        del own[:cut]
+        return taken
 
     # -- waiting ----------------------------------------------------------------
 

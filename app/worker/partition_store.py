@@ -12,6 +12,7 @@ Before a store is used it is read up to its changelog's true end: :mod:`app.work
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -29,6 +30,7 @@ from app.worker.catch_up import (
     catch_up_until_done,
     persisted_offset,
 )
+from app.worker.changelog_repair import ChangelogRepairer, foreign_offsets
 from app.worker.output import OutputProducer
 
 __all__ = ["ChangeloggedKV", "RocksDBStores"]
@@ -47,22 +49,27 @@ class ChangeloggedKV:
         partition: int,
         clock: Callable[[], float] = time.time,
         check_writers: bool = False,
+        repairer: ChangelogRepairer | None = None,
     ) -> None:
         """``check_writers``: the store checks that every changelog record after the
         offset it was caught up to is its worker's, by the output's count of them (see
         :meth:`record_persisted`); not in exactly-once mode, whose transaction markers
-        take offsets too."""
+        take offsets too. ``repairer``: with ``check_writers``, writes over another
+        writer's records once they show (:mod:`app.worker.changelog_repair`)."""
         self._db = db
         self._output = output
         self._topic = changelog_topic
-        self._partition = partition
+        self.partition = partition
         self._clock = clock
+        self._repairer = repairer
         #: The offset the store was caught up to when opened (-1: none), if it checks
         #: that no other worker writes its changelog.
         self._opened_offset: int | None = None
+        #: The changelog offset through which every other writer's record was found.
+        self._checked = -1
         if check_writers:
             opened = persisted_offset(db)
-            self._opened_offset = -1 if opened is None else opened
+            self._opened_offset = self._checked = -1 if opened is None else opened
             output.count_changelog_after(partition, self._opened_offset)
         #: Another writer's records were found among this worker's: the persisted offset
         #: stays where the changelog was last known to hold only what this store holds.
@@ -96,7 +103,7 @@ class ChangeloggedKV:
             deferred[key] = value
         else:
             self._db.put(key, value)
-        self._output.changelog(self._topic, self._partition, key, value)
+        self._output.changelog(self._topic, self.partition, key, value)
 
     def delete(self, key: bytes) -> None:
         deferred = self._deferred
@@ -104,11 +111,11 @@ class ChangeloggedKV:
             deferred[key] = None
         else:
             self._db.delete(key)
-        self._output.changelog(self._topic, self._partition, key, None)
+        self._output.changelog(self._topic, self.partition, key, None)
 
     def put_changelog(self, key: bytes, value: bytes) -> None:
         """Write the changelog only; :meth:`put_local` follows once it is durable."""
-        self._output.changelog(self._topic, self._partition, key, value)
+        self._output.changelog(self._topic, self.partition, key, value)
 
     def put_local(self, key: bytes, value: bytes) -> None:
         """Write only the local store: for a value whose changelog record is already out."""
@@ -198,6 +205,7 @@ class ChangeloggedKV:
         next load reads everything after that again (a warning says so). ``acked``
         None, or a store opened without ``check_writers``: not checked."""
         self._marking = False
+        self.find_foreign(offset)
         holds = offset if self._holds_all_through(offset, acked) else None
         if self._unconfirmed:
             batch = WriteBatch(raw_mode=True)
@@ -228,12 +236,42 @@ class ChangeloggedKV:
             "was a stale owner); the store is known to hold the changelog only up to its "
             "last offset before them, and its next load reads the rest from the changelog",
             self._topic,
-            self._partition,
+            self.partition,
             opened + 1,
             offset,
             offset - opened - acked,
         )
         return False
+
+    def find_foreign(self, through: int) -> None:
+        """Have the repairer write over another writer's records up to changelog offset
+        ``through`` (every record of this worker's there acknowledged), if it checks
+        writers: after a flush, and when the changelog's end passed this worker's last
+        record while it wrote nothing (an idle owner: RocksDBStores.find_foreign)."""
+        if self._opened_offset is None or through <= self._checked:
+            return
+        own = self._output.take_own_changelog(self.partition, through)
+        foreign = foreign_offsets(self._checked, through, own)
+        self._checked = through
+        if foreign and self._repairer is not None:
+            self._repairer.submit(self, foreign)
+
+    def write_over(self, keys: set[bytes]) -> int:
+        """Write the value this store holds now for each of ``keys`` to the changelog (a
+        tombstone where it holds none), over another writer's records of them
+        (:mod:`app.worker.changelog_repair`); how many were written, 0 once the store is
+        closed (its partition gone: the next owner reads the changelog as it is)."""
+        try:
+            values = self.get_many(sorted(keys))
+        except Exception:  # rocksdict raises on a closed database
+            return 0
+        for key, value in zip(sorted(keys), values, strict=True):
+            self._output.changelog(self._topic, self.partition, key, value)
+        return len(keys)
+
+    async def flush(self) -> None:
+        """Wait until everything written so far is acknowledged."""
+        await self._output.flush()
 
     def mark_caught_up(self) -> None:
         """Record (locally) that this store holds everything its changelog holds, now.
@@ -269,7 +307,9 @@ class RocksDBStores:
         backoff: Backoff = CATCH_UP_BACKOFF,
         report: CatchUpReport | None = None,
         should_stop: Callable[[], bool] | None = None,
+        repairer: ChangelogRepairer | None = None,
     ) -> None:
+        self._repairer = repairer
         self._db_for_partition = db_for_partition
         self._output = output
         self._topic = changelog_topic
@@ -301,6 +341,23 @@ class RocksDBStores:
                 should_stop=self._should_stop,
             )
 
+    async def find_foreign(self, stores: Mapping[int, Any]) -> None:
+        """Look whether another writer's records ended the changelogs of ``stores`` (the
+        ones this worker holds) while this worker wrote nothing: a stale owner's late
+        records reaching an idle owner would otherwise wait for its next write
+        (:mod:`app.worker.changelog_repair`). Only while nothing of this worker's is on
+        its way: a record in flight would look like another writer's."""
+        kvs = {p: kv for p, kv in stores.items() if isinstance(kv, ChangeloggedKV)}
+        if self._repairer is None or not kvs or self._output.in_flight():
+            return
+        loop = asyncio.get_running_loop()
+        ends = await loop.run_in_executor(None, self._repairer.ends, sorted(kvs))
+        if self._output.in_flight():
+            return
+        for p, end in ends.items():
+            if p in kvs and end > self._output.changelog_acked.get(p, -1) + 1:
+                kvs[p].find_foreign(end - 1)
+
     def open(self, partition: int) -> ChangeloggedKV:
         db = self._db_for_partition(partition)
         self.catch_up({partition: db})
@@ -311,4 +368,5 @@ class RocksDBStores:
             partition,
             self._clock,
             check_writers=not self._output.transactional,
+            repairer=self._repairer,
         )

@@ -50,7 +50,7 @@ from app.worker.service_state import (
     REREAD_PATIENCE_SECONDS,
 )
 from app.worker.service_ticks import RELEASE_SLACK, TickJob
-from app.worker.stores import StoreFactory
+from app.worker.stores import PartitionStore, StoreFactory
 from app.worker.topic_directory import TopicDirectory
 from app.worker.topic_gates import TopicGates
 from app.worker.tracing import Tracing
@@ -163,6 +163,10 @@ class TimerService(RequestJob, TickJob, GateJob, PartitionJob):
         self._holding = asyncio.Event()
         #: Exactly-once mode runs one transaction at a time on the one producer.
         self._unit_lock = asyncio.Lock() if output.transactional else contextlib.nullcontext()
+
+    def held_stores(self) -> dict[int, PartitionStore]:
+        """The store of each partition this worker holds now (loaded), by partition."""
+        return self._stores_held()
 
     async def handle_requests(self, records: Sequence[RawRecord]) -> None:
         """Apply a batch of request records; return once every effect is durable.

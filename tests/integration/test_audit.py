@@ -9,7 +9,7 @@ import uuid
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 from confluent_kafka import KafkaError, Message, Producer
@@ -29,8 +29,8 @@ from spark_audit.baseline import reconcile_in_process
 from spark_audit.errors import AuditError, AuditSetupError
 from spark_audit.main import main as audit_main
 from spark_audit.reading import read_topic
-from spark_audit.session import audit_session
 from spark_audit.verdicts import Rules
+from tests.support.audit_run import local_spark, run_audit
 from tests.support.faults import deliberate_fault_window
 from tests.support.stack import Stack
 from tests.support.waiting import wait_until
@@ -52,13 +52,7 @@ PLANTED = {
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One local Spark for every audit test; the audit reuses it instead of starting its own."""
-    conf = {
-        "spark.ui.enabled": "false",
-        "spark.sql.shuffle.partitions": "2",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.driver.host": "127.0.0.1",
-    }
-    with audit_session("local[2]", conf) as session:
+    with local_spark() as session:
         yield session
 
 
@@ -189,6 +183,9 @@ class History:
         self.report(timer_id, token, "backfilled", ts_s * 1000 + 5, FiredKind.BACKFILL, offset)
 
 
+H = TypeVar("H", bound=History)
+
+
 def write_clean(h: History, t0: int, now: float) -> None:
     """Every format and every legitimate turn of events; nothing here is a violation."""
     for i in range(8):
@@ -307,15 +304,11 @@ def write_extras(h: History, t0: int) -> set[tuple[str, str]]:
 def test_triggered_and_backfilled_fires_are_extra_fires_judged_by_what_they_are(
     spark: Any, settings: Settings, tmp_path: Path
 ) -> None:
-    now = time.time()
-    t0 = int(now) - 3600
-    history = History(settings)
+    history, now, t0 = last_hour(settings, History)
     write_clean(history, t0, now)
     planted = write_extras(history, t0)
 
-    code, summary = run_audit(settings, tmp_path, "--as-of", str(now))
-    assert {(v["kind"], v["id"]) for v in summary["violations"]} == planted
-    assert summary["total_violations"] == len(planted) and code == 1
+    summary = audit_finds_only(settings, tmp_path, now, planted)
     # x-one, x-early (one-shots); x-hb: 1 trigger, 2 backfilled; x-twice: 1; x-stray: 1
     assert summary["extra_fires"] == {"triggered": 4, "backfilled": 3}
     statuses = summary["statuses"]
@@ -325,6 +318,24 @@ def test_triggered_and_backfilled_fires_are_extra_fires_judged_by_what_they_are(
     # and no lateness samples: the clean history's 16, x-hb's 2 and x-twice's 1
     assert summary["lateness_overall"]["fires"] == 16 + 2 + 1
     assert_the_baseline_agrees(settings, summary)
+
+
+def last_hour(settings: Settings, kind: type[H]) -> tuple[H, float, int]:
+    """A history of ``kind`` on ``settings``' topics, now, and the second an hour ago
+    (where the written histories begin)."""
+    now = time.time()
+    return kind(settings), now, int(now) - 3600
+
+
+def audit_finds_only(
+    settings: Settings, out: Path, now: float, planted: set[tuple[str, str]]
+) -> dict[str, Any]:
+    """The audit as of ``now`` fails, finding the ``planted`` violations (kind, id) and
+    no other; its summary."""
+    code, summary = run_audit(settings, out, "--as-of", str(now))
+    assert {(v["kind"], v["id"]) for v in summary["violations"]} == planted
+    assert summary["total_violations"] == len(planted) and code == 1
+    return summary
 
 
 def assert_the_baseline_agrees(settings: Settings, summary: dict[str, Any]) -> None:
@@ -372,49 +383,23 @@ def test_a_debounced_burst_is_one_timer_fired_once_within_its_window(
     first plus the max-wait, which bounds it), the other requests neither missing nor
     their fire unrequested. Before, a burst capped by its max-wait was an unrequested
     fire and a missing timer, and a second burst merged into the first one's bound."""
-    now = time.time()
-    t0 = int(now) - 3600
-    history = History(settings)
+    history, now, t0 = last_hour(settings, History)
     planted = write_debounced(history, t0)
 
-    code, summary = run_audit(settings, tmp_path, "--as-of", str(now))
-    assert {(v["kind"], v["id"]) for v in summary["violations"]} == planted
-    assert summary["total_violations"] == len(planted) and code == 1
+    summary = audit_finds_only(settings, tmp_path, now, planted)
     assert summary["statuses"] == {"fired": 4, "missing": 1}
     assert_the_baseline_agrees(settings, summary)
-
-
-def run_audit(settings: Settings, out: Path, *extra: str) -> tuple[int, dict[str, Any]]:
-    code = audit_main(
-        [
-            "--bootstrap",
-            settings.bootstrap_servers,
-            "--requests-topic",
-            settings.topics.requests,
-            "--fired-topic",
-            settings.topics.fired,
-            "--output",
-            str(out),
-            *extra,
-        ]
-    )
-    return code, json.loads((out / "summary.json").read_text())
 
 
 def test_each_planted_violation_is_found_with_its_timer_and_nothing_else(
     spark: Any, settings: Settings, tmp_path: Path
 ) -> None:
-    now = time.time()
-    t0 = int(now) - 3600
-    history = History(settings)
+    history, now, t0 = last_hour(settings, History)
     write_clean(history, t0, now)
     write_planted(history, t0)
 
-    code, summary = run_audit(settings, tmp_path, "--as-of", str(now))
+    summary = audit_finds_only(settings, tmp_path, now, PLANTED)
 
-    assert {(v["kind"], v["id"]) for v in summary["violations"]} == PLANTED
-    assert summary["total_violations"] == len(PLANTED)
-    assert code == 1
     assert summary["statuses"]["missing"] == 1
     table = spark.read.parquet(str(tmp_path / "violations")).select("kind", "id").collect()
     assert {(row["kind"], row["id"]) for row in table} == PLANTED
@@ -425,9 +410,7 @@ def test_each_planted_violation_is_found_with_its_timer_and_nothing_else(
 def test_a_clean_history_passes_and_duplicates_can_be_allowed(
     spark: Any, settings: Settings, tmp_path: Path
 ) -> None:
-    now = time.time()
-    t0 = int(now) - 3600
-    history = History(settings)
+    history, now, t0 = last_hour(settings, History)
     write_clean(history, t0, now)
 
     code, summary = run_audit(settings, tmp_path / "clean", "--as-of", str(now))
@@ -553,10 +536,7 @@ def test_the_audit_of_a_real_run_with_a_trigger_and_a_backfill_counts_them_as_ex
 ) -> None:
     settings = stack.settings
     topic = stack.callback_topic("extra-audited")
-    stack.oscillator()
-    stack.worker()
-    client = TimerClient(settings)
-    wait_until_firing(settings, client, topic, probes=4)
+    client = stack.firing_client(topic, probes=4)
     one = client.schedule(topic, b"one", delay=600, token="t")
     hb = client.schedule(topic, b"hb", every=5, token="t")
     client.flush()
@@ -606,10 +586,7 @@ def test_requests_a_worker_refused_over_quota_are_counted_refused_not_missing(
     settings = stack.settings
     topic = stack.callback_topic("quota-audited")
     probe = stack.callback_topic("quota-audited-probe")
-    stack.oscillator()
-    stack.worker(topic_quotas=((topic, 5),))
-    client = TimerClient(settings)
-    wait_until_firing(settings, client, probe, probes=4)
+    client = stack.firing_client(probe, probes=4, topic_quotas=((topic, 5),))
     due = time.time() + 5
     guarded = f"guarded-{placed}"
     if placed == "owner":

@@ -23,6 +23,7 @@ import pytest
 
 from app.settings import Settings
 from tests.integration.test_audit import History
+from tests.support.audit_run import audit_args
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.timeout(600)]
@@ -130,20 +131,9 @@ def write_history(settings: Settings) -> None:
     h.fired("v-early", "e", t0 + 700, (t0 + 700) * 1000 - 300)
 
 
-def audit_args(settings: Settings, out: Path) -> list[str]:
-    return [
-        "--bootstrap",
-        settings.bootstrap_servers,
-        "--requests-topic",
-        settings.topics.requests,
-        "--fired-topic",
-        settings.topics.fired,
-        "--since",
-        "all",
-        "--output",
-        str(out),
-        "--quiet",
-    ]
+def whole_audit(settings: Settings, out: Path) -> list[str]:
+    """The audit's arguments over the whole history, printing only its verdict."""
+    return audit_args(settings, out, "--since", "all", "--quiet")
 
 
 def clean_env() -> dict[str, str]:
@@ -166,7 +156,7 @@ def test_kafka_timers_audit_runs_on_a_standalone_cluster(
     write_history(settings)
     out = tmp_path / "cli"
     result = subprocess.run(
-        [str(VENV_BIN / "kafka-timers"), "audit", "--master", cluster, *audit_args(settings, out)],
+        [str(VENV_BIN / "kafka-timers"), "audit", "--master", cluster, *whole_audit(settings, out)],
         env=clean_env(),
         capture_output=True,
         text=True,
@@ -190,7 +180,7 @@ def test_spark_submit_runs_the_audit_on_a_standalone_cluster(
             "--conf",
             f"spark.pyspark.python={sys.executable}",
             "spark_audit/main.py",
-            *audit_args(settings, out),
+            *whole_audit(settings, out),
         ],
         env=env,
         capture_output=True,

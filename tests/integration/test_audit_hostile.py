@@ -18,8 +18,9 @@ import pytest
 from app.settings import Settings
 from spark_audit.baseline import reconcile_in_process
 from spark_audit.verdicts import Rules
-from tests.integration.test_audit import History, run_audit, spark  # noqa: F401 (fixture)
+from tests.integration.test_audit import History, spark  # noqa: F401 (fixture)
 from tests.integration.test_hostile_input import produce_with_raw_header_name
+from tests.support.audit_run import run_audit
 
 pytestmark = pytest.mark.spark
 

@@ -22,10 +22,12 @@ from app.settings import Settings
 from kafka_timers_client import protowire
 from spark_audit.baseline import reconcile_in_process
 from spark_audit.verdicts import Rules
-from tests.integration.test_audit import History, run_audit, spark  # noqa: F401 (fixture)
+from tests.integration.test_audit import History, last_hour, spark  # noqa: F401 (fixture)
+from tests.support.audit_run import run_audit
 from tests.support.stack import Stack
 
-pytestmark = pytest.mark.spark
+#: Every test here runs the audit on the one local Spark of test_audit.
+pytestmark = [pytest.mark.spark, pytest.mark.usefixtures("spark")]
 
 FIRE_TIMEOUT = 90.0
 
@@ -75,13 +77,9 @@ class Routed(History):
 
 
 def test_a_routed_history_is_reconciled_where_the_workers_applied_each_request(
-    spark: Any,  # noqa: F811
-    settings: Settings,
-    tmp_path: Path,
+    settings: Settings, tmp_path: Path
 ) -> None:
-    now = time.time()
-    t0 = int(now) - 3600
-    h = Routed(settings)
+    h, now, t0 = last_hour(settings, Routed)
     # Forwarded: the original is not reconciled where it landed (no fires there).
     home = h.owner("fw")
     _, copy = h.forwarded("fw", "k", t0 + 600, t0)
@@ -138,13 +136,9 @@ def test_a_routed_history_is_reconciled_where_the_workers_applied_each_request(
 
 
 def test_a_forwarder_that_never_forwarded_leaves_the_request_missing_where_it_landed(
-    spark: Any,  # noqa: F811
-    settings: Settings,
-    tmp_path: Path,
+    settings: Settings, tmp_path: Path
 ) -> None:
-    now = time.time()
-    t0 = int(now) - 3600
-    h = Routed(settings)
+    h, now, t0 = last_hour(settings, Routed)
     lost = h.off_owner("lost")
     h.schedule_at("lost", "k", t0 + 600, t0, lost)
 
@@ -157,9 +151,7 @@ def test_a_forwarder_that_never_forwarded_leaves_the_request_missing_where_it_la
 
 
 def test_the_audit_of_a_run_with_requests_placed_by_librdkafka_finds_nothing_missing(
-    spark: Any,  # noqa: F811
-    stack: Stack,
-    tmp_path: Path,
+    stack: Stack, tmp_path: Path
 ) -> None:
     settings = stack.settings
     topic = stack.callback_topic("audit-routed")

@@ -19,12 +19,12 @@ from app.kafka.config import confluent_producer
 from app.kafka.records import TopicReader
 from app.settings import Settings
 from kafka_timers_client import protowire
-from kafka_timers_client.client import TimerClient
+from kafka_timers_client.client import ScheduledTimer, TimerClient
 from kafka_timers_client.errors import CancelNotAnswered
 from kafka_timers_client.outcome import CancelOutcome
 from kafka_timers_client.partitioner import partition_for
 from tests.support.cli import run_cli
-from tests.support.probes import start_probed
+from tests.support.probes import Probed, start_probed
 from tests.support.stack import Stack, fired_ids
 from tests.support.waiting import wait_until
 
@@ -40,6 +40,15 @@ def firing_client(stack: Stack, topic: str) -> TimerClient:
     return client
 
 
+def probed_and_firing(stack: Stack, name: str, worker: str) -> tuple[str, Probed, TimerClient]:
+    """An oscillator and the probed worker ``worker`` firing on the callback topic
+    ``name`` (the test's own), and a client."""
+    topic = stack.callback_topic(name)
+    stack.oscillator()
+    probed = start_probed(stack, "worker", worker)
+    return topic, probed, firing_client(stack, topic)
+
+
 def fire_now(stack: Stack, client: TimerClient, topic: str) -> tuple[str, str]:
     """A timer due now, returned once its callback has been delivered."""
     timer = client.schedule(topic, b"fires", at=time.time())
@@ -47,6 +56,21 @@ def fire_now(stack: Stack, client: TimerClient, topic: str) -> tuple[str, str]:
     with stack.reader(topic) as reader:
         reader.wait_for(lambda rs: timer.id in fired_ids(rs), FIRE_TIMEOUT)
     return timer.id, timer.token
+
+
+def to_be_answered(
+    stack: Stack, name: str
+) -> tuple[str, TimerClient, ScheduledTimer, ScheduledTimer]:
+    """An oscillator and a worker firing on the callback topic ``name``, a client, and two
+    timers due in 10 minutes (not flushed yet): one to cancel, one to cancel with
+    another token."""
+    topic = stack.callback_topic(name)
+    stack.oscillator()
+    stack.worker()
+    client = firing_client(stack, topic)
+    pending = client.schedule(topic, b"pending", delay=600)
+    refused = client.schedule(topic, b"refused", delay=600)
+    return topic, client, pending, refused
 
 
 def test_librdkafka_puts_each_key_where_the_pure_partitioner_says(settings: Settings) -> None:
@@ -67,12 +91,7 @@ def test_librdkafka_puts_each_key_where_the_pure_partitioner_says(settings: Sett
 
 
 def test_cancel_wait_prints_each_of_the_five_answers(stack: Stack) -> None:
-    topic = stack.callback_topic("answers-cli")
-    stack.oscillator()
-    stack.worker()
-    client = firing_client(stack, topic)
-    pending = client.schedule(topic, b"pending", delay=600)
-    refused = client.schedule(topic, b"refused", delay=600)
+    topic, client, pending, refused = to_be_answered(stack, "answers-cli")
     client.flush()
     fired_id, fired_token = fire_now(stack, client, topic)
     client.close()
@@ -97,12 +116,7 @@ def test_cancel_wait_prints_each_of_the_five_answers(stack: Stack) -> None:
 
 
 def test_the_client_returns_the_same_answers(stack: Stack) -> None:
-    topic = stack.callback_topic("answers-api")
-    stack.oscillator()
-    stack.worker()
-    client = firing_client(stack, topic)
-    pending = client.schedule(topic, b"pending", delay=600)
-    refused = client.schedule(topic, b"refused", delay=600)
+    topic, client, pending, refused = to_be_answered(stack, "answers-api")
     by_key = client.schedule(topic, b"by key", delay=600)
     client.flush()
     fired_id, fired_token = fire_now(stack, client, topic)
@@ -194,11 +208,8 @@ def get(settings: Settings, timer_id: str, *urls: str) -> tuple[int, dict[str, A
 
 
 def test_get_shows_pending_fired_and_cancelled(stack: Stack) -> None:
-    topic = stack.callback_topic("get-callbacks")
-    stack.oscillator()
-    worker = start_probed(stack, "worker", "get-worker")
+    topic, worker, client = probed_and_firing(stack, "get-callbacks", "get-worker")
     settings = stack.settings
-    client = firing_client(stack, topic)
     pending = client.schedule(topic, b"secret payload", key="k", delay=600, token="secret-tok")
     cancelled = client.schedule(topic, b"x", delay=600)
     client.flush()

@@ -12,13 +12,11 @@ from pathlib import Path
 
 from app.core.fired import FiredKind, FiredRecord
 from app.core.timer import Timer
-from app.dev.stack import wait_until_firing
 from app.kafka.records import Record, TopicReader
 from app.kafka.topics import ensure_topics
 from app.ops.import_ import read_lines
 from app.ops.requests import continued
 from app.settings import Settings
-from kafka_timers_client.client import TimerClient
 from tests.conftest import fresh_settings
 from tests.support.cli import run_cli
 from tests.support.stack import Stack, running_stack
@@ -75,10 +73,7 @@ def test_export_then_import_twice_into_more_partitions_fires_each_timer_once(
 ) -> None:
     source = stack.settings
     topic = stack.callback_topic("exported-callbacks")
-    stack.oscillator()
-    stack.worker()
-    client = TimerClient(source)
-    wait_until_firing(source, client, topic, probes=8, timeout=STARTUP_TIMEOUT)
+    client = stack.firing_client(topic, probes=8, timeout=STARTUP_TIMEOUT)
 
     start = int(time.time()) + 60  # after the export, the move and the target's start
     # Three debounced requests for one id, merged by the source: one timer, counting 3.

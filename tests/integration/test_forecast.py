@@ -23,7 +23,7 @@ from kafka_timers_client.client import TimerClient
 from kafka_timers_client.errors import KafkaTimersError
 from tests.conftest import OPERATOR_TOKEN
 from tests.integration.test_metrics import scrape, total
-from tests.integration.test_status_page import CHROMIUM, CHROMIUM_ARGS
+from tests.integration.test_status_page import CHROMIUM, status_page
 from tests.support.stack import Stack
 from tests.support.waiting import wait_until
 
@@ -175,28 +175,20 @@ def browser_check(url: str) -> None:
     assert status == 200, body
     topics = {t for t, doc in json.loads(body)["topics"].items() if doc["windows"]["next_24h"]}
     errors: list[str] = []
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 1600})
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.goto(url + "/status")
-            page.wait_for_function("Number(document.body.dataset.refreshes) >= 2", timeout=15000)
-            bars = page.eval_on_selector_all("#chart-forecast-hours rect.bar", "r => r.length")
-            assert bars == 168
-            rows = page.eval_on_selector_all(
-                "#forecast-table tbody tr", "rows => rows.map(r => r.dataset.topic)"
-            )
-            assert rows == ["all topics"], rows
-            page.fill("#operator-token", OPERATOR_TOKEN)
-            page.click("#token-go")
-            page.wait_for_function(
-                "document.querySelectorAll('#forecast-table tbody tr').length > 1", timeout=10000
-            )
-            rows = page.eval_on_selector_all(
-                "#forecast-table tbody tr", "rows => rows.map(r => r.dataset.topic)"
-            )
-            assert topics <= set(rows[1:]), (topics, rows)
-        finally:
-            browser.close()
+    with status_page(sync_playwright, url, errors) as page:
+        bars = page.eval_on_selector_all("#chart-forecast-hours rect.bar", "r => r.length")
+        assert bars == 168
+        rows = page.eval_on_selector_all(
+            "#forecast-table tbody tr", "rows => rows.map(r => r.dataset.topic)"
+        )
+        assert rows == ["all topics"], rows
+        page.fill("#operator-token", OPERATOR_TOKEN)
+        page.click("#token-go")
+        page.wait_for_function(
+            "document.querySelectorAll('#forecast-table tbody tr').length > 1", timeout=10000
+        )
+        rows = page.eval_on_selector_all(
+            "#forecast-table tbody tr", "rows => rows.map(r => r.dataset.topic)"
+        )
+        assert topics <= set(rows[1:]), (topics, rows)
     assert errors == [], errors

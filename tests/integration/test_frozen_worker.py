@@ -21,7 +21,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
 from confluent_kafka import Producer
@@ -29,13 +29,13 @@ from confluent_kafka import Producer
 from app.core.routing import owner_of
 from app.kafka.config import confluent_producer
 from kafka_timers_client import protowire
+from tests.integration.test_faults import fault_scene  # noqa: F401 (fixture)
 from tests.support.faults import (
     FaultScene,
     deliberate_fault_window,
     owners,
     unexplained_duplicates,
 )
-from tests.support.stack import Stack
 
 pytestmark = pytest.mark.fault
 
@@ -48,17 +48,8 @@ AT_LEAST_ONCE_WINDOW_MS = 2000
 
 
 @pytest.fixture
-def scene(stack: Stack) -> Iterator[FaultScene]:
-    started = FaultScene.start(
-        stack,
-        "frozen",
-        workers=["w-steady", "w-frozen"],
-        timers=900,
-        last_due_in=45,
-        startup_timeout=STARTUP_TIMEOUT,
-    )
-    yield started
-    started.watch.close()
+def scene(fault_scene: Callable[..., FaultScene]) -> FaultScene:  # noqa: F811
+    return fault_scene("frozen", workers=["w-steady", "w-frozen"], timers=900, last_due_in=45)
 
 
 def test_a_thawed_worker_fires_nothing_its_successor_fired(scene: FaultScene) -> None:
@@ -118,17 +109,10 @@ SERIES_COUNT = 8
 
 
 @pytest.fixture
-def series_scene(stack: Stack) -> Iterator[FaultScene]:
-    started = FaultScene.start(
-        stack,
-        "frozen-series",
-        workers=["w-steady", "w-frozen"],
-        timers=160,
-        last_due_in=40,
-        startup_timeout=STARTUP_TIMEOUT,
+def series_scene(fault_scene: Callable[..., FaultScene]) -> FaultScene:  # noqa: F811
+    return fault_scene(
+        "frozen-series", workers=["w-steady", "w-frozen"], timers=160, last_due_in=40
     )
-    yield started
-    started.watch.close()
 
 
 def _schedule_series(scene: FaultScene, partitions: set[int], first_due: int) -> set[str]:

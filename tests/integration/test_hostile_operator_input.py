@@ -20,9 +20,8 @@ from app.core.timer_filter import TimerFilter
 from app.kafka.config import confluent_producer
 from app.kafka.control import bulk_cancel, send_control
 from app.kafka.topics import ensure_control_topic
-from tests.integration.test_cancel_answers import firing_client, get
+from tests.integration.test_cancel_answers import firing_client, get, probed_and_firing
 from tests.support.cli import run_cli
-from tests.support.probes import start_probed
 from tests.support.stack import Stack
 from tests.support.waiting import wait_until
 
@@ -33,10 +32,7 @@ FORGED = "2026-12-06 12:00:00,000 CRITICAL app.worker: forged line"
 
 def test_an_empty_prefix_cancels_nothing(stack: Stack) -> None:
     settings = stack.settings
-    topic = stack.callback_topic(f"keep-{settings.app_id}")
-    stack.oscillator()
-    worker = start_probed(stack, "worker", "refusing-worker")
-    client = firing_client(stack, topic)
+    topic, worker, client = probed_and_firing(stack, f"keep-{settings.app_id}", "refusing-worker")
     ids = [f"keep-{i}" for i in range(20)]
     for timer_id in ids:
         client.schedule(topic, b"stays", delay=600, timer_id=timer_id, token="tok")

@@ -52,9 +52,8 @@ def pending_total() -> int:
 
 def test_list_finds_exactly_the_matching_timers_on_every_worker(stack: Stack) -> None:
     settings = stack.settings
-    app_id = settings.app_id
-    topic_a = stack.callback_topic(f"list-a-{app_id}")
-    topic_b = stack.callback_topic(f"list-b-{app_id}")
+    topic_a = stack.callback_topic("list-a")
+    topic_b = stack.callback_topic("list-b")
     stack.oscillator()
     for name, port in zip(("w-1", "w-2"), WEB_PORTS, strict=True):
         stack.worker(name, web_port=port)

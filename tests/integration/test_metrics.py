@@ -14,7 +14,7 @@ import json
 import math
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -63,25 +63,29 @@ def summed(scrapes: list[Samples], name: str, **labels: str) -> float:
     return sum(total(s, name, **labels) for s in scrapes)
 
 
+def labelled(scrapes: list[Samples], name: str) -> Iterator[tuple[dict[str, str], float]]:
+    """Each sample of the series ``name`` over all workers: its labels and its value."""
+    for samples in scrapes:
+        for (series, labels), value in samples.items():
+            if series == name:
+                yield dict(labels), value
+
+
 def lateness_buckets(scrapes: list[Samples]) -> dict[float, float]:
     """Cumulative lateness bucket counts, summed over workers: le -> count."""
     out: dict[float, float] = {}
-    for samples in scrapes:
-        for (name, labels), value in samples.items():
-            if name == "kafka_timers_fire_lateness_seconds_bucket":
-                le = float(dict(labels)["le"])
-                out[le] = out.get(le, 0.0) + value
+    for labels, value in labelled(scrapes, "kafka_timers_fire_lateness_seconds_bucket"):
+        le = float(labels["le"])
+        out[le] = out.get(le, 0.0) + value
     return out
 
 
 def last_ticks(scrapes: list[Samples]) -> dict[int, float]:
     """Newest tick second per partition over all workers (a moved partition reports twice)."""
     out: dict[int, float] = {}
-    for samples in scrapes:
-        for (name, labels), value in samples.items():
-            if name == "kafka_timers_last_tick_seconds":
-                p = int(dict(labels)["partition"])
-                out[p] = max(out.get(p, 0.0), value)
+    for labels, value in labelled(scrapes, "kafka_timers_last_tick_seconds"):
+        p = int(labels["partition"])
+        out[p] = max(out.get(p, 0.0), value)
     return out
 
 

@@ -40,10 +40,9 @@ from app.ops.migrate import bridge_group
 from app.settings import Settings
 from kafka_timers_client import protowire
 from kafka_timers_client.client import TimerClient
-from spark_audit.main import main as audit_main
 from spark_audit.reading import read_parsed_topic
-from spark_audit.session import audit_session
 from tests.conftest import fresh_settings
+from tests.support.audit_run import local_spark, run_audit
 from tests.support.broker import BrokerInfo
 from tests.support.probes import committed_offsets
 from tests.support.stack import Stack, running_stack
@@ -63,13 +62,7 @@ OLD_PARTITIONS = int(os.environ.get("KAFKA_TIMERS_TEST_MIGRATE_PARTITIONS", "4")
 
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
-    conf = {
-        "spark.ui.enabled": "false",
-        "spark.sql.shuffle.partitions": "2",
-        "spark.driver.bindAddress": "127.0.0.1",
-        "spark.driver.host": "127.0.0.1",
-    }
-    with audit_session("local[2]", conf) as session:
+    with local_spark() as session:
         yield session
 
 
@@ -196,24 +189,6 @@ def callbacks(records: list[Record]) -> list[tuple[str, int, int]]:
 def fired_events(settings: Settings) -> list[FiredRecord]:
     with TopicReader(settings, settings.topics.fired) as reader:
         return [FiredRecord.from_json(r.value or b"{}") for r in reader.read_to_end()]
-
-
-def audit(settings: Settings, out: Path, *extra: str) -> tuple[int, dict[str, Any]]:
-    code = audit_main(
-        [
-            "--bootstrap",
-            settings.bootstrap_servers,
-            "--requests-topic",
-            settings.topics.requests,
-            "--fired-topic",
-            settings.topics.fired,
-            "--output",
-            str(out),
-            "--quiet",
-            *extra,
-        ]
-    )
-    return code, json.loads((out / "summary.json").read_text())
 
 
 @pytest.fixture
@@ -370,9 +345,11 @@ def test_a_migration_to_twice_the_partitions_under_load_fires_everything_once(
 
         # The audit of each deployment: the old one as of its workers' stop.
         warming.join(FIRE_TIMEOUT)
-        code, summary = audit(old, tmp_path / "audit-old", "--as-of", f"{stopped_ms / 1000:.3f}")
+        code, summary = run_audit(
+            old, tmp_path / "audit-old", "--quiet", "--as-of", f"{stopped_ms / 1000:.3f}"
+        )
         assert (code, summary["total_violations"]) == (0, 0), summary["violations"]
-        code, summary = audit(new, tmp_path / "audit-new")
+        code, summary = run_audit(new, tmp_path / "audit-new", "--quiet")
         assert (code, summary["total_violations"]) == (0, 0), summary["violations"]
         phases["audited"] = time.monotonic() - began
     print(

@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from app.core.fired import FiredKind, FiredRecord
+from app.core.fired import FiredKind
 from app.dev.broker import free_port
 from app.dev.stack import wait_until_firing
 from app.kafka.control import send_control
@@ -29,7 +29,7 @@ from app.kafka.records import TopicReader
 from kafka_timers_client.client import TimerClient
 from tests.support.cli import run_cli
 from tests.support.probes import get_json, metric_total
-from tests.support.stack import Stack, fired_ids
+from tests.support.stack import Stack, fired_ids, fired_records
 from tests.support.waiting import keep_reading, wait_until
 
 PAUSED_FIRE = 120
@@ -231,12 +231,6 @@ def test_a_paused_topic_holds_across_a_restart_and_resume_fires_it(stack: Stack)
 
 
 def skipped_ids(records: list[Any]) -> set[str]:
-    out = set()
-    for record in records:
-        try:
-            fired = FiredRecord.from_json(record.value or b"{}")
-        except ValueError:
-            continue
-        if fired.event is FiredKind.SKIPPED and fired.reason == "late":
-            out.add(fired.id)
-    return out
+    return {
+        f.id for f in fired_records(records) if f.event is FiredKind.SKIPPED and f.reason == "late"
+    }

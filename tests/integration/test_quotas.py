@@ -23,7 +23,7 @@ from kafka_timers_client.fired import FiredKind, FiredRecord
 from kafka_timers_client.outcome import CancelOutcome
 from tests.support.faults import FireWatch, owners, schedule_spread
 from tests.support.probes import get_admitted, start_probed
-from tests.support.stack import Stack
+from tests.support.stack import Stack, fired_records
 from tests.support.waiting import wait_until
 
 #: Generous: two shared cores, and other test runs beside this one.
@@ -46,15 +46,11 @@ def ids_owned_by(partition: int, partitions: int, count: int, prefix: str) -> It
 
 def over_quota_answers(records: list[Record]) -> dict[str, FiredRecord]:
     """The fired topic's ``dropped`` answers with outcome ``over_quota``, by timer id."""
-    out = {}
-    for record in records:
-        try:
-            answer = FiredRecord.from_json(record.value or b"")
-        except ValueError:
-            continue
-        if answer.event is FiredKind.DROPPED and answer.outcome == "over_quota":
-            out[answer.id] = answer
-    return out
+    return {
+        a.id: a
+        for a in fired_records(records)
+        if a.event is FiredKind.DROPPED and a.outcome == "over_quota"
+    }
 
 
 def fired_ids(records: list[Record]) -> list[str]:
@@ -65,10 +61,7 @@ def test_a_quota_of_1000_refuses_the_1001st_request_and_answers_it(stack: Stack)
     settings = stack.settings
     topic = stack.callback_topic("quota")
     probe = stack.callback_topic("quota-probe")
-    stack.oscillator()
-    stack.worker(topic_quotas=((topic, 1000),))
-    client = TimerClient(settings)
-    wait_until_firing(settings, client, probe)
+    client = stack.firing_client(probe, topic_quotas=((topic, 1000),))
     tag = uuid.uuid4().hex[:8]
     ids = list(ids_owned_by(0, settings.partition_count, 1002, f"q{tag}"))
     accepted, refused, later = ids[:1000], ids[1000], ids[1001]
@@ -221,10 +214,9 @@ def test_tenant_quotas_count_by_the_tenant_header(stack: Stack) -> None:
     settings = stack.settings
     topic = stack.callback_topic("quota-tenants")
     probe = stack.callback_topic("quota-tenants-probe")
-    stack.oscillator()
-    stack.worker(tenant_header="tenant", tenant_quotas=(("acme", 3), ("*", 1)))
-    client = TimerClient(settings)
-    wait_until_firing(settings, client, probe)
+    client = stack.firing_client(
+        probe, tenant_header="tenant", tenant_quotas=(("acme", 3), ("*", 1))
+    )
     tag = uuid.uuid4().hex[:8]
     ids = list(ids_owned_by(0, settings.partition_count, 10, f"t{tag}"))
     plan = [("acme", 4), ("zed", 2), (None, 3), ("acme", 1)]  # one partition, in order

@@ -21,8 +21,8 @@ from confluent_kafka import Producer
 from app.core.routing import owner_of
 from app.kafka.config import confluent_common
 from kafka_timers_client.outcome import CancelOutcome
-from tests.integration.test_cancel_answers import firing_client, get
-from tests.support.probes import get_admitted, start_probed
+from tests.integration.test_cancel_answers import get, probed_and_firing
+from tests.support.probes import Probed, get_admitted
 from tests.support.stack import Stack, fired_ids
 from tests.support.waiting import wait_until
 
@@ -32,12 +32,20 @@ def librdkafka_default_partition(key: bytes, partitions: int) -> int:
     return zlib.crc32(key) % partitions
 
 
+def pending(worker: Probed) -> float:
+    """The timers ``worker`` has pending, as its metrics port says."""
+    with urllib.request.urlopen(f"{worker.metrics}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return sum(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("kafka_timers_pending ")
+    )
+
+
 def test_requests_from_any_producer_meet_by_id(stack: Stack) -> None:
     settings = stack.settings
-    topic = stack.callback_topic(f"routed-{settings.app_id}")
-    stack.oscillator()
-    worker = start_probed(stack, "worker", "routing-worker")
-    client = firing_client(stack, topic)
+    topic, worker, client = probed_and_firing(stack, f"routed-{settings.app_id}", "routing-worker")
     # The default confluent-kafka producer: no partitioner set, so librdkafka's own.
     plain = Producer(confluent_common(settings))
     n = settings.partitions
@@ -71,22 +79,13 @@ def test_requests_from_any_producer_meet_by_id(stack: Stack) -> None:
     # Each cancel, sent by TimerClient to the owner, meets its timer once the timer is
     # stored there (a cancel that reaches the owner before a forwarded schedule is
     # answered cancelled_in_advance, and that timer never fires either).
-    def pending() -> float:
-        with urllib.request.urlopen(f"{worker.metrics}/metrics", timeout=5) as response:
-            text = response.read().decode()
-        return sum(
-            float(line.split()[-1])
-            for line in text.splitlines()
-            if line.startswith("kafka_timers_pending ")
-        )
-
     # 120 s: once, on a loaded CI machine, 60 s were not enough (the whole test takes
     # about 40 s here).
     # The message says how many were stored by then, so a timeout tells load from loss.
     seen: list[float] = [0.0]
 
     def all_stored() -> bool:
-        seen[0] = pending()
+        seen[0] = pending(worker)
         return seen[0] >= len(cancelled)
 
     wait_until(
@@ -178,10 +177,7 @@ def test_a_request_without_an_id_is_cancelled_by_its_derived_id(stack: Stack) ->
     it was sent; it is stored at that id's owner, so ``cancel`` and ``get`` by that id
     reach it: each cancel is answered ``cancelled`` and no callback ever comes."""
     settings = stack.settings
-    topic = stack.callback_topic(f"idless-{settings.app_id}")
-    stack.oscillator()
-    worker = start_probed(stack, "worker", "idless-worker")
-    client = firing_client(stack, topic)
+    topic, worker, client = probed_and_firing(stack, f"idless-{settings.app_id}", "idless-worker")
     plain = Producer(confluent_common(settings))
     n = settings.partitions
     sent: list[tuple[int, int]] = []
@@ -200,16 +196,7 @@ def test_a_request_without_an_id_is_cancelled_by_its_derived_id(stack: Stack) ->
     moved = [d for d, (p, _) in zip(derived, sent, strict=True) if owner_of(d, n) != p]
     assert moved, "some derived ids are owned by another partition than their landing one"
 
-    def pending() -> float:
-        with urllib.request.urlopen(f"{worker.metrics}/metrics", timeout=5) as response:
-            text = response.read().decode()
-        return sum(
-            float(line.split()[-1])
-            for line in text.splitlines()
-            if line.startswith("kafka_timers_pending ")
-        )
-
-    wait_until(lambda: pending() >= len(derived), 60, "every id-less timer stored")
+    wait_until(lambda: pending(worker) >= len(derived), 60, "every id-less timer stored")
     outcomes = {timer_id: client.cancel(timer_id, "", wait=30) for timer_id in derived}
     assert set(outcomes.values()) == {CancelOutcome.CANCELLED}, outcomes
     for timer_id in moved[:3]:

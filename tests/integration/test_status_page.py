@@ -24,7 +24,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
@@ -333,106 +334,120 @@ def page_error(message: Any) -> bool:
     return bool(message.type == "error" and BUSY_LOAD not in message.text)
 
 
-@pytest.mark.browser
-def test_status_page_in_headless_chromium_shows_what_was_scheduled(
-    playwright_or_skip: Any, scene: Scene
-) -> None:
-    sync_playwright = playwright_or_skip
-    errors: list[str] = []
+@contextmanager
+def status_page(
+    sync_playwright: Any,
+    url: str,
+    errors: list[str],
+    console: Callable[[Any], bool] | None = None,
+) -> Iterator[Any]:
+    """The status page of the worker at ``url`` in headless Chromium, once it has
+    refreshed twice. What the page reports as an error, and the console messages
+    ``console`` picks, are appended to ``errors``."""
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 1600})
             page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.on("console", lambda msg: errors.append(msg.text) if page_error(msg) else None)
-            page.goto(scene.url + "/status")
+            if console is not None:
+                page.on("console", lambda msg: errors.append(msg.text) if console(msg) else None)
+            page.goto(url + "/status")
             page.wait_for_function("Number(document.body.dataset.refreshes) >= 2", timeout=15000)
-
-            def number(selector: str) -> str:
-                return page.inner_text(selector).strip()
-
-            assert number("#worker-id") == scene.worker
-            assert number("#total-pending") == str(len(scene.pending))
-            assert number("#total-fired") == str(len(scene.fired))
-            assert number("#total-cancelled") == "1"
-            assert number("#total-rejected") == "2"
-            assert number("#total-overdue") == "0"
-            assert number("#tick-badge") == "ticking"
-            assert number("#clock-badge") == "clocks agree"
-            oscillators = page.eval_on_selector_all(
-                "#oscillator-table tbody tr", "rows => rows.map(r => r.dataset.source)"
-            )
-            assert oscillators == ["oscillator-1"]
-
-            def bars(chart: str) -> dict[str, float]:
-                values: dict[str, float] = page.eval_on_selector_all(f"#{chart} rect.bar", BARS_JS)
-                return {label: v for label, v in values.items() if v}
-
-            expected_soon = {
-                time.strftime("%H:%M:%S", time.gmtime(start)): count
-                for start, count in scene.soon_bars().items()
-            }
-            assert bars("chart-soon") == expected_soon
-            assert bars("chart-far") == {"1h-6h": len(scene.hours), "1d-7d": len(scene.days)}
-            assert bars("chart-rejects") == {"topic_not_allowed": 1, "malformed": 1}
-            assert bars("chart-topics") == {scene.topic: len(scene.fired)}
-            assert sum(bars("chart-lateness").values()) == len(scene.fired)
-            ages: dict[str, float] = page.eval_on_selector_all("#chart-ticks rect.bar", BARS_JS)
-            assert list(ages) == [f"p{p}" for p in range(scene.partitions)]
-            assert all(0 <= age < 3 for age in ages.values()), ages
-            assert page.eval_on_selector_all("#chart-ticks rect.bar.bad", "rs => rs.length") == 0
-            lag = page.eval_on_selector_all("#chart-request-lag rect.bar", BARS_JS)
-            assert lag == {f"p{p}": 0 for p in range(scene.partitions)}
-            assert page.get_attribute("#chart-fires polyline", "data-points") not in (None, "0")
-            since_start = page.inner_text("#lateness-table tbody tr:nth-child(2)")
-            assert since_start.split("\t")[-1].strip() == str(len(scene.fired))
-            assert "\u2013" not in since_start.split("\t")[1], "p50 since start is shown"
-
-            # Which timers exist is the operator's: nothing listed until the token is given.
-            assert page.eval_on_selector_all("#next-table tbody tr", "rows => rows.length") == 0
-            assert "credential" in page.inner_text("#next-note")
-            page.fill("#operator-token", OPERATOR_TOKEN)
-            page.click("#token-go")
-            page.wait_for_function(
-                "document.querySelectorAll('#next-table tbody tr').length > 0", timeout=5000
-            )
-            first = min(scene.pending.values(), key=lambda t: t.due)
-            next_ids = page.eval_on_selector_all(
-                "#next-table tbody tr", "rows => rows.map(r => r.dataset.id)"
-            )
-            assert len(next_ids) == len(scene.pending)
-            assert scene.pending[next_ids[0]].due == first.due
-
-            # The lookup's first answer is a busy one: the page asks again after Retry-After.
-            busy: list[str] = []
-
-            def busy_once(route: Any) -> None:
-                if busy:
-                    route.continue_()
-                    return
-                busy.append(route.request.url)
-                route.fulfill(
-                    status=503,
-                    headers={"Retry-After": "1", "Content-Type": "application/json"},
-                    body='{"error": "busy"}',
-                )
-
-            page.route("**/timers/order*", busy_once)
-            page.fill("#lookup-id", "order/7 ü?&")
-            page.click("#lookup-go")
-            page.wait_for_function(
-                "document.getElementById('lookup-result').textContent.includes('pending')",
-                timeout=5000,
-            )
-            assert len(busy) == 1, busy
-            looked_up = json.loads(page.inner_text("#lookup-result"))
-            assert (looked_up["id"], looked_up["due"]) == (
-                "order/7 ü?&",
-                scene.soon["order/7 ü?&"].due,
-            )
-            page.screenshot(path=str(Path(os.environ.get("TMPDIR", "/tmp")) / "status-page.png"))
+            yield page
         finally:
             browser.close()
+
+
+@pytest.mark.browser
+def test_status_page_in_headless_chromium_shows_what_was_scheduled(
+    playwright_or_skip: Any, scene: Scene
+) -> None:
+    errors: list[str] = []
+    with status_page(playwright_or_skip, scene.url, errors, console=page_error) as page:
+
+        def number(selector: str) -> str:
+            return page.inner_text(selector).strip()
+
+        assert number("#worker-id") == scene.worker
+        assert number("#total-pending") == str(len(scene.pending))
+        assert number("#total-fired") == str(len(scene.fired))
+        assert number("#total-cancelled") == "1"
+        assert number("#total-rejected") == "2"
+        assert number("#total-overdue") == "0"
+        assert number("#tick-badge") == "ticking"
+        assert number("#clock-badge") == "clocks agree"
+        oscillators = page.eval_on_selector_all(
+            "#oscillator-table tbody tr", "rows => rows.map(r => r.dataset.source)"
+        )
+        assert oscillators == ["oscillator-1"]
+
+        def bars(chart: str) -> dict[str, float]:
+            values: dict[str, float] = page.eval_on_selector_all(f"#{chart} rect.bar", BARS_JS)
+            return {label: v for label, v in values.items() if v}
+
+        expected_soon = {
+            time.strftime("%H:%M:%S", time.gmtime(start)): count
+            for start, count in scene.soon_bars().items()
+        }
+        assert bars("chart-soon") == expected_soon
+        assert bars("chart-far") == {"1h-6h": len(scene.hours), "1d-7d": len(scene.days)}
+        assert bars("chart-rejects") == {"topic_not_allowed": 1, "malformed": 1}
+        assert bars("chart-topics") == {scene.topic: len(scene.fired)}
+        assert sum(bars("chart-lateness").values()) == len(scene.fired)
+        ages: dict[str, float] = page.eval_on_selector_all("#chart-ticks rect.bar", BARS_JS)
+        assert list(ages) == [f"p{p}" for p in range(scene.partitions)]
+        assert all(0 <= age < 3 for age in ages.values()), ages
+        assert page.eval_on_selector_all("#chart-ticks rect.bar.bad", "rs => rs.length") == 0
+        lag = page.eval_on_selector_all("#chart-request-lag rect.bar", BARS_JS)
+        assert lag == {f"p{p}": 0 for p in range(scene.partitions)}
+        assert page.get_attribute("#chart-fires polyline", "data-points") not in (None, "0")
+        since_start = page.inner_text("#lateness-table tbody tr:nth-child(2)")
+        assert since_start.split("\t")[-1].strip() == str(len(scene.fired))
+        assert "\u2013" not in since_start.split("\t")[1], "p50 since start is shown"
+
+        # Which timers exist is the operator's: nothing listed until the token is given.
+        assert page.eval_on_selector_all("#next-table tbody tr", "rows => rows.length") == 0
+        assert "credential" in page.inner_text("#next-note")
+        page.fill("#operator-token", OPERATOR_TOKEN)
+        page.click("#token-go")
+        page.wait_for_function(
+            "document.querySelectorAll('#next-table tbody tr').length > 0", timeout=5000
+        )
+        first = min(scene.pending.values(), key=lambda t: t.due)
+        next_ids = page.eval_on_selector_all(
+            "#next-table tbody tr", "rows => rows.map(r => r.dataset.id)"
+        )
+        assert len(next_ids) == len(scene.pending)
+        assert scene.pending[next_ids[0]].due == first.due
+
+        # The lookup's first answer is a busy one: the page asks again after Retry-After.
+        busy: list[str] = []
+
+        def busy_once(route: Any) -> None:
+            if busy:
+                route.continue_()
+                return
+            busy.append(route.request.url)
+            route.fulfill(
+                status=503,
+                headers={"Retry-After": "1", "Content-Type": "application/json"},
+                body='{"error": "busy"}',
+            )
+
+        page.route("**/timers/order*", busy_once)
+        page.fill("#lookup-id", "order/7 ü?&")
+        page.click("#lookup-go")
+        page.wait_for_function(
+            "document.getElementById('lookup-result').textContent.includes('pending')",
+            timeout=5000,
+        )
+        assert len(busy) == 1, busy
+        looked_up = json.loads(page.inner_text("#lookup-result"))
+        assert (looked_up["id"], looked_up["due"]) == (
+            "order/7 ü?&",
+            scene.soon["order/7 ü?&"].due,
+        )
+        page.screenshot(path=str(Path(os.environ.get("TMPDIR", "/tmp")) / "status-page.png"))
     assert errors == [], f"the page reported errors: {errors}"
 
 

@@ -145,21 +145,21 @@ class Nemesis:
         with self._lock:
             return [n for n in names if n not in self._busy and "*" not in self._busy]
 
+    def _pick(self, names: tuple[str, ...]) -> str | None:
+        """One of ``names`` free now, drawn by the run's rng; None if none is."""
+        free = self._free(names)
+        return self.rng.choice(free) if free else None
+
     def _plan(self, kind: str) -> tuple[str, Callable[[], None]] | None:
         """A target free now and what the fault does to it, or None (nothing free)."""
         rng = self.rng
-        if kind == "kill -9":
-            free = self._free((*WORKERS, *OSCILLATORS))
-            if not free:
+        if kind in ("kill -9", "SIGSTOP"):
+            name = self._pick((*WORKERS, *OSCILLATORS))
+            if name is None:
                 return None
-            name = rng.choice(free)
-            down = rng.uniform(0, 20)
-            return name, lambda: self._kill(name, down)
-        if kind == "SIGSTOP":
-            free = self._free((*WORKERS, *OSCILLATORS))
-            if not free:
-                return None
-            name = rng.choice(free)
+            if kind == "kill -9":
+                down = rng.uniform(0, 20)
+                return name, lambda: self._kill(name, down)
             frozen = rng.uniform(1, 20)
             return name, lambda: self._freeze(name, frozen)
         if kind == "broker kill -9":
@@ -168,10 +168,9 @@ class Nemesis:
             away = rng.uniform(1, 15)
             return "broker", lambda: self._broker(away)
         if kind == "clock jump":
-            free = self._free((CLOCK_WORKER, CLOCK_OSCILLATOR))
-            if not free:
+            name = self._pick((CLOCK_WORKER, CLOCK_OSCILLATOR))
+            if name is None:
                 return None
-            name = rng.choice(free)
             other = CLOCK_OSCILLATOR if name == CLOCK_WORKER else CLOCK_WORKER
             if self.stack.offsets.get(name) and rng.random() < 0.4:
                 offset = 0.0
@@ -181,10 +180,9 @@ class Nemesis:
                     offset = -offset  # never both ahead (see the module docstring)
             return name, lambda: self._jump(name, offset)
         if kind == "partition":
-            free = self._free(WORKERS)
-            if not free:
+            name = self._pick(WORKERS)
+            if name is None:
                 return None
-            name = rng.choice(free)
             mode = rng.choice(("reset", "silent"))
             cut = rng.uniform(3, 25)
             return name, lambda: self._partition(name, mode, cut)

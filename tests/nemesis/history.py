@@ -17,10 +17,10 @@ Nothing here reads a topic or a clock: :mod:`tests.nemesis.checker` judges these
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = [
     "Arrival",
@@ -211,22 +211,25 @@ class Observed:
     answers: list[Answer] = field(default_factory=list)
 
 
-_HISTORY_KINDS: dict[str, type[Any]] = {
-    "version": Version,
-    "series": SeriesOp,
-    "cancel": CancelOp,
-    "fault": Fault,
-    "incarnation": Incarnation,
+_T = TypeVar("_T", "History", "Observed")
+
+#: A line's ``op``: the class it is read as, and the list of History or Observed it joins.
+_HISTORY_KINDS: dict[str, tuple[type[Any], str]] = {
+    "version": (Version, "versions"),
+    "series": (SeriesOp, "series"),
+    "cancel": (CancelOp, "cancels"),
+    "fault": (Fault, "faults"),
+    "incarnation": (Incarnation, "incarnations"),
 }
-_OBSERVED_KINDS: dict[str, type[Any]] = {
-    "callback": Callback,
-    "fire": Fire,
-    "arrival": Arrival,
-    "dead": DeadLetter,
-    "answer": Answer,
+_OBSERVED_KINDS: dict[str, tuple[type[Any], str]] = {
+    "callback": (Callback, "callbacks"),
+    "fire": (Fire, "fires"),
+    "arrival": (Arrival, "arrivals"),
+    "dead": (DeadLetter, "dead"),
+    "answer": (Answer, "answers"),
 }
 _KIND_OF: dict[type[Any], str] = {
-    cls: kind for kind, cls in (*_HISTORY_KINDS.items(), *_OBSERVED_KINDS.items())
+    cls: kind for kind, (cls, _) in (*_HISTORY_KINDS.items(), *_OBSERVED_KINDS.items())
 }
 
 
@@ -242,40 +245,24 @@ def write_line(out: Any, entry: Any) -> None:
     out.flush()
 
 
-def _entries(lines: Iterable[str], kinds: dict[str, type[Any]]) -> Iterator[Any]:
+def _parse(lines: Iterable[str], kinds: dict[str, tuple[type[Any], str]], into: _T) -> _T:
+    """Each line of ``lines`` read as the class its ``op`` names, appended to its list
+    in ``into``."""
     for line in lines:
         if not line.strip():
             continue
         raw = json.loads(line)
-        yield kinds[raw.pop("op")](**raw)
+        cls, name = kinds[raw.pop("op")]
+        getattr(into, name).append(cls(**raw))
+    return into
 
 
 def parse_history(lines: Iterable[str]) -> History:
-    history = History()
-    lists: dict[type[Any], list[Any]] = {
-        Version: history.versions,
-        SeriesOp: history.series,
-        CancelOp: history.cancels,
-        Fault: history.faults,
-        Incarnation: history.incarnations,
-    }
-    for entry in _entries(lines, _HISTORY_KINDS):
-        lists[type(entry)].append(entry)
-    return history
+    return _parse(lines, _HISTORY_KINDS, History())
 
 
 def parse_observed(lines: Iterable[str]) -> Observed:
-    observed = Observed()
-    lists: dict[type[Any], list[Any]] = {
-        Callback: observed.callbacks,
-        Fire: observed.fires,
-        Arrival: observed.arrivals,
-        DeadLetter: observed.dead,
-        Answer: observed.answers,
-    }
-    for entry in _entries(lines, _OBSERVED_KINDS):
-        lists[type(entry)].append(entry)
-    return observed
+    return _parse(lines, _OBSERVED_KINDS, Observed())
 
 
 def read_history(path: Path) -> History:

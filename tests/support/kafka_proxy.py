@@ -18,14 +18,18 @@ sends every request of a connection with the same client id.
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import struct
 import subprocess
+import tempfile
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from app.dev.broker import accepts_connections, broker_binary, free_port
+from tests.support.apache_kafka_broker import ApacheKafkaBroker
 from tests.support.waiting import wait_until
 
 __all__ = ["KafkaProxy", "proxied_broker"]
@@ -167,7 +171,13 @@ def _close_both(a: socket.socket, b: socket.socket) -> None:
 @contextmanager
 def proxied_broker() -> Iterator[KafkaProxy]:
     """A dev broker (in memory) reached only through a :class:`KafkaProxy`; yields the
-    proxy (bootstrap ``127.0.0.1:<proxy.port>``)."""
+    proxy (bootstrap ``127.0.0.1:<proxy.port>``). With ``PROXY_KAFKA_HOME`` naming an
+    Apache Kafka distribution, one Kafka node instead (in a temporary directory)."""
+    kafka_home = os.environ.get("PROXY_KAFKA_HOME")
+    if kafka_home:
+        with _proxied_kafka(Path(kafka_home)) as proxy:
+            yield proxy
+        return
     broker_port = free_port()
     proxy = KafkaProxy(broker_port)
     process = subprocess.Popen(
@@ -203,3 +213,18 @@ def proxied_broker() -> Iterator[KafkaProxy]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+@contextmanager
+def _proxied_kafka(kafka_home: Path) -> Iterator[KafkaProxy]:
+    """One Apache Kafka node that advertises a :class:`KafkaProxy` in front of it."""
+    with tempfile.TemporaryDirectory(prefix="proxied-kafka-") as tmp:
+        broker = ApacheKafkaBroker(Path(tmp), kafka_home)
+        proxy = KafkaProxy(broker.port)
+        broker.advertised_port = proxy.port
+        try:
+            broker.start()
+            yield proxy
+        finally:
+            proxy.close()
+            broker.close()

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Producer
 
-from app.dev.stack import ServiceProcess, start_oscillator, start_worker
+from app.core.fired import FiredRecord
+from app.dev.stack import ServiceProcess, start_oscillator, start_worker, wait_until_firing
 from app.kafka.config import confluent_producer
 from app.kafka.records import Record, TopicReader
 from app.kafka.topics import ensure_topics
 from app.settings import Settings
+from kafka_timers_client.client import TimerClient
 from tests.support.clock import moved_clock
 
 
@@ -26,55 +28,48 @@ class Stack:
         self.services: list[ServiceProcess] = []
 
     def worker(
-        self,
-        name: str = "worker-1",
-        *,
-        clock_offset: float = 0.0,
-        loglevel: str = "warning",
-        data_dir: Path | None = None,
-        web_port: int | None = None,
-        metrics_port: int | None = None,
-        log_name: str | None = None,
-        **changes: Any,
+        self, name: str = "worker-1", *, clock_offset: float = 0.0, **options: Any
     ) -> ServiceProcess:
-        """Start a worker: the one way tests do (see :func:`app.dev.stack.start_worker`
-        for the options). ``clock_offset`` moves its wall clock that many seconds ahead;
-        ``changes`` are settings applied on top of the stack's."""
-        clock = moved_clock(clock_offset)
-        service = start_worker(
-            self.settings,
-            name,
-            self.base_dir,
-            loglevel=loglevel,
-            data_dir=data_dir,
-            web_port=web_port,
-            metrics_port=metrics_port,
-            log_name=log_name,
-            env=clock.env,
-            python_path=clock.python_path,
-            **changes,
-        )
-        self.services.append(service)
-        return service
+        """Start a worker: the one way tests do. ``options`` are those of
+        :func:`app.dev.stack.start_worker` (log level, data directory, ports, log name)
+        and settings applied on top of the stack's; ``clock_offset`` moves its wall clock
+        that many seconds ahead."""
+        return self._start(start_worker, name, clock_offset, options)
 
     def oscillator(
-        self,
-        name: str = "oscillator-1",
-        *,
-        clock_offset: float = 0.0,
-        metrics_port: int | None = None,
-        **changes: Any,
+        self, name: str = "oscillator-1", *, clock_offset: float = 0.0, **options: Any
     ) -> ServiceProcess:
-        """Start an oscillator, its wall clock ``clock_offset`` seconds ahead."""
+        """Start an oscillator, its wall clock ``clock_offset`` seconds ahead; ``options``
+        as for :meth:`worker` (:func:`app.dev.stack.start_oscillator`'s)."""
+        return self._start(start_oscillator, name, clock_offset, options)
+
+    def firing_client(
+        self, probe_topic: str, *, probes: int = 32, timeout: float = 90.0, **worker: Any
+    ) -> TimerClient:
+        """Start an oscillator and a worker (``worker``: options as for :meth:`worker`),
+        and return a client once they fire on every partition: ``probes`` timers due now
+        on ``probe_topic`` fired within ``timeout`` s (:func:`app.dev.stack.wait_until_firing`)."""
+        self.oscillator()
+        self.worker(**worker)
+        client = TimerClient(self.settings)
+        wait_until_firing(self.settings, client, probe_topic, probes=probes, timeout=timeout)
+        return client
+
+    def _start(
+        self,
+        start: Callable[..., ServiceProcess],
+        name: str,
+        clock_offset: float,
+        options: dict[str, Any],
+    ) -> ServiceProcess:
         clock = moved_clock(clock_offset)
-        service = start_oscillator(
+        service = start(
             self.settings,
             name,
             self.base_dir,
-            metrics_port=metrics_port,
             env=clock.env,
             python_path=clock.python_path,
-            **changes,
+            **options,
         )
         self.services.append(service)
         return service
@@ -112,6 +107,16 @@ def running_stack(settings: Settings, base_dir: Path) -> Iterator[Stack]:
         raise
     finally:
         stack.close()
+
+
+def fired_records(records: Iterable[Record]) -> Iterator[FiredRecord]:
+    """The fired topic's records read as :class:`FiredRecord`, in order; a record that
+    is not one (empty, not JSON, no ``event``) is passed over."""
+    for record in records:
+        try:
+            yield FiredRecord.from_json(record.value or b"{}")
+        except ValueError:
+            continue
 
 
 def fired_ids(records: list[Record]) -> list[str]:

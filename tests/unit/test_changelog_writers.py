@@ -22,6 +22,7 @@ from rocksdict import Options, Rdict
 
 from app.core.keys import FAUST_OFFSET, timer_key
 from app.worker.catch_up import persisted_offset
+from app.worker.changelog_repair import foreign_offsets
 from app.worker.partition_store import ChangeloggedKV
 
 Log = list[tuple[bytes, bytes | None]]
@@ -39,6 +40,7 @@ class _Writer:
         self.changelog_counted: dict[int, list[int]] = {}
         self.held = False
         self._unacknowledged: list[int] = []
+        self._own: list[int] = []
 
     def changelog(self, _topic: str, partition: int, key: bytes, value: bytes | None) -> None:
         self._log.append((key, value))
@@ -53,10 +55,33 @@ class _Writer:
             counted = self.changelog_counted.get(0)
             if counted is not None and offset > counted[0]:
                 counted[1] += 1
+                self._own.append(offset)
         self._unacknowledged = []
 
     def count_changelog_after(self, partition: int, offset: int) -> None:
         self.changelog_counted[partition] = [offset, 0]
+        self._own = []
+
+    def take_own_changelog(self, _partition: int, through: int) -> list[int]:
+        taken = [o for o in self._own if o <= through]
+        self._own = [o for o in self._own if o > through]
+        return taken
+
+    async def flush(self) -> None:
+        self.acknowledge()
+
+
+class _Repairs:
+    """A :class:`~app.worker.changelog_repair.ChangelogRepairer` without a broker or a
+    thread: reads the keys at the offsets from the list and writes over them at once."""
+
+    def __init__(self, log: Log) -> None:
+        self._log = log
+        self.submitted: list[list[int]] = []
+
+    def submit(self, store: ChangeloggedKV, offsets: list[int]) -> None:
+        self.submitted.append(offsets)
+        store.write_over({self._log[o][0] for o in offsets})
 
 
 @contextmanager
@@ -187,3 +212,46 @@ def test_without_the_check_the_offset_is_recorded_as_before(tmp_path: Path) -> N
         kv.put(timer_key(20, "a"), b"v")
         kv.record_persisted(out.changelog_acked[0], None)
         assert persisted_offset(db) == 2
+
+
+def test_the_owner_writes_over_a_stale_owners_late_records(tmp_path: Path) -> None:
+    """The nemesis's four lost reschedules: the stale owner's records of an older version
+    land after the owner's newer one; the owner's next flush finds them and writes what
+    it holds over them, so a store rebuilt from the changelog holds the newer version."""
+    log: Log = []
+    stale, owner = _Writer(log), _Writer(log)
+    repairs = _Repairs(log)
+    with _db(tmp_path / "stale") as stale_db, _db(tmp_path / "owner") as owner_db:
+        kv = _open(stale_db, log, stale)
+        kv.put(b"Iorder", b"v1")  # offset 0, acknowledged
+        _persisted(kv, stale)
+        stale.held = True  # cut off: its next records are held in the network
+        kv.put(b"Iorder", b"v2")
+        kv.put(timer_key(20, "order"), b"v2")
+        _catch_up(owner_db, log[:1])  # the takeover read the changelog before they land
+        del log[1:]
+        theirs = ChangeloggedKV(
+            owner_db, owner, "changelog", 0, check_writers=True, repairer=repairs
+        )  # type: ignore[arg-type]
+        theirs.put(b"Iorder", b"v3")  # offset 1
+        theirs.put(timer_key(30, "order"), b"v3")  # offset 2
+        _persisted(theirs, owner)
+        assert repairs.submitted == [], "nobody else wrote yet"
+        # The network heals: the stale records land after the owner's.
+        log.extend([(b"Iorder", b"v2"), (timer_key(20, "order"), b"v2")])  # offsets 3, 4
+        theirs.put(timer_key(40, "other"), b"v")  # offset 5: the owner's next flush
+        _persisted(theirs, owner)
+        assert repairs.submitted == [[3, 4]]
+        # Rebuilt from the changelog (a restart, the next owner): the newer version.
+        with _db(tmp_path / "rebuilt") as rebuilt:
+            _catch_up(rebuilt, log)
+            assert rebuilt.get(b"Iorder") == b"v3"
+            assert rebuilt.get(timer_key(20, "order")) is None
+            assert rebuilt.get(timer_key(30, "order")) == b"v3"
+
+
+def test_foreign_offsets_are_the_ones_this_worker_did_not_write() -> None:
+    assert foreign_offsets(4, 10, [5, 6, 9, 10, 11]) == [7, 8]
+    assert foreign_offsets(4, 10, range(5, 11)) == []
+    assert foreign_offsets(10, 10, []) == []
+    assert foreign_offsets(-1, 2, [3]) == [0, 1, 2]

@@ -15,15 +15,29 @@ from app.core.clock_check import (
 )
 
 
-def monitor_at(now: list[float]) -> tuple[ClockSkewMonitor, CollectorRegistry]:
+def skew_monitor() -> tuple[ClockSkewMonitor, CollectorRegistry, list[float]]:
+    """A skew monitor, the registry of its gauge, and its clock: ``now[0]``, second 1000
+    until the test moves it."""
+    now = [1000.0]
     registry = CollectorRegistry()
     gauge = Gauge("skew", "skew", ["source"], registry=registry)
-    return ClockSkewMonitor(gauge, threshold=2.0, clock=lambda: now[0]), registry
+    return ClockSkewMonitor(gauge, threshold=2.0, clock=lambda: now[0]), registry, now
+
+
+def live_ticks(
+    monitor: ClockSkewMonitor, now: list[float], ticks: int, late: float = 0.01
+) -> float:
+    """``ticks`` ticks of ``osc``, one a second, each read ``late`` s after it was sent;
+    the estimate after the last."""
+    estimate = float("nan")
+    for _ in range(ticks):
+        now[0] += 1
+        estimate = monitor.observe("osc", now[0] - late)
+    return estimate
 
 
 def test_a_source_ahead_of_us_is_warned_at_once(caplog: pytest.LogCaptureFixture) -> None:
-    now = [1000.0]
-    monitor, registry = monitor_at(now)
+    monitor, registry, _ = skew_monitor()
     with caplog.at_level(logging.WARNING):
         assert monitor.observe("osc-a", 999.99) == pytest.approx(0.01)
         assert monitor.observe("osc-b", 1005.0) == pytest.approx(-5.0)  # 5 s ahead of us
@@ -36,36 +50,27 @@ def test_a_source_ahead_of_us_is_warned_at_once(caplog: pytest.LogCaptureFixture
 
 
 def test_a_backlog_of_old_ticks_is_not_skew(caplog: pytest.LogCaptureFixture) -> None:
-    now = [1000.0]
-    monitor, _ = monitor_at(now)
+    monitor, _, now = skew_monitor()
     with caplog.at_level(logging.WARNING):
         for age in (9.0, 6.0, 3.0):  # catching up on old ticks at start
             monitor.observe("osc", now[0] - age)
             now[0] += 0.01
-        for _ in range(int(WINDOW) + 2):  # then fresh ticks, 10 ms after they were sent
-            now[0] += 1
-            estimate = monitor.observe("osc", now[0] - 0.01)
+        estimate = live_ticks(monitor, now, int(WINDOW) + 2)  # then fresh ticks, 10 ms late
     assert estimate == pytest.approx(0.01)
     assert not caplog.records
 
 
 def test_a_source_behind_us_is_warned_once_settled(caplog: pytest.LogCaptureFixture) -> None:
-    now = [1000.0]
-    monitor, _ = monitor_at(now)
+    monitor, _, now = skew_monitor()
     with caplog.at_level(logging.WARNING):
-        for _ in range(int(WINDOW) + 2):
-            now[0] += 1
-            monitor.observe("osc", now[0] - 4.0)  # its clock runs 4 s behind ours
+        live_ticks(monitor, now, int(WINDOW) + 2, late=4.0)  # its clock runs 4 s behind ours
     assert len(caplog.records) == 1 and "late" in caplog.records[0].getMessage()
 
 
 def test_a_taken_over_partitions_old_ticks_are_not_skew(caplog: pytest.LogCaptureFixture) -> None:
-    now = [1000.0]
-    monitor, _ = monitor_at(now)
+    monitor, _, now = skew_monitor()
     with caplog.at_level(logging.WARNING):
-        for _ in range(int(WINDOW) + 2):  # live ticks of our own partitions
-            now[0] += 1
-            monitor.observe("osc", now[0] - 0.01)
+        live_ticks(monitor, now, int(WINDOW) + 2)  # live ticks of our own partitions
         for age in range(40, 0, -1):  # then the dead worker's partitions' old ticks
             estimate = monitor.observe("osc", now[0] - age)
     assert estimate == pytest.approx(0.01)
@@ -73,20 +78,15 @@ def test_a_taken_over_partitions_old_ticks_are_not_skew(caplog: pytest.LogCaptur
 
 
 def test_a_backlog_after_a_long_silence_is_not_skew(caplog: pytest.LogCaptureFixture) -> None:
-    now = [1000.0]
-    monitor, _ = monitor_at(now)
+    monitor, _, now = skew_monitor()
     with caplog.at_level(logging.WARNING):
-        for _ in range(5):
-            now[0] += 1
-            monitor.observe("osc", now[0] - 0.01)
+        live_ticks(monitor, now, 5)
         silent_from = now[0]
         now[0] += 40  # a rebalance longer than the window: no ticks processed
         for second in range(1, 41):  # the backlog of the silence, read quickly
             monitor.observe("osc", silent_from + second)
             now[0] += 0.05
-        for _ in range(int(WINDOW) + 2):  # then live again
-            now[0] += 1
-            estimate = monitor.observe("osc", now[0] - 0.01)
+        estimate = live_ticks(monitor, now, int(WINDOW) + 2)  # then live again
     assert estimate == pytest.approx(0.01)
     assert not caplog.records
 
@@ -101,8 +101,7 @@ def lead_at() -> tuple[OscillatorLead, CollectorRegistry]:
 
 
 def test_a_burst_of_ticks_for_one_past_second_costs_constant_time_each() -> None:
-    now = [1000.0]
-    monitor, _ = monitor_at(now)
+    monitor, _, now = skew_monitor()
     lead, _ = lead_at()
     started = time.thread_time()
     for i in range(100_000):  # a backlog for second 900, read over 2 s
@@ -137,8 +136,7 @@ def test_the_window_extreme_is_the_extreme_of_the_window(maximum: bool) -> None:
 
 
 def test_a_silent_source_is_forgotten_gauge_included() -> None:
-    now = [1000.0]
-    monitor, registry = monitor_at(now)
+    monitor, registry, now = skew_monitor()
     lead, lead_registry = lead_at()
     monitor.observe("gone", 999.9)
     lead.observe("gone", 1000, now[0])

@@ -30,7 +30,7 @@ from kafka_timers_client.errors import KafkaTimersError, RejectedRequest, Reject
 from kafka_timers_client.late import LatePolicy
 from tests.support.memkv import MemoryKV
 from tests.support.proto import offline_client
-from tests.unit.test_output_audits import _RecordingProducer
+from tests.support.recording_producer import HeaderRecorder
 from tests.unit.test_service import NOW, Harness
 from tests.unit.test_spread_rollback import T0, ticks_in_previous_release
 
@@ -473,25 +473,13 @@ def test_the_previous_release_fires_a_debounced_timer_once_at_its_second(tmp_pat
 # -- the callback and the request path ------------------------------------------------
 
 
-class _HeaderRecorder(_RecordingProducer):
-    def __init__(self) -> None:
-        super().__init__()
-        self.headers: list[list[tuple[str, Any]]] = []
-
-    def produce(
-        self, topic: str, value: Any = None, key: Any = None, *args: Any, **kw: Any
-    ) -> None:
-        super().produce(topic, value, key)
-        self.headers.append(list((args[4] if len(args) > 4 else None) or kw.get("headers") or []))
-
-
 def test_the_callback_carries_the_requests_merged_after_the_services_headers() -> None:
     from app.worker.output import OutputProducer
 
     out = OutputProducer(
         {"bootstrap.servers": "127.0.0.1:1"}, worker_id="w", fired_topic="f", dlq_topic="d"
     )
-    recorder = _HeaderRecorder()
+    recorder = HeaderRecorder()
     out._producer = recorder  # type: ignore[assignment]
     timer = replace(request(MS), headers=(("mine", b"1"),), debounce=Debounce(5, None, MS, 10))
     out.callback(timer, partition=0, fired_at_ms=MS + 5000)

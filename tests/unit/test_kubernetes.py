@@ -146,6 +146,17 @@ def test_every_environment_variable_is_one_the_code_reads(rendered: list[dict[st
         assert settings.worker_id == POD_NAME, "the worker id is the stable pod name"
 
 
+def _running(
+    rendered: list[dict[str, Any]], kind: str, name: str, command: str
+) -> tuple[dict[str, Any], Settings]:
+    """The workload ``name`` of ``kind``, checked to run ``kafka-timers <command>``, and
+    the settings its environment gives."""
+    workload = _one(rendered, kind, name)
+    args, settings = _settings(rendered, workload)
+    assert args.command == command
+    return workload, settings
+
+
 def _ports(container: dict[str, Any]) -> dict[str, int]:
     return {p["name"]: p["containerPort"] for p in container["ports"]}
 
@@ -153,9 +164,7 @@ def _ports(container: dict[str, Any]) -> dict[str, int]:
 def test_workers_are_a_statefulset_with_stable_ids_volumes_probes_and_code_ports(
     rendered: list[dict[str, Any]],
 ) -> None:
-    worker = _one(rendered, "StatefulSet", "kafka-timers-worker")
-    args, settings = _settings(rendered, worker)
-    assert args.command == "worker"
+    worker, settings = _running(rendered, "StatefulSet", "kafka-timers-worker", "worker")
     container = _container(worker)
     ports = _ports(container)
     assert ports == {"web": settings.web_port, "metrics": settings.metrics_port}
@@ -181,9 +190,7 @@ def test_workers_are_a_statefulset_with_stable_ids_volumes_probes_and_code_ports
 def test_oscillators_are_two_or_more_spread_over_nodes_with_a_liveness_probe(
     rendered: list[dict[str, Any]],
 ) -> None:
-    osc = _one(rendered, "Deployment", "kafka-timers-oscillator")
-    args, settings = _settings(rendered, osc)
-    assert args.command == "oscillator"
+    osc, settings = _running(rendered, "Deployment", "kafka-timers-oscillator", "oscillator")
     assert osc["spec"]["replicas"] >= 2
     pod = osc["spec"]["template"]["spec"]
     spread = {c["topologyKey"]: c["whenUnsatisfiable"] for c in pod["topologySpreadConstraints"]}

@@ -51,6 +51,12 @@ def version(
     )
 
 
+def rescheduled(timer_id: str, due: int, new_due: int) -> list[Version]:
+    """Version 1 of ``timer_id`` due at T0 + ``due``, sent at T0, and version 2 due at
+    T0 + ``new_due``, sent 5 s later."""
+    return [version(timer_id, 1, due, 0), version(timer_id, 2, new_due, 5)]
+
+
 def fired(
     observed: Observed,
     timer_id: str,
@@ -184,7 +190,7 @@ def test_an_older_version_replayed_after_its_reschedule_fails_it() -> None:
     """The lost update of a forwarding worker killed mid-batch: v1's copy reached the
     owner again after v2, so v1 fired at its old second and v2 never did (the pattern
     the nemesis found on real processes, seed 3)."""
-    history = History(versions=[version("r", 1, 30, 0), version("r", 2, 90, 5)])
+    history = History(versions=rescheduled("r", 30, 90))
     observed = Observed()
     fired(observed, "r", version_payload("r", 1), (T0 + 30) * MS + 100)
     observed.arrivals += [
@@ -204,11 +210,9 @@ def test_a_reschedule_that_raced_its_tick_or_its_producer_is_reported_not_failed
     history = History(
         versions=[
             # v2 acknowledged 3 s before v1's second: the tick may win
-            version("x", 1, 8, 0),
-            version("x", 2, 60, 5),
+            *rescheduled("x", 8, 60),
             # v2 sent by another route reached the owner before v1's copy
-            version("y", 1, 30, 0),
-            version("y", 2, 90, 5),
+            *rescheduled("y", 30, 90),
         ]
     )
     observed = Observed()
@@ -230,14 +234,7 @@ def test_a_reschedule_that_reached_the_owner_after_the_old_fire_is_reported_not_
     """v2 of "late" was acknowledged long before v1's second but reached the owner
     partition (offset 8) only after v1 fired there with requests applied through 5:
     held up on its way, not undone. v2 of "undone" was there (offset 4) when v1 fired."""
-    history = History(
-        versions=[
-            version("late", 1, 30, 0),
-            version("late", 2, 90, 5),
-            version("undone", 1, 30, 0),
-            version("undone", 2, 90, 5),
-        ]
-    )
+    history = History(versions=[*rescheduled("late", 30, 90), *rescheduled("undone", 30, 90)])
     observed = Observed()
     for timer_id in ("late", "undone"):
         observed.callbacks.append(

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
@@ -19,39 +18,17 @@ from app.core.fired import FiredRecord
 from app.core.timer import Timer
 from app.worker.output import OutputProducer
 from kafka_timers_client.extra_fires import BACKFILL_HEADER, TRIGGER_HEADER
+from tests.support.recording_producer import RecordingProducer
 
 
-class _RecordingProducer:
-    """Stands in for confluent-kafka's Producer: records what is produced, and when
-    each unit is waited for (as ``("flush",)`` or ``("commit",)``)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[Any, ...]] = []
-
-    def produce(
-        self, topic: str, value: Any = None, key: Any = None, *args: Any, **kw: Any
-    ) -> None:
-        self.calls.append((topic, value, key))
-
-    def flush(self, timeout: float) -> int:
-        self.calls.append(("flush",))
-        return 0
-
-    def begin_transaction(self) -> None:
-        pass
-
-    def commit_transaction(self, timeout: float) -> None:
-        self.calls.append(("commit",))
-
-
-def _output(*, transactional: bool = False) -> tuple[OutputProducer, _RecordingProducer]:
+def _output(*, transactional: bool = False) -> tuple[OutputProducer, RecordingProducer]:
     out = OutputProducer(
         {"bootstrap.servers": "127.0.0.1:1"},
         worker_id="w-1",
         fired_topic="fired",
         dlq_topic="dlq",
     )
-    recorder = _RecordingProducer()
+    recorder = RecordingProducer()
     out._producer = recorder  # type: ignore[assignment]
     out.transactional = transactional
     return out, recorder

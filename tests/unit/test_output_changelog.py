@@ -38,6 +38,11 @@ def test_acknowledgements_past_a_store_s_opening_are_counted() -> None:
         out._changelog_delivered(None, Delivered(partition, offset))  # type: ignore[arg-type]
     assert out.changelog_counted == {3: [10, 2]}
     assert out.changelog_acked == {3: 13, 5: 14}
+    # Their offsets, for the store to tell another writer's apart (changelog_repair).
+    assert out.take_own_changelog(3, 12) == [12]
+    assert out.take_own_changelog(3, 20) == [13]
+    assert out.take_own_changelog(3, 20) == []
+    assert out.take_own_changelog(5, 20) == [], "not counted: its store checks nothing"
 
 
 def test_a_refused_changelog_record_fails_the_flush() -> None:

@@ -3,7 +3,9 @@ its id's owner partition is forwarded there, unchanged but for ``timer-hop``."""
 
 from __future__ import annotations
 
+import hashlib
 import json
+import marshal
 from dataclasses import replace
 
 import pytest
@@ -281,3 +283,61 @@ def test_a_signature_covers_the_whole_record() -> None:
     copy = replace(record, partition=2, headers=(*record.headers, (HOP_HEADER, hop)))
     assert split_hop(copy, PARTITIONS, SECRET)[1] == Origin(1, 7)
     assert split_hop(copy, PARTITIONS, "another-secret-entirely")[1] is None
+
+
+def test_a_signature_covers_the_hop_as_written_and_how_the_record_is_cut() -> None:
+    """The same bytes cut into other fields, an absent part for an empty one, or the hop
+    written otherwise (``07`` for ``7``) is not the record the worker signed."""
+    record = RawRecord("requests", 7, 5, 0, b"k", b"", (("ab", b"c"),))
+    hop = hop_value(record, SECRET)
+    for changed in (
+        replace(record, value=None),
+        replace(record, key=b"", value=b"k"),
+        replace(record, headers=(("a", b"bc"),)),
+        replace(record, headers=(("ab", b"c"), ("ab", b"c"))),
+    ):
+        copy = replace(changed, partition=2, headers=(*changed.headers, (HOP_HEADER, hop)))
+        assert split_hop(copy, 8, SECRET)[1] is None
+    for forged in (b"0" + hop, hop.upper(), hop + b"0", hop[:-1], hop.replace(b":", b":0:", 1)):
+        copy = replace(record, partition=2, headers=(*record.headers, (HOP_HEADER, forged)))
+        assert split_hop(copy, 8, SECRET)[1] is None
+    copy = replace(record, partition=2, headers=(*record.headers, (HOP_HEADER, hop)))
+    assert split_hop(copy, 8, SECRET)[1] == Origin(7, 5)
+
+
+def test_a_copy_rebuilt_from_other_objects_is_still_signed() -> None:
+    """The owner reads the copy into objects of its own (a topic not interned, one bytes
+    object per field): equal values, the same signature."""
+    shared = b"same"
+    name = "trace"
+    record = RawRecord("requests", 1, 7, 0, shared, shared, ((name, shared), (name, shared)))
+    hop = hop_value(record, SECRET)
+    rebuilt = RawRecord(
+        "".join(["requ", "ests"]),
+        2,
+        7,
+        0,
+        bytes(bytearray(b"same")),
+        bytes(bytearray(b"same")),
+        (
+            ("".join(["tra", "ce"]), bytes(bytearray(b"same"))),
+            ("".join(["tr", "ace"]), bytes(bytearray(b"same"))),
+            (HOP_HEADER, hop),
+        ),
+    )
+    assert rebuilt.topic is not record.topic and rebuilt.headers[0][0] is not name
+    assert split_hop(rebuilt, PARTITIONS, SECRET)[1] == Origin(1, 7)
+
+
+def test_a_signature_is_the_same_on_every_worker() -> None:
+    """Known answers: workers on other Pythons (or builds) of one release sign alike. The
+    signature is keyed BLAKE2b-128, its key SHA-256 of the domain and the secret, over
+    0x03 and the ``marshal`` (version 2) of the hop, topic, key, value and headers."""
+    signed = RawRecord("requests", 3, 1234, 0, b"order-7", b'{"id": 7}', (("tp", b"00-ab"),))
+    bare = RawRecord("requests", 3, 1234, 0, None, None, ())
+    assert hop_value(signed, SECRET) == b"3:1234:b83c33101515fc70773219d0c5fb8f29"
+    assert hop_value(bare, SECRET) == b"3:1234:48afdc4e99acf843623f1a52f6666560"
+    key = hashlib.sha256(b"kafka-timers timer-hop v3\0" + SECRET.encode()).digest()
+    message = (b"3:1234", "requests", b"order-7", b'{"id": 7}', (("tp", b"00-ab"),))
+    mac = hashlib.blake2b(b"\x03" + marshal.dumps(message, 2), key=key, digest_size=16)
+    assert hop_value(signed, SECRET) == b"3:1234:" + mac.hexdigest().encode()

@@ -36,7 +36,7 @@ from app.worker.tracing import tracing_for
 from kafka_timers_client import protowire
 from kafka_timers_client.errors import ConfigurationError
 from tests.support.cli import run_python
-from tests.unit.test_output_audits import _RecordingProducer
+from tests.support.recording_producer import HeaderRecorder
 from tests.unit.test_service import NOW, Harness
 
 TRACE_ID = 0x4BF92F3577B34DA6A3CE929D0E0E4736
@@ -56,23 +56,7 @@ def tracing(spans: InMemorySpanExporter) -> OtelTracing:
     return OtelTracing(provider.get_tracer("test"))
 
 
-class _CallbackRecorder(_RecordingProducer):
-    """Keeps each produced record's headers too."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.headers: list[list[tuple[str, Any]]] = []
-
-    def produce(
-        self, topic: str, value: Any = None, key: Any = None, *args: Any, **kw: Any
-    ) -> None:
-        super().produce(topic, value, key)
-        # headers: the eighth of produce's parameters, passed by position or by name
-        positional = args[4] if len(args) > 4 else None
-        self.headers.append(list(positional or kw.get("headers") or []))
-
-
-def traced_output(tracing: OtelTracing | None) -> tuple[OutputProducer, _CallbackRecorder]:
+def traced_output(tracing: OtelTracing | None) -> tuple[OutputProducer, HeaderRecorder]:
     out = OutputProducer(
         {"bootstrap.servers": "127.0.0.1:1"},
         worker_id="w-1",
@@ -80,7 +64,7 @@ def traced_output(tracing: OtelTracing | None) -> tuple[OutputProducer, _Callbac
         dlq_topic="dlq",
         tracing=tracing,
     )
-    recorder = _CallbackRecorder()
+    recorder = HeaderRecorder()
     out._producer = recorder  # type: ignore[assignment]
     return out, recorder
 
