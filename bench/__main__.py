@@ -48,6 +48,7 @@ SCENARIOS: dict[str, str] = {
     "burst": "bench.burst",
     "spread": "bench.spread",  # the same second with spread 60s: callbacks per second
     "rate-limit": "bench.rate_limit",  # a limited topic's delivered rate, and the gates' cost
+    "before": "bench.before",  # the request and fire paths against the trees before
     "capacity": "bench.capacity",  # and idle, and memory at 10,000,000 pending
     "state": "bench.state",
     "restarts": "bench.restarts",  # rolling restart and kill -9 (was: recovery)

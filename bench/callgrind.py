@@ -11,25 +11,39 @@ doing the same work, not rates.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["COUNTED_TIMERS", "FIRE_PATH_PROBE", "REPO", "counted_instructions"]
+__all__ = [
+    "COUNTED_TIMERS",
+    "FIRE_PATH_PROBE",
+    "REPO",
+    "REQUEST_PATH_PROBE",
+    "counted_instructions",
+]
 
 REPO = Path(__file__).resolve().parent.parent
 #: The probe of the worker's fire path, in-process (see its docstring).
 FIRE_PATH_PROBE = REPO / "bench" / "fire_path_probe.py"
+#: The probe of the worker's request path, in-process (see its docstring).
+REQUEST_PATH_PROBE = REPO / "bench" / "request_path_probe.py"
 #: Timers due at once in a counted fire: enough that the per-round costs are small
 #: beside the per-timer ones, few enough for valgrind's ~50x slowdown.
 COUNTED_TIMERS = 4_000
 
 
-def counted_instructions(probe: Path, args: list[str], tree: Path) -> int | None:
+def counted_instructions(
+    probe: Path, args: list[str], tree: Path, path: Sequence[Path] = ()
+) -> int | None:
     """Instructions callgrind counts inside ``sys.call_tracing`` in ``python probe args``
-    run on ``tree`` (its ``PYTHONPATH`` and working directory); None without valgrind.
+    run on ``tree`` (its ``PYTHONPATH``, then ``path``, and its working directory); None
+    without valgrind. ``path``: a tree's own ``clients/python``, say, ahead of the
+    client package installed in the environment.
 
     ``PYTHONHASHSEED`` is fixed (set and dict orders, and so the work, repeat) and
     ``PYTHONMALLOC=malloc`` (valgrind follows the system allocator).
@@ -49,7 +63,7 @@ def counted_instructions(probe: Path, args: list[str], tree: Path) -> int | None
             *args,
         ],
         env={
-            "PYTHONPATH": str(tree),
+            "PYTHONPATH": os.pathsep.join([str(tree), *map(str, path)]),
             "PATH": "/usr/bin:/bin",
             "PYTHONHASHSEED": "0",
             "PYTHONMALLOC": "malloc",

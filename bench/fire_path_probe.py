@@ -6,7 +6,9 @@ best (least) CPU seconds per timer of :meth:`TimerService.handle_ticks` firing
 ``timers`` timers due in one second on 8 partitions, over ``passes`` fresh services on
 in-memory stores (no broker, no RocksDB: the service's own work, which a limit check
 would add to). :mod:`bench.rate_limit` runs it on the tree before rate limits and on
-this one, alternating, to show what the gates cost a fire path with no limit set.
+this one, alternating, to show what the gates cost a fire path with no limit set;
+:mod:`bench.before` counts it on the trees before the redesign and before the features
+past the anchors.
 
 ``passes`` 0 is the **counting** mode, for ``valgrind --tool=callgrind
 --collect-atstart=no --toggle-collect=_PyEval_CallTracing``: one pass whose fire alone

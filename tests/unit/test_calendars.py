@@ -325,6 +325,30 @@ def test_a_protobuf_request_carries_its_calendar() -> None:
     assert protowire.decode(protowire.encode(future)) == future
 
 
+def test_protobuf_skip_dates_are_read_however_their_tag_is_written() -> None:
+    """skip_dates is read only where its tag's first byte is in the value: the dates
+    alone (no holidays, no policy) still make a calendar, also when the tag is written
+    as an overlong varint (protobuf reads it so), and a one-shot with them is refused."""
+    from app.core import proto
+
+    series = proto.Future(callBackTopic="cb", every=86400, skip_dates=["2026-12-21"])
+    value = series.SerializeToString()
+    overlong = value.replace(b"\x92\x01", b"\x92\x81\x80\x00")
+    assert overlong != value
+    for sent in (value, overlong):
+        timer = parse_request(request(sent))
+        assert isinstance(timer, Timer) and timer.recurrence is not None
+        assert timer.recurrence.calendar == Calendar(None, [date(2026, 12, 21)])
+    one_shot = proto.Future(callBackTopic="cb", due=DEC_20 + 60, skip_dates=["2026-12-21"])
+    with pytest.raises(RejectedRequest) as refused:
+        parse_request(request(one_shot.SerializeToString()))
+    assert refused.value.reason is RejectReason.INVALID_RECURRENCE
+    # The byte elsewhere (a payload's) reads the field and finds none: a plain timer.
+    plain = proto.Future(callBackTopic="cb", due=DEC_20 + 60, callBack=b"\x92\x92")
+    timer = parse_request(request(plain.SerializeToString()))
+    assert isinstance(timer, Timer) and timer.recurrence is None
+
+
 def test_a_stored_series_keeps_its_calendar_and_an_old_one_reads_without() -> None:
     calendar = Calendar("US-CA", [date(2026, 12, 24)], SkipPolicy.NEXT)
     rec = Recurrence.cron_series("0 9 * * *", "America/Los_Angeles", calendar=calendar)
