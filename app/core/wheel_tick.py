@@ -230,7 +230,10 @@ class TickJob(WheelStore):
         in_flight = {t.id for t in timers}
         held, order, behind, paused = self._held, self._held_order, self._behind, self._paused
         now = self._clock() if paused else 0.0
-        for key, value in chain((first,), scan):
+        last_topic, last_queue = "", None
+        item: Timer | Scanned
+        for item in chain((first,), scan):  # the scan's own pairs are kept, not copied
+            key, value = item
             timer_id = key[_ID_AT:].decode()
             if behind and timer_id in behind:
                 continue  # delivered already (a reload's rescan): forgotten later
@@ -245,14 +248,16 @@ class TickJob(WheelStore):
                 self._park(timer_id, timer_key_second(key), topic, now)
                 continue
             in_flight.add(timer_id)
-            item = (
-                (key, value) if value[0] == _ONE_SHOT_LAYOUT else self._decode_scanned(key, value)
-            )
-            queue = queues.get(topic)
-            if queue is None:
-                queues[topic] = [item]
-            else:
-                queue.append(item)
+            if value[0] != _ONE_SHOT_LAYOUT:
+                item = self._decode_scanned(key, value)
+            if last_queue is not None and topic == last_topic:  # a burst: its neighbour's
+                last_queue.append(item)
+                continue
+            last_queue = queues.get(topic)
+            if last_queue is None:
+                last_queue = queues[topic] = []
+            last_topic = topic
+            last_queue.append(item)
         self._in_flight = in_flight
         self._undecoded = take_turns(queues.values())
         self._undecoded_at = 0

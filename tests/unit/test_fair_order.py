@@ -228,3 +228,9 @@ def test_a_series_past_the_eager_keys_is_known_in_flight_so_a_cancel_still_stops
     assert successor is not None
     wheel.finish_tick(100, taken, {"zs": successor})
     assert wheel.count_pending() == 0 and wheel.lookup("zs") == ("cancelled", 100, "tok")
+
+
+@given(st.lists(st.lists(st.integers(), max_size=6), max_size=5))
+def test_take_turns_is_round_robin_over_the_queues(queues: list[list[int]]) -> None:
+    expected = [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
+    assert take_turns(queues) == expected
