@@ -190,7 +190,12 @@ class TickJob(WheelStore):
         superseded = self._superseded
         taken = []
         for item in items[at:end]:
-            timer = self._decode_scanned(*item) if isinstance(item, tuple) else item
+            if isinstance(item, tuple):  # a plain one-shot timer: _decode_scanned, inline
+                timer = unpack_timer(item[1])
+                if timer.spread:  # keyed under its fire second
+                    self._note_slot(item[0], timer)
+            else:
+                timer = item
             if not (superseded and timer.id in superseded):
                 taken.append(timer)
         if end == len(items):
@@ -272,10 +277,14 @@ class TickJob(WheelStore):
             if timer.recurrence is not None:
                 self._in_flight_series.add(timer.id)
                 self._series_stored[timer.id] = value
-            slot = timer_key_second(key)
-            if slot != timer.due:
-                self._slots[(timer.id, timer.due)] = slot
+            self._note_slot(key, timer)
         return timer
+
+    def _note_slot(self, key: bytes, timer: Timer) -> None:
+        """Remember the second ``timer`` is keyed under (``key``'s) if not its due."""
+        slot = timer_key_second(key)
+        if slot != timer.due:
+            self._slots[(timer.id, timer.due)] = slot
 
     def finish_tick(
         self,
