@@ -26,6 +26,7 @@ from itertools import chain, islice, repeat
 
 from app.core import expiry_batch
 from app.core.expiry_sweep import ExpirySweep
+from app.core.fair_in_flight import InFlightIds, id_of_key
 from app.core.fair_order import interleave_by_topic, take_turns
 from app.core.held import HeldQueue
 from app.core.keys import (
@@ -56,8 +57,6 @@ EAGER_SCAN = 1024
 #: A stored timer's first byte, its layout version (app.core.stored): version 1 is a
 #: one-shot timer with no late policy of its own, the one kind a scan may leave undecoded.
 _ONE_SHOT_LAYOUT = 1
-#: Where a pending timer's id starts in its key (app.core.keys.timer_key).
-_ID_AT = len(timer_key_prefix(0))
 
 #: A scanned timer the round has not decoded yet: its key and stored value.
 Scanned = tuple[bytes, bytes]
@@ -232,29 +231,25 @@ class TickJob(WheelStore):
                 queues[timer.topic] = [timer]
             else:
                 queue.append(timer)
-        in_flight = {t.id for t in timers}
+        in_flight = {t.id for t in timers}  # and the undecoded ones' (InFlightIds)
         held, order, behind, paused = self._held, self._held_order, self._behind, self._paused
         now = self._clock() if paused else 0.0
         last_topic, last_queue = "", None
         item: Timer | Scanned
         for item in chain((first,), scan):  # the scan's own pairs are kept, not copied
             key, value = item
-            timer_id = key[_ID_AT:].decode()
-            if behind and timer_id in behind:
-                continue  # delivered already (a reload's rescan): forgotten later
+            if (behind or paused) and self._skipped_at_scan(key, value, hold, now):
+                continue
             topic = stored_topic(value)
             if hold and topic in hold:
                 queue_held = held.get(topic)
                 if queue_held is None:
                     queue_held = held[topic] = HeldQueue()
-                queue_held.push((timer_key_second(key), next(order), timer_id, since))
+                queue_held.push((timer_key_second(key), next(order), id_of_key(key), since))
                 continue
-            if paused and timer_id in paused:
-                self._park(timer_id, timer_key_second(key), topic, now)
-                continue
-            in_flight.add(timer_id)
             if value[0] != _ONE_SHOT_LAYOUT:
                 item = self._decode_scanned(key, value)
+                in_flight.add(item.id)
             if last_queue is not None and topic == last_topic:  # a burst: its neighbour's
                 last_queue.append(item)
                 continue
@@ -263,10 +258,26 @@ class TickJob(WheelStore):
                 last_queue = queues[topic] = []
             last_topic = topic
             last_queue.append(item)
-        self._in_flight = in_flight
         self._undecoded = take_turns(queues.values())
+        self._in_flight = InFlightIds(in_flight, self._undecoded)
         self._undecoded_at = 0
         self._undecoded_topics = frozenset(queues)
+        return True
+
+    def _skipped_at_scan(
+        self, key: bytes, value: bytes, hold: AbstractSet[str], now: float
+    ) -> bool:
+        """Whether a burst's scan passes this timer by: delivered already (a reload's
+        rescan: forgotten later), or paused (parked, unless held)."""
+        timer_id = id_of_key(key)
+        if timer_id in self._behind:
+            return True
+        if timer_id not in self._paused:
+            return False
+        topic = stored_topic(value)
+        if hold and topic in hold:
+            return False  # held, as begin_tick holds a paused timer of a held topic
+        self._park(timer_id, timer_key_second(key), topic, now)
         return True
 
     def _decode_scanned(self, key: bytes, value: bytes) -> Timer:

@@ -8,8 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from app.core.fair_in_flight import InFlightIds
 from app.core.fair_order import interleave_by_topic, take_turns
 from app.core.firing import plan
+from app.core.keys import timer_key
 from app.core.policy import RequestPolicy
 from app.core.raw_record import RawRecord
 from app.core.timer import Cancel, Timer
@@ -234,3 +236,11 @@ def test_a_series_past_the_eager_keys_is_known_in_flight_so_a_cancel_still_stops
 def test_take_turns_is_round_robin_over_the_queues(queues: list[list[int]]) -> None:
     expected = [q[i] for i in range(max(map(len, queues), default=0)) for q in queues if i < len(q)]
     assert take_turns(queues) == expected
+
+
+def test_in_flight_ids_are_read_from_the_keys_on_first_use_and_a_discard_holds() -> None:
+    ids = InFlightIds(["a"], [(timer_key(100, "b"), b""), (timer_key(100, "c"), b""), "a"])
+    ids.discard("b")
+    ids.add("d")
+    assert "b" not in ids and {"a", "c", "d"} <= ids and len(ids) == 3
+    assert sorted(ids) == ["a", "c", "d"]
