@@ -4,8 +4,8 @@ A round's ids are *in flight* from its scan to its end: a reschedule of one whil
 round awaits is kept from firing the old version after it (``PartitionWheel.still_due``),
 a cancel of one is too late. A burst's scan leaves most of its timers undecoded
 (:meth:`app.core.wheel_tick.TickJob.begin_tick`'s ``decode_first``), and reading each
-one's id from its key into a set was a quarter of what that scan did per timer (py-spy,
-60,000 keys), before its first callback could go out. :class:`InFlightIds` is that set,
+one's id from its key into a set is a quarter of what that scan does per timer (py-spy,
+60,000 keys), all before its first callback can go out. :class:`InFlightIds` is that set,
 filled from the keys the first time it is used: by a request that arrives while the
 round awaits, or not at all.
 

@@ -12,10 +12,10 @@ below every timer still held, parked or behind, so that a reload scans those aga
 A burst (more than :data:`EAGER_SCAN` keys in one scan) is put in its fair order
 (:mod:`app.core.fair_order`) before it is decoded, when the caller asks
 (``decode_first``): the scan reads each value's topic alone, and the timers are decoded
-as the service produces them (:meth:`TickJob.take_scanned`). Decoding was most of a
-scan's cost (3.5 of 4 µs a timer): decoded first, the 200,000 timers of a burst kept
-another topic's few callbacks of the same second waiting ~1.5 s before the first
-callback went out.
+as the service produces them (:meth:`TickJob.take_scanned`). Decoding is most of a
+scan's cost (3.5 of 4 µs a timer): a burst of 200,000 decoded first would keep another
+topic's few callbacks of the same second waiting over a second, on top of the time to
+read the burst at all.
 """
 
 from __future__ import annotations
@@ -119,8 +119,9 @@ class TickJob(WheelStore):
 
         ``decode_first``: a scan of more than :data:`EAGER_SCAN` keys returns only the
         first ``decode_first`` timers of the round's fair order; the rest are read by
-        their topic alone (and their id, from the key: they are in flight) and decoded by
-        :meth:`take_scanned` as they are produced, every one before :meth:`finish_tick`.
+        their topic alone (in flight, their ids are read from their keys when asked:
+        :mod:`app.core.fair_in_flight`) and decoded by :meth:`take_scanned` as they are
+        produced, every one before :meth:`finish_tick`.
         """
         if self.ticked_through is not None and second <= self.ticked_through:
             return None
@@ -214,12 +215,12 @@ class TickJob(WheelStore):
         decoding it, and put the round in its fair order for :meth:`take_scanned`;
         False if nothing is left (the round is ``timers``).
 
-        Each value's topic is read alone (:func:`stored_topic`, a seventh of a decode)
-        and its id from its key; only a timer of another layout than a plain one-shot
-        timer's (a series, a timer with its own late policy: rare in a burst) is decoded
-        here, so that the round knows its series and their slots before it awaits. A
-        topic's timers keep their scan order, decoded or not. Held and paused timers are
-        told apart here as :meth:`begin_tick` does.
+        Each value's topic is read alone (:func:`stored_topic`, a seventh of a decode),
+        its id only if asked (:class:`InFlightIds`); only a timer of another layout than
+        a plain one-shot timer's (a series, a timer with its own late policy: rare in a
+        burst) is decoded here, so that the round knows its series and their slots
+        before it awaits. A topic's timers keep their scan order, decoded or not. Held
+        and paused timers are told apart here as :meth:`begin_tick` does.
         """
         first = next(scan, None)
         if first is None:
