@@ -40,7 +40,7 @@ from app.core.keys import (
     timer_key_prefix,
     timer_key_second,
 )
-from app.core.stored import stored_topic, unpack_timer
+from app.core.stored import stored_topic, stored_topic_is, topic_field, unpack_timer
 from app.core.timer import Timer
 from app.core.wheel_store import Behind, WheelStore
 
@@ -235,11 +235,18 @@ class TickJob(WheelStore):
         in_flight = {t.id for t in timers}  # and the undecoded ones' (InFlightIds)
         held, order, behind, paused = self._held, self._held_order, self._behind, self._paused
         now = self._clock() if paused else 0.0
-        last_topic, last_queue = "", None
+        last_topic, last_field, last_queue = "", b"", None
         item: Timer | Scanned
         for item in chain((first,), scan):  # the scan's own pairs are kept, not copied
             key, value = item
             if (behind or paused) and self._skipped_at_scan(key, value, hold, now):
+                continue
+            if (
+                last_queue is not None
+                and value[0] == _ONE_SHOT_LAYOUT
+                and stored_topic_is(value, last_field)
+            ):  # a burst: its neighbour's topic (compared, not read), held by no gate
+                last_queue.append(item)
                 continue
             topic = stored_topic(value)
             if hold and topic in hold:
@@ -251,13 +258,11 @@ class TickJob(WheelStore):
             if value[0] != _ONE_SHOT_LAYOUT:
                 item = self._decode_scanned(key, value)
                 in_flight.add(item.id)
-            if last_queue is not None and topic == last_topic:  # a burst: its neighbour's
-                last_queue.append(item)
-                continue
-            last_queue = queues.get(topic)
-            if last_queue is None:
-                last_queue = queues[topic] = []
-            last_topic = topic
+            if topic != last_topic or last_queue is None:
+                last_queue = queues.get(topic)
+                if last_queue is None:
+                    last_queue = queues[topic] = []
+                last_topic, last_field = topic, topic_field(topic)
             last_queue.append(item)
         self._undecoded = take_turns(queues.values())
         self._in_flight = InFlightIds(in_flight, self._undecoded)

@@ -14,6 +14,7 @@ from app.core.firing import plan
 from app.core.keys import timer_key
 from app.core.policy import RequestPolicy
 from app.core.raw_record import RawRecord
+from app.core.stored import pack_timer, stored_topic, stored_topic_is, topic_field
 from app.core.timer import Cancel, Timer
 from app.core.wheel import CancelOutcome, PartitionWheel
 from app.core.wheel_tick import EAGER_SCAN
@@ -244,3 +245,17 @@ def test_in_flight_ids_are_read_from_the_keys_on_first_use_and_a_discard_holds()
     ids.add("d")
     assert "b" not in ids and {"a", "c", "d"} <= ids and len(ids) == 3
     assert sorted(ids) == ["a", "c", "d"]
+
+
+@given(
+    st.text(max_size=12),
+    st.text(max_size=12),
+    st.sampled_from(["burst", "burst2", "bursT", "", "b", "é-topic"]),
+    st.sampled_from(["burst", "burst2", ""]),
+)
+def test_a_stored_timers_topic_is_told_by_comparison_as_it_is_read(
+    timer_id: str, token: str, topic: str, other: str
+) -> None:
+    packed = pack_timer(Timer(id=timer_id, due=100, topic=topic, key=b"k", value=None, token=token))
+    assert stored_topic(packed) == topic
+    assert stored_topic_is(packed, topic_field(other)) == (topic == other)
