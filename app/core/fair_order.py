@@ -13,19 +13,25 @@ volume; a topic that needs a bound on its share of the delivery rate has rate li
 (:mod:`app.worker.topic_gates`). A tick to one topic (nearly all of them) is returned as
 it is, after one comparison per timer.
 
+A tick's scan of a burst (:meth:`app.core.wheel_tick.TickJob.begin_tick` with
+``decode_first``) puts its timers in this order *before* decoding them, by the topic it
+reads from each stored value, and decodes them as they are produced: :func:`take_turns`
+orders what it has, decoded or not.
+
 Pure: no clock, no Kafka.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from itertools import chain, zip_longest
+from collections.abc import Iterable, Sequence
+from itertools import chain
+from typing import TypeVar
 
 from app.core.timer import Timer
 
-__all__ = ["interleave_by_topic"]
+__all__ = ["interleave_by_topic", "take_turns"]
 
-_GAP = object()
+T = TypeVar("T")
 
 
 def interleave_by_topic(timers: Sequence[Timer]) -> list[Timer]:
@@ -52,5 +58,26 @@ def interleave_by_topic(timers: Sequence[Timer]) -> list[Timer]:
             by_topic[timer.topic] = [timer]
         else:
             queue.append(timer)
-    turns = chain.from_iterable(zip_longest(*by_topic.values(), fillvalue=_GAP))
-    return [t for t in turns if t is not _GAP]  # type: ignore[misc]
+    return take_turns(by_topic.values())
+
+
+def take_turns(queues: Iterable[Sequence[T]]) -> list[T]:
+    """The first item of each of ``queues``, then the second of each, and so on.
+
+    >>> take_turns([[1, 2, 3], [10], [20, 21]])
+    [1, 10, 20, 2, 21, 3]
+    """
+    live = [queue for queue in queues if queue]
+    turns: list[T] = []
+    done = 0
+    # Turns go round while every live queue has an item (zip, in C); then the queues
+    # that are left go on without the ones that ran out. A burst beside a few timers is
+    # a few rounds and one copy of the burst's remainder, not a look at each of its items.
+    while len(live) > 1:
+        end = min(len(queue) for queue in live)
+        turns.extend(chain.from_iterable(zip(*(queue[done:end] for queue in live), strict=True)))
+        done = end
+        live = [queue for queue in live if len(queue) > end]
+    if live:
+        turns.extend(live[0][done:])
+    return turns

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from app.core.fired import SkipReason
 from app.core.firing import StepKind, next_occurrence, plan
 from app.core.timer import Timer
+from app.core.wheel import PartitionWheel
 from app.worker.metrics import observe_many
 from app.worker.output import DeliveryFailure, TransactionAborted
 from app.worker.service_state import CAUGHT_UP_INTERVAL, LoadedPartition, ServiceState
@@ -83,8 +84,9 @@ class FiringJob(ServiceState):
             self._output.skipped(step.timer, reason, partition=partition, coalesced=step.coalesced)
         return delivered, steps.successor
 
-    async def _look_up_topics(self, timers: Iterable[Timer]) -> None:
-        """Find which of the callback topics of ``timers`` do not exist (:attr:`_absent`).
+    async def _look_up_topics(self, timers: Iterable[Timer], more: Iterable[str] = ()) -> None:
+        """Find which of the callback topics of ``timers`` (and the topics ``more``) do
+        not exist (:attr:`_absent`).
 
         The worker's producer creates no topic, and a callback to a missing one would hold
         the flush of the whole tick. A set of the tick's topics costs ~40 ns a timer; the
@@ -93,6 +95,7 @@ class FiringJob(ServiceState):
         if self._topics is None:
             return
         topics = {timer.topic for timer in timers}
+        topics.update(more)
         self._absent = await self._topics.missing(topics) if self._topics.unseen(topics) else set()
 
     def _refused_at_fire(self, timer: Timer, partition: int) -> bool:
@@ -128,27 +131,42 @@ class FiringJob(ServiceState):
             return True
         return False
 
-    def _fire_partitions(self, rounds: Sequence[tuple[int, int, list[Timer]]]) -> list[Fired]:
-        """:meth:`_fire_all` for each ``(partition, second, timers)`` of one round, the
-        partitions taking turns of :data:`FAIR_TURN` callbacks.
+    def _fire_partitions(
+        self, rounds: Sequence[tuple[int, int, list[Timer], PartitionWheel]]
+    ) -> list[Fired]:
+        """:meth:`_fire_all` for each ``(partition, second, timers, wheel)`` of one round,
+        the partitions taking turns of :data:`FAIR_TURN` callbacks.
 
         Fair firing across partitions, as :mod:`app.core.fair_order` is within one: a
         burst of 200,000 timers spread over the partitions would otherwise be produced
         partition after partition, and another topic's few timers on the last partition
         would wait for every other partition's share of the burst (seconds). A round of
         one partition, or of few timers, takes the straight path.
+
+        A wheel that scanned a burst without decoding it all (``wheel.undecoded``,
+        :meth:`PartitionWheel.take_scanned`) gives the rest of its round a turn at a
+        time: each ``timers`` is extended in place with what its wheel decodes, and is
+        the round's whole list once this returns (what ``finish_tick`` forgets).
         """
-        if len(rounds) < 2 or sum(len(timers) for _, _, timers in rounds) <= FAIR_TURN:
+        if (len(rounds) < 2 or sum(len(timers) for _, _, timers, _ in rounds) <= FAIR_TURN) and (
+            not any(wheel.undecoded for _, _, _, wheel in rounds)
+        ):
             return [
-                self._fire_all(partition, second, timers) for partition, second, timers in rounds
+                self._fire_all(partition, second, timers) for partition, second, timers, _ in rounds
             ]
         fired = [Fired() for _ in rounds]
-        longest = max(len(timers) for _, _, timers in rounds)
-        for start in range(0, longest, FAIR_TURN):
-            for (partition, second, timers), into in zip(rounds, fired, strict=True):
+        start, turn = 0, True
+        while turn:
+            turn = False
+            for (partition, second, timers, wheel), into in zip(rounds, fired, strict=True):
+                end = start + FAIR_TURN
+                while len(timers) < end and wheel.undecoded:
+                    timers.extend(wheel.take_scanned(end - len(timers)))
                 if start < len(timers):
-                    self._fire_into(into, partition, second, timers[start : start + FAIR_TURN])
-        for partition, _, _ in rounds:
+                    self._fire_into(into, partition, second, timers[start:end])
+                    turn = True
+            start += FAIR_TURN
+        for partition, _, _, _ in rounds:
             self.gates.produced(partition)  # a limit's window counts them from now
         return fired
 

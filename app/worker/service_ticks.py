@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from app.core.timer import Timer
-from app.worker.service_firing import FiringJob
+from app.worker.service_firing import FAIR_TURN, FiringJob
 from app.worker.service_state import LoadedPartition
 
 __all__ = ["RELEASE_SLACK", "TickJob"]
@@ -123,14 +123,22 @@ class TickJob(FiringJob):
             part = await self._partition(partition)
             if part.rereading:
                 continue  # a later tick fires it all (LoadedPartition.rereading)
-            timers = part.wheel.begin_tick(second, hold=gated, since=self._clock())
+            # A burst is decoded as it is produced (_fire_partitions): its first turn now.
+            timers = part.wheel.begin_tick(
+                second, hold=gated, since=self._clock(), decode_first=FAIR_TURN
+            )
             if timers is not None:
                 if gated or part.wheel.holding:  # one check per round without limits
                     timers = self._through_gates(partition, part.wheel, timers)
                 due.append((partition, part, second, timers))
-        await self._look_up_topics(timer for _, _, _, timers in due for timer in timers)
+        await self._look_up_topics(
+            (timer for _, _, _, timers in due for timer in timers),
+            (topic for _, part, _, _ in due for topic in part.wheel.undecoded_topics),
+        )
         due = [(p, part, second, part.wheel.still_due(timers)) for p, part, second, timers in due]
-        fired = self._fire_partitions([(p, second, timers) for p, _, second, timers in due])
+        fired = self._fire_partitions(
+            [(p, second, timers, part.wheel) for p, part, second, timers in due]
+        )
         began = [
             (partition, part, second, timers, into)
             for (partition, part, second, timers), into in zip(due, fired, strict=True)
