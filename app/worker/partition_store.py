@@ -348,7 +348,9 @@ class RocksDBStores:
         (:mod:`app.worker.changelog_repair`). Only while nothing of this worker's is on
         its way: a record in flight would look like another writer's."""
         kvs = {p: kv for p, kv in stores.items() if isinstance(kv, ChangeloggedKV)}
-        if self._repairer is None or not kvs or self._output.in_flight():
+        if self._repairer is None or self._output.transactional:
+            return  # exactly-once: not checked (app.worker.changelog_repair)
+        if not kvs or self._output.in_flight():
             return
         loop = asyncio.get_running_loop()
         ends = await loop.run_in_executor(None, self._repairer.ends, sorted(kvs))
