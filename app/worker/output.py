@@ -502,12 +502,13 @@ class OutputProducer:
         offset = msg.offset()
         partition = msg.partition()
         if offset is not None and partition is not None:
-            if offset > self.changelog_acked.get(partition, -1):
-                self.changelog_acked[partition] = offset
+            # Own first: a store on the loop's thread trusts acked offsets to be listed.
             counted = self.changelog_counted.get(partition)
             if counted is not None and offset > counted[0]:
                 counted[1] += 1
                 self._changelog_own[partition].append(offset)
+            if offset > self.changelog_acked.get(partition, -1):
+                self.changelog_acked[partition] = offset
 
     def count_changelog_after(self, partition: int, offset: int) -> None:
         """From now on, count this output's acknowledged records of changelog
@@ -519,8 +520,7 @@ class OutputProducer:
         self._changelog_own[partition] = []
 
     def in_flight(self) -> int:
-        """Records produced and not yet acknowledged (or refused)."""
-        return len(self._producer)
+        return len(self._producer)  # produced, not yet acknowledged (or refused)
 
     def take_own_changelog(self, partition: int, through: int) -> list[int]:
         """The offsets of this output's records of changelog ``partition`` acknowledged
