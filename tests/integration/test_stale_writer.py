@@ -34,11 +34,8 @@ from pathlib import Path
 import pytest
 
 from app.kafka.records import TopicReader
-from app.kafka.topics import ensure_topics
-from tests.conftest import fresh_settings
-from tests.support.kafka_proxy import proxied_broker
+from tests.support.kafka_proxy import proxied_stack
 from tests.support.probes import Probed, get_json, metric_total, start_probed
-from tests.support.stack import running_stack
 from tests.support.waiting import wait_until
 
 pytestmark = [
@@ -68,88 +65,82 @@ def _scheduled(worker: Probed) -> float:
 def test_a_stale_owners_late_changelog_records_never_bring_an_older_version_back(
     tmp_path: Path,
 ) -> None:
-    with proxied_broker() as proxy:
-        settings = fresh_settings(f"127.0.0.1:{proxy.port}", partitions=1)
-        ensure_topics(settings)
-        with running_stack(settings, tmp_path) as stack:
-            topic = stack.callback_topic(f"cb-stale-{settings.app_id}")
-            stack.oscillator()
-            producer = stack.producer()
+    with proxied_stack(tmp_path, partitions=1) as (proxy, stack):
+        settings = stack.settings
+        topic = stack.callback_topic(f"cb-stale-{settings.app_id}")
+        stack.oscillator()
+        producer = stack.producer()
 
-            def send(version: str, due: int) -> None:
-                producer.produce(settings.topics.requests, _request(topic, version, due), b"k")
-                assert producer.flush(10) == 0
+        def send(version: str, due: int) -> None:
+            producer.produce(settings.topics.requests, _request(topic, version, due), b"k")
+            assert producer.flush(10) == 0
 
-            stale = start_probed(stack, "worker", "w-stale")
-            wait_until(lambda: _ready(stale), TIMEOUT, "w-stale ready")
-            send("v1", int(time.time()) + 600)
-            wait_until(lambda: _scheduled(stale) >= 1, TIMEOUT, "v1 stored by w-stale")
+        stale = start_probed(stack, "worker", "w-stale")
+        wait_until(lambda: _ready(stale), TIMEOUT, "w-stale ready")
+        send("v1", int(time.time()) + 600)
+        wait_until(lambda: _scheduled(stale) >= 1, TIMEOUT, "v1 stored by w-stale")
 
-            # 1. The stale owner applies v2; its records are held in the network.
-            proxy.stall("kafka-timers-w-stale")
-            due2 = int(time.time()) + 45
-            due3 = due2 + 20
-            send("v2", due2)
-            wait_until(lambda: _scheduled(stale) >= 2, TIMEOUT, "v2 applied by w-stale")
-            wait_until(lambda: proxy.held > 0, TIMEOUT, "a request of w-stale held")
-            stale.process.kill()
+        # 1. The stale owner applies v2; its records are held in the network.
+        proxy.stall("kafka-timers-w-stale")
+        due2 = int(time.time()) + 45
+        due3 = due2 + 20
+        send("v2", due2)
+        wait_until(lambda: _scheduled(stale) >= 2, TIMEOUT, "v2 applied by w-stale")
+        wait_until(lambda: proxy.held > 0, TIMEOUT, "a request of w-stale held")
+        stale.process.kill()
 
-            # 2. The next owner applies v2 again, then v3.
-            nxt = start_probed(stack, "worker", "w-next")
-            wait_until(lambda: _ready(nxt) and _scheduled(nxt) >= 1, TIMEOUT, "v2 at w-next")
-            send("v3", due3)
-            wait_until(lambda: _scheduled(nxt) >= 2, TIMEOUT, "v3 applied by w-next")
-            slot2 = b"T%012d\x00" % due2 + TIMER_ID.encode()
-            slot3 = b"T%012d\x00" % due3 + TIMER_ID.encode()
-            with TopicReader(settings, settings.changelog_topic) as changelog:
+        # 2. The next owner applies v2 again, then v3.
+        nxt = start_probed(stack, "worker", "w-next")
+        wait_until(lambda: _ready(nxt) and _scheduled(nxt) >= 1, TIMEOUT, "v2 at w-next")
+        send("v3", due3)
+        wait_until(lambda: _scheduled(nxt) >= 2, TIMEOUT, "v3 applied by w-next")
+        slot2 = b"T%012d\x00" % due2 + TIMER_ID.encode()
+        slot3 = b"T%012d\x00" % due3 + TIMER_ID.encode()
+        with TopicReader(settings, settings.changelog_topic) as changelog:
 
-                def keyed(key: bytes) -> list[tuple[int, bool]]:
-                    changelog.poll(0.2)
-                    return [
-                        (r.offset, r.value is not None) for r in changelog.records if r.key == key
-                    ]
+            def keyed(key: bytes) -> list[tuple[int, bool]]:
+                changelog.poll(0.2)
+                return [(r.offset, r.value is not None) for r in changelog.records if r.key == key]
 
-                wait_until(lambda: keyed(slot3), TIMEOUT, "w-next's v3 in the changelog")
-                assert keyed(slot2)[-1][1] is False, "w-next replaced v2 with v3"
+            wait_until(lambda: keyed(slot3), TIMEOUT, "w-next's v3 in the changelog")
+            assert keyed(slot2)[-1][1] is False, "w-next replaced v2 with v3"
 
-                # 3. The held records land, after w-next's.
-                proxy.resume()
-                wait_until(
-                    # (any such record: the repair may already have written over it)
-                    lambda: any(
-                        put and offset > keyed(slot3)[-1][0] for offset, put in keyed(slot2)
-                    ),
-                    TIMEOUT,
-                    "w-stale's held v2 record in the changelog after w-next's v3",
-                )
+            # 3. The held records land, after w-next's.
+            proxy.resume()
+            wait_until(
+                # (any such record: the repair may already have written over it)
+                lambda: any(put and offset > keyed(slot3)[-1][0] for offset, put in keyed(slot2)),
+                TIMEOUT,
+                "w-stale's held v2 record in the changelog after w-next's v3",
+            )
 
-                # w-next, idle since, finds them by the changelog's end (a busy owner
-                # finds them at its next flush) and writes its values over them.
-                wait_until(
-                    lambda: metric_total(nxt.metrics, "kafka_timers_changelog_repairs") >= 1,
-                    TIMEOUT,
-                    "w-next repaired its changelog after the late records",
-                )
-                wait_until(
-                    lambda: keyed(slot2)[-1][1] is False,
-                    TIMEOUT,
-                    "the repair's tombstone of v2 last in the changelog",
-                )
+            # w-next, idle since, finds them by the changelog's end (a busy owner
+            # finds them at its next flush) and writes its values over them.
+            wait_until(
+                lambda: metric_total(nxt.metrics, "kafka_timers_changelog_repairs") >= 1,
+                TIMEOUT,
+                "w-next repaired its changelog after the late records",
+            )
+            wait_until(
+                lambda: keyed(slot2)[-1][1] is False,
+                TIMEOUT,
+                "the repair's tombstone of v2 last in the changelog",
+            )
 
-            # 4. Whoever restores the partition next must not fire v2, and must fire v3.
-            nxt.process.kill()
-            third = start_probed(stack, "worker", "w-third")
-            wait_until(lambda: _ready(third), TIMEOUT, "w-third ready")
-            with TopicReader(settings, topic) as callbacks:
+        # 4. Whoever restores the partition next must not fire v2, and must fire v3.
+        nxt.process.kill()
+        third = start_probed(stack, "worker", "w-third")
+        wait_until(lambda: _ready(third), TIMEOUT, "w-third ready")
+        with TopicReader(settings, topic) as callbacks:
 
-                def fired() -> list[bytes]:
-                    callbacks.poll(0.5)
-                    return [r.value or b"" for r in callbacks.records]
+            def fired() -> list[bytes]:
+                callbacks.poll(0.5)
+                return [r.value or b"" for r in callbacks.records]
 
-                wait_until(
-                    lambda: b"v3" in fired() or time.time() > due3 + 30,
-                    due3 - time.time() + 40,
-                    "v3 fired or its second long past",
-                )
-                assert fired() == [b"v3"], f"callbacks {fired()}: expected v3 only"
-                assert callbacks.records[0].timestamp_ms >= due3 * 1000, "v3 early"
+            wait_until(
+                lambda: b"v3" in fired() or time.time() > due3 + 30,
+                due3 - time.time() + 40,
+                "v3 fired or its second long past",
+            )
+            assert fired() == [b"v3"], f"callbacks {fired()}: expected v3 only"
+            assert callbacks.records[0].timestamp_ms >= due3 * 1000, "v3 early"

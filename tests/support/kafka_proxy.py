@@ -29,10 +29,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from app.dev.broker import accepts_connections, broker_binary, free_port
+from app.kafka.topics import ensure_topics
 from tests.support.apache_kafka_broker import ApacheKafkaBroker
+from tests.support.stack import Stack, running_stack
 from tests.support.waiting import wait_until
 
-__all__ = ["KafkaProxy", "proxied_broker"]
+__all__ = ["KafkaProxy", "proxied_broker", "proxied_stack"]
 
 
 def _read_exact(sock: socket.socket, n: int) -> bytes | None:
@@ -228,3 +230,16 @@ def _proxied_kafka(kafka_home: Path) -> Iterator[KafkaProxy]:
         finally:
             proxy.close()
             broker.close()
+
+
+@contextmanager
+def proxied_stack(base_dir: Path, partitions: int) -> Iterator[tuple[KafkaProxy, Stack]]:
+    """A :func:`proxied_broker` with fresh topics of ``partitions`` partitions created on
+    it and a :class:`~tests.support.stack.Stack` of services reaching it through the proxy."""
+    from tests.conftest import fresh_settings  # the suite's settings, not a support module's
+
+    with proxied_broker() as proxy:
+        settings = fresh_settings(f"127.0.0.1:{proxy.port}", partitions=partitions)
+        ensure_topics(settings)
+        with running_stack(settings, base_dir) as stack:
+            yield proxy, stack
