@@ -156,7 +156,9 @@ class ChangelogRepairer:
 
     def ends(self, partitions: list[int]) -> dict[int, int]:
         """The changelog's end offset (high watermark) of each of ``partitions``, asked of
-        the broker now; the ones it did not answer in time are left out. Blocking."""
+        the broker now; none past the first it did not answer in time (a broker away
+        holds one executor thread for seconds, not for a timeout per partition).
+        Blocking."""
         if self._consumer is None:
             conf = dict(self._conf)
             conf["group.id"] = f"kafka-timers-repair-{uuid.uuid4().hex}"
@@ -165,10 +167,10 @@ class ChangelogRepairer:
         for p in partitions:
             try:
                 _, high = self._consumer.get_watermark_offsets(
-                    TopicPartition(self._topic, p), timeout=5, cached=False
+                    TopicPartition(self._topic, p), timeout=2, cached=False
                 )
             except Exception:  # the broker away or slow: looked at again next time
-                continue
+                break
             ends[p] = high
         return ends
 
