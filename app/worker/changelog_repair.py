@@ -142,11 +142,12 @@ class ChangelogRepairer:
         consumer_conf: dict[str, Any],
         topic: str,
         *,
-        owns: Callable[[], bool],
+        owns: Callable[[RepairedStore], bool],
         repaired: Callable[[int], None],
     ) -> None:
-        """``owns``: whether this worker still certainly owns its partitions (the group
-        lease); ``repaired``: told how many records each repair wrote (the metric)."""
+        """``owns``: whether this worker still certainly owns the store's partition, and
+        holds it in this very store (the group lease, and no rebalance since);
+        ``repaired``: told how many records each repair wrote (the metric)."""
         self._conf = consumer_conf
         self._topic = topic
         self._owns = owns
@@ -200,10 +201,10 @@ class ChangelogRepairer:
         threading.Thread(target=read, name="changelog-repair", daemon=True).start()
 
     async def _write_over(self, store: RepairedStore, keys: set[bytes], offsets: list[int]) -> None:
-        if not self._owns():
+        if not self._owns(store):
             log.warning(
                 "changelog %s[%d]: %d records another writer wrote left as they are: this "
-                "worker's group lease ran out (it may be the stale one)",
+                "worker's group lease ran out or the partition moved (it may be the stale one)",
                 self._topic,
                 store.partition,
                 len(offsets),

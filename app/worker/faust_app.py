@@ -32,7 +32,7 @@ from app.kafka.demand import DemandPublisher, DemandTable
 from app.kafka.topic_config import BROKER_DEFAULT_DELETE_RETENTION_MS
 from app.settings import TABLE_NAME, Settings
 from app.worker.catch_up import CatchUpAbandoned, persisted_offset, stale_after
-from app.worker.changelog_repair import ChangelogRepairer
+from app.worker.changelog_repair import ChangelogRepairer, RepairedStore
 from app.worker.control import BulkCanceller, ControlFollower
 from app.worker.demand import DemandExchange
 from app.worker.descriptors import ROCKSDB_MAX_OPEN_FILES
@@ -267,6 +267,13 @@ def build_worker(
     # ready, and says why (app.worker.catch_up.catch_up_until_done).
     metrics.not_ready_seconds.set_function(health.not_ready_for)
     lease = GroupLease(settings.session_timeout)
+
+    def still_owns(store: RepairedStore) -> bool:
+        # The lease, and the partition still held in that very store (not given away by
+        # a rebalance while a changelog repair read the other writer's records).
+        held: object = service.held_stores().get(store.partition)
+        return lease.held() and held is store
+
     stores = RocksDBStores(
         db_for_partition,
         output,
@@ -279,7 +286,7 @@ def build_worker(
         repairer=ChangelogRepairer(
             catchup_conf,
             settings.changelog_topic,
-            owns=lease.held,
+            owns=still_owns,
             repaired=metrics.changelog_repairs.inc,
         ),
     )
