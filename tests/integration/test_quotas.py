@@ -11,12 +11,14 @@ result); every wait for a result polls with a deadline.
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from collections.abc import Iterator
 
 from app.core.routing import owner_of
 from app.dev.stack import wait_until_firing
+from app.kafka.demand import demand_topic
 from app.kafka.records import Record, TopicReader
 from kafka_timers_client.client import TimerClient
 from kafka_timers_client.fired import FiredKind, FiredRecord
@@ -28,9 +30,6 @@ from tests.support.waiting import wait_until
 
 #: Generous: two shared cores, and other test runs beside this one.
 TIMEOUT = 90.0
-#: Between requests on two workers' partitions: well past the demand exchange's quarter
-#: second, so the first worker's counts have reached the second (the test's input).
-SPACING = 2.0
 
 
 def ids_owned_by(partition: int, partitions: int, count: int, prefix: str) -> Iterator[str]:
@@ -99,10 +98,33 @@ def test_a_quota_of_1000_refuses_the_1001st_request_and_answers_it(stack: Stack)
     )
 
 
+def exchanged(demand: TopicReader, partition: int, key: str, count: int) -> None:
+    """Wait until worker-1's latest reports on the demand topic say ``count`` timers
+    under quota ``key`` on ``partition``, and worker-2 has reported four times since the
+    first of them (a second of its exchange: it tails the topic it reports to, in a
+    thread of its own, app.kafka.demand)."""
+
+    def counts(record: Record) -> tuple[str, int | None]:
+        data = json.loads(record.value or b"{}")
+        return data.get("worker", ""), data.get("quota", {}).get(str(partition), {}).get(key)
+
+    def seen(records: list[Record]) -> bool:
+        # From worker-1's first report of ``count`` since it last reported another (a
+        # filling quota passes through the lower counts first).
+        reports = [counts(r) for r in records]
+        at = None
+        for i, (w, n) in enumerate(reports):
+            if w == "worker-1":
+                at = (i if at is None else at) if n == count else None
+        return at is not None and sum(w == "worker-2" for w, _ in reports[at + 1 :]) >= 4
+
+    demand.wait_for(seen, TIMEOUT)
+
+
 def test_the_counts_of_another_workers_partitions_count(stack: Stack) -> None:
     """Two workers, each owning some partitions: a quota of 5 filled on one worker's
     partition refuses a request on the other's, once the exchange has carried the
-    counts (the requests are spaced beyond its interval); a cancel frees a place."""
+    counts (the test waits for them on the demand topic); a cancel frees a place."""
     settings = stack.settings
     topic = stack.callback_topic("quota-shared")
     probe = stack.callback_topic("quota-shared-probe")
@@ -132,11 +154,15 @@ def test_the_counts_of_another_workers_partitions_count(stack: Stack) -> None:
         elsewhere, after_cancel, full = ids_owned_by(second, partitions, 3, f"b{tag}")
         due = time.time() + 3600
         tokens = {}
-        with TopicReader(settings, settings.topics.fired) as answers:
+        key = f"topic:{topic}"
+        with (
+            TopicReader(settings, settings.topics.fired) as answers,
+            TopicReader(settings, demand_topic(settings)) as demand,
+        ):
             for timer_id in filled:
                 tokens[timer_id] = client.schedule(topic, b"a", timer_id=timer_id, at=due).token
             client.flush()
-            time.sleep(SPACING)  # the test's input: the next request comes later
+            exchanged(demand, first, key, 5)
             client.schedule(topic, b"b", timer_id=elsewhere, at=due)
             client.flush()
             answers.wait_for(lambda rs: elsewhere in over_quota_answers(rs), TIMEOUT)
@@ -145,7 +171,7 @@ def test_the_counts_of_another_workers_partitions_count(stack: Stack) -> None:
             # One of the five cancelled: a place is free, on the other worker's partition.
             cancelled = client.cancel(filled[0], tokens[filled[0]], wait=TIMEOUT)
             assert cancelled is CancelOutcome.CANCELLED
-            time.sleep(SPACING)  # the test's input, as above
+            exchanged(demand, first, key, 4)
             client.schedule(topic, b"c", timer_id=after_cancel, at=due)
             # The next on that partition is refused again: the place was taken (the
             # request before it was applied by then: one partition, read in order).
