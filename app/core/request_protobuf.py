@@ -117,13 +117,14 @@ def from_protobuf(record: RawRecord, now: float | None) -> Timer | Cancel:
     else:
         if not len(UnknownFieldSet(plain)):
             has = plain.HasField
+            # By position: id, due, topic, key, value, token (keywords cost a third more).
             return Timer(
-                id=plain.id or derived_id(record),
-                due=plain.due if has("due") else due_from_key(record),
-                topic=plain.callBackTopic,
-                key=plain.callBackKey.encode() if has("callBackKey") else None,
-                value=plain.callBack,
-                token=plain.token,
+                plain.id or derived_id(record),
+                plain.due if has("due") else due_from_key(record),
+                plain.callBackTopic,
+                plain.callBackKey.encode() if has("callBackKey") else None,
+                plain.callBack,
+                plain.token,
             )
     try:
         future: Any = _parse_future(record.value)
