@@ -116,13 +116,15 @@ def from_protobuf(record: RawRecord, now: float | None) -> Timer | Cancel:
         pass
     else:
         if not len(UnknownFieldSet(plain)):
-            has = plain.HasField
+            # A presence check by name is asked only where the value cannot tell: a due
+            # second other than 0 and a key other than "" were sent.
+            due, key = plain.due, plain.callBackKey
             # By position: id, due, topic, key, value, token (keywords cost a third more).
             return Timer(
                 plain.id or derived_id(record),
-                plain.due if has("due") else due_from_key(record),
+                due if due or plain.HasField("due") else due_from_key(record),
                 plain.callBackTopic,
-                plain.callBackKey.encode() if has("callBackKey") else None,
+                key.encode() if key or plain.HasField("callBackKey") else None,
                 plain.callBack,
                 plain.token,
             )
