@@ -145,12 +145,12 @@ class RequestJob(ExtraRequestJob):
                                 self._replayed(record, origin)
                                 continue
                     request = parse_request(record, now)
-                    if (
-                        routed
-                        and owner_of(request.id, routed) != record.partition
-                        and self._forwarded(part, record, request)
-                    ):
-                        continue
+                    if routed:
+                        owner = owner_of(request.id, routed)
+                        if owner != record.partition and self._forwarded(
+                            part, record, request, owner
+                        ):
+                            continue
                     if isinstance(request, Cancel):
                         self._cancel(part, record, request)
                         continue
@@ -295,15 +295,15 @@ class RequestJob(ExtraRequestJob):
         """Pause a unit so the event loop runs (ticks, heartbeats, HTTP): Unit.pause."""
         await unit.pause()
 
-    def _forwarded(self, part: LoadedPartition, record: RawRecord, request: Timer | Cancel) -> bool:
-        """Forward ``request``, read off its id's owner partition, to the owner; False
+    def _forwarded(
+        self, part: LoadedPartition, record: RawRecord, request: Timer | Cancel, owner: int
+    ) -> bool:
+        """Forward ``request``, read off its id's owner partition, to the ``owner``; False
         when it stays: an id this partition still holds pending (see
         :mod:`app.core.routing`; a request without an id goes to its derived id's owner)."""
         held = part.wheel.lookup(request.id)
         if held is not None and held[0] == "pending":
             return False
-        assert self._request_partitions is not None
-        owner = owner_of(request.id, self._request_partitions)
         check_forwardable(record, self._output.max_record_bytes)
         self._output.forward(record, owner, hop_value(record, self._hop_secret))
         self._metrics.forwarded.inc()
