@@ -249,6 +249,11 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
             self._fired_at_once.add(timer.id)
             return FIRE_NOW_REPLACED if replaced else FIRE_NOW_NEW
         self._store_occurrence(timer, fire_at, None, ikey)
+        if index is None:  # a new id, most requests: _count_stored's first case, inline
+            counts = self.counts
+            counts.timers += 1
+            counts.pending += 2
+            return STORED_NEW
         self._count_stored(index)
         return STORED_REPLACED if replaced else STORED_NEW
 
