@@ -27,7 +27,7 @@ from app.core.request_rules import (
     restored_debounce,
     sent_second,
 )
-from app.core.timer import Cancel, Header, Timer, TokenAction
+from app.core.timer import Cancel, Header, Timer, TokenAction, one_shot
 from kafka_timers_client.calendars import Calendar
 from kafka_timers_client.errors import RejectedRequest, RejectReason
 
@@ -119,8 +119,7 @@ def from_protobuf(record: RawRecord, now: float | None) -> Timer | Cancel:
             # A presence check by name is asked only where the value cannot tell: a due
             # second other than 0 and a key other than "" were sent.
             due, key = plain.due, plain.callBackKey
-            # By position: id, due, topic, key, value, token (keywords cost a third more).
-            return Timer(
+            return one_shot(
                 plain.id or derived_id(record),
                 due if due or plain.HasField("due") else due_from_key(record),
                 plain.callBackTopic,

@@ -10,13 +10,15 @@ from kafka_timers_client.late import LatePolicy
 from kafka_timers_client.recurrence import Recurrence
 from kafka_timers_client.spread import spread_second
 
-__all__ = ["Cancel", "Header", "Timer", "TokenAction"]
+__all__ = ["Cancel", "Header", "Timer", "TokenAction", "one_shot"]
 
 #: One Kafka record header: a name and raw bytes.
 Header = tuple[str, bytes]
 
 #: Sets an instance's dict past the frozen dataclass's ``__setattr__`` (Timer.__init__).
 _set_dict = object.__setattr__
+#: Makes an instance without calling its ``__init__`` (:func:`one_shot`).
+_new_object = object.__new__
 
 
 @dataclass(frozen=True, init=False)
@@ -135,6 +137,24 @@ _DEFAULTS: dict[str, object] = {
     name: getattr(Timer, name, None) for name in Timer.__dataclass_fields__ if name != "debounce"
 }
 _copy_defaults = _DEFAULTS.copy
+
+
+def one_shot(
+    id: str, due: int, topic: str, key: bytes | None, value: bytes | None, token: str
+) -> Timer:
+    """``Timer(id, due, topic, key, value, token)``, every other field at its default,
+    without a call of ``__init__`` (its defaults and checks of the other fields): what
+    the plain protobuf reader builds for most requests, a fifth cheaper."""
+    timer: Timer = _new_object(Timer)
+    fields = _copy_defaults()
+    fields["id"] = id
+    fields["due"] = due
+    fields["topic"] = topic
+    fields["key"] = key
+    fields["value"] = value
+    fields["token"] = token
+    _set_dict(timer, "__dict__", fields)
+    return timer
 
 
 class TokenAction(str, Enum):

@@ -8,7 +8,7 @@ import pickle
 from dataclasses import fields, replace
 
 from app.core.debounce import Debounce
-from app.core.timer import Timer
+from app.core.timer import Timer, one_shot
 from kafka_timers_client.late import LatePolicy
 from kafka_timers_client.recurrence import Recurrence
 
@@ -64,3 +64,11 @@ def test_every_field_given_reads_back() -> None:
 def test_timers_do_not_share_a_dict() -> None:
     one, two = Timer("a", 1, "t", None, None), Timer("a", 1, "t", None, None, seq=3)
     assert one.seq == 0 and two.seq == 3 and vars(one) is not vars(two)
+
+
+def test_one_shot_is_the_timer_init_builds() -> None:
+    for args in (("a", 7, "t", None, b"v", ""), ("é", -1, "", b"k", None, "tok")):
+        quick, built = one_shot(*args), Timer(*args)
+        assert quick == built and hash(quick) == hash(built)
+        assert vars(quick) == vars(built) and list(vars(quick)) == list(vars(built))
+        assert type(quick) is Timer and quick.debounce is None
