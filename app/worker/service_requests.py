@@ -81,6 +81,9 @@ class RequestJob(ExtraRequestJob):
         parts = {p: await self._partition(p) for p in {r.partition for r in records}}
         # Counted per batch and applied once at the end (the gauge sums every partition).
         scheduled = 0
+        # Likewise the requests forwarded (a counter's inc cost ~4,400 instructions), even
+        # if the unit fails: each was handed to the output.
+        forwarded = 0
         pending_delta = dict.fromkeys(parts, 0)
         check = self._policy.check
         max_record = self._output.max_record_bytes
@@ -150,6 +153,7 @@ class RequestJob(ExtraRequestJob):
                         if owner != record.partition and self._forwarded(
                             part, record, request, owner
                         ):
+                            forwarded += 1
                             continue
                     if isinstance(request, Cancel):
                         self._cancel(part, record, request)
@@ -221,6 +225,8 @@ class RequestJob(ExtraRequestJob):
                         raise
                     self._reject(record, *rejection_for(exc, _where(record)))
         finally:
+            if forwarded:
+                self._metrics.forwarded.inc(forwarded)
             unit.apply_local()
             for part, timer, since in held_for_batch:
                 part.wheel.queue_held(timer, since)
@@ -298,15 +304,15 @@ class RequestJob(ExtraRequestJob):
     def _forwarded(
         self, part: LoadedPartition, record: RawRecord, request: Timer | Cancel, owner: int
     ) -> bool:
-        """Forward ``request``, read off its id's owner partition, to the ``owner``; False
-        when it stays: an id this partition still holds pending (see
-        :mod:`app.core.routing`; a request without an id goes to its derived id's owner)."""
+        """Forward ``request``, read off its id's owner partition, to the ``owner`` (the
+        caller counts it in ``kafka_timers_requests_forwarded``); False when it stays: an
+        id this partition still holds pending (see :mod:`app.core.routing`; a request
+        without an id goes to its derived id's owner)."""
         held = part.wheel.lookup(request.id)
         if held is not None and held[0] == "pending":
             return False
         check_forwardable(record, self._output.max_record_bytes)
         self._output.forward(record, owner, hop_value(record, self._hop_secret))
-        self._metrics.forwarded.inc()
         return True
 
     def _dropped(self, record: RawRecord, timer: Timer, outcome: Scheduled) -> None:
