@@ -52,8 +52,6 @@ from kafka_timers_client.errors import RejectedRequest, RejectReason
 
 __all__ = ["parse_request"]
 
-#: The bytes ``bytes.lstrip()`` strips (ASCII whitespace).
-_SPACE = frozenset((b" ", b"\t", b"\n", b"\r", b"\x0b", b"\x0c"))
 #: ``value.lstrip()[:1] == b"{"`` without copying the value: every protobuf request
 #: starts with a whitespace byte (field 1's tag, ``\n``), and its callback's bytes
 #: were copied for each (a tenth of a millisecond for 100 KB).
@@ -117,7 +115,7 @@ def _parse(record: RawRecord, now: float | None) -> Timer | Cancel:
         return from_json(record, now)
     if first == b"\x00":  # Schema Registry's magic byte (sr_framing.is_framed, inline)
         return _from_framed(record, now)
-    if first in _SPACE and _json_after_space(value):
+    if first.isspace() and _json_after_space(value):
         # JSON after leading whitespace, or protobuf whose first tag is a whitespace byte:
         # field 1 (the callback topic) is tag "\n", and a 123-byte topic's length is "{".
         try:
