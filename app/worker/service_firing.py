@@ -212,21 +212,37 @@ class FiringJob(ServiceState):
 
     def _account_fired(self, timers: Sequence[Timer]) -> None:
         failures = self._output.take_failures()
-        refused = {t.id for t, _ in failures}
+        if failures:
+            refused = {t.id for t, _ in failures}
+            timers = [timer for timer in timers if timer.id not in refused]
         now = self._clock()
         # Counted per callback topic and per due second (timers of one second share their
         # lateness), then added once each: a label lookup and an observe per timer cost
-        # ~2.5 µs of a fire's ~40.
+        # ~2.5 µs of a fire's ~40. A round's timers come in runs of one topic and one
+        # second: a run is counted, then added to its dict once (two dict look-ups and
+        # stores a timer were half of this loop's instructions).
         by_topic: dict[str, int] = {}
         by_due: dict[int, int] = {}
+        last_topic, last_due, topic_run, due_run = "", -1, 0, 0
         for timer in timers:
-            if refused and timer.id in refused:
-                continue
-            by_topic[timer.topic] = by_topic.get(timer.topic, 0) + 1
+            topic = timer.topic
+            if topic != last_topic:
+                if topic_run:
+                    by_topic[last_topic] = by_topic.get(last_topic, 0) + topic_run
+                last_topic, topic_run = topic, 0
+            topic_run += 1
             # A spread timer is late from the second it fires at (Timer.fire_at, a
             # property call, only for those).
             fire_at = timer.fire_at if timer.spread else timer.due
-            by_due[fire_at] = by_due.get(fire_at, 0) + 1
+            if fire_at != last_due:
+                if due_run:
+                    by_due[last_due] = by_due.get(last_due, 0) + due_run
+                last_due, due_run = fire_at, 0
+            due_run += 1
+        if topic_run:
+            by_topic[last_topic] = by_topic.get(last_topic, 0) + topic_run
+        if due_run:
+            by_due[last_due] = by_due.get(last_due, 0) + due_run
         for topic, n in by_topic.items():
             self._metrics.fired.labels(callback_topic=self._topic_label(topic)).inc(n)
         for due, n in by_due.items():
