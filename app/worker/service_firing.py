@@ -178,11 +178,12 @@ class FiringJob(ServiceState):
         return fired
 
     def _fire_into(self, fired: Fired, partition: int, second: int, timers: list[Timer]) -> None:
-        """:meth:`_fire` each of ``timers`` into ``fired``; a one-shot timer with no late
-        policy of its own, to a topic that passed the rules already, with a value within
-        the limit (a burst's timers, nearly always), is one callback, produced here
-        without the four calls through :meth:`_fire` and :meth:`_refused_at_fire` that
-        decide as much."""
+        """:meth:`_fire` each of ``timers`` into ``fired``; a timer with no late policy
+        of its own, to a topic that passed the rules already, with a value within the
+        limit (a burst's timers, nearly always), is produced here without the four calls
+        through :meth:`_fire` and :meth:`_refused_at_fire` that decide as much: a
+        one-shot timer is one callback, and so is a series with one occurrence due
+        (its successor noted), as :meth:`_fire`'s own hot path has them."""
         now_ms = self._now_ms()
         part = self._partitions.get(partition)
         if part is not None and part.applied_offset >= 0:  # the audits name it
@@ -197,14 +198,22 @@ class FiringJob(ServiceState):
             if (
                 plain
                 and timer.late is None
-                and timer.recurrence is None
                 and timer.topic in passed
                 and not (absent and timer.topic in absent)
                 and (timer.value is None or len(timer.value) <= max_bytes)
             ):
-                callback(timer, partition=partition, fired_at_ms=now_ms)
-                delivered.append(timer)
-                continue
+                rec = timer.recurrence
+                if rec is None:
+                    callback(timer, partition=partition, fired_at_ms=now_ms)
+                    delivered.append(timer)
+                    continue
+                nxt = rec.after(timer.due, timer.seq)
+                if nxt is None or nxt > second:  # one occurrence due: nothing to catch up
+                    callback(timer, partition=partition, fired_at_ms=now_ms)
+                    delivered.append(timer)
+                    if nxt is not None:
+                        successors[timer.id] = next_occurrence(timer, nxt)
+                    continue
             sent, successor = self._fire(timer, second, partition, now_ms)
             delivered.extend(sent)
             if successor is not None:
