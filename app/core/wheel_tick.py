@@ -453,10 +453,10 @@ class TickJob(WheelStore):
             if successor is not None:
                 # A series goes on: its next occurrence replaces this one, the index entry
                 # stays pending (and is never remembered or expired while the series lives).
+                # Timer.fire_at, a property call, only for a spread series.
+                fire_at = successor.fire_at if successor.spread else successor.due
                 self._store_occurrence(
-                    successor,
-                    max(successor.fire_at, second + 1),
-                    self._series_stored.get(timer.id),
+                    successor, max(fire_at, second + 1), self._series_stored.get(timer.id)
                 )
                 delete(key)  # after its successor is written: never neither
                 continue
