@@ -30,6 +30,10 @@ class Baselines:
     #: Worker CPU per timer fired in this run's ingest scenario (delivered and forgotten),
     #: µs (the fire-time checks' cost is set beside it).
     fire_cpu_us: float | None = None
+    #: Worker CPU per *forwarded* request stored in this run's hop scenario, µs: its
+    #: CPU less the requests that landed on their owner at ingest's cost, over the
+    #: forwarded ones (the signed hop's cost is set beside it).
+    forwarded_cpu_us: float | None = None
     #: Requests per second two workers stored together in this run (the scale-out
     #: scenario; sizes the burst's lead time).
     ingest_two_workers: float | None = None

@@ -20,7 +20,7 @@ from bench.load import RequestLoad, TimerSpec, timer_ids
 from bench.report import Figure, fmt_rate
 from bench.stats import rate
 
-__all__ = ["run"]
+__all__ = ["per_forwarded_us", "run"]
 
 
 def run(ctx: RunContext) -> ScenarioResult:
@@ -49,6 +49,10 @@ def run(ctx: RunContext) -> ScenarioResult:
         baseline += (
             f"; on their owner (ingest, this run): {ingest_cpu:.1f} µs ({cpu_us / ingest_cpu:.2f}x)"
         )
+    forwarded_cpu = per_forwarded_us(cpu_us, count, forwarded, ingest_cpu)
+    if forwarded_cpu is not None:
+        ctx.baselines.forwarded_cpu_us = forwarded_cpu
+        baseline += f"; a forwarded one {forwarded_cpu:.1f} µs"
     return ScenarioResult(
         figures=[
             Figure(
@@ -66,5 +70,22 @@ def run(ctx: RunContext) -> ScenarioResult:
                 value=per_second,
             ),
         ],
-        details={"requests": count, "forwarded": forwarded, "cpu_us_per_request": cpu_us},
+        details={
+            "requests": count,
+            "forwarded": forwarded,
+            "cpu_us_per_request": cpu_us,
+            "cpu_us_per_forwarded": forwarded_cpu,
+        },
     )
+
+
+def per_forwarded_us(
+    cpu_us: float, count: int, forwarded: float, owner_cpu_us: float | None
+) -> float | None:
+    """Worker CPU per forwarded request stored, µs: the run's CPU (``cpu_us`` per
+    request, ``count`` of them) less the requests that landed on their owner, each at
+    ``owner_cpu_us`` (the ingest scenario's, this run), over the ``forwarded`` ones.
+    None without ingest's figure or without a forwarded request."""
+    if not owner_cpu_us or forwarded < 1:
+        return None
+    return (cpu_us * count - owner_cpu_us * (count - forwarded)) / forwarded

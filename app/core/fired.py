@@ -5,9 +5,12 @@ and the audit need lives here: the fast JSON of a fire and the Spark schema.
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import fields
+from typing import Any
 
 from app.core.timer import Timer
 from kafka_timers_client.extra_fires import BACKFILL_HEADER, TRIGGER_HEADER, extra_kind
@@ -38,6 +41,22 @@ __all__ = [
 
 #: JSON-escapes a string exactly as ``json.dumps`` does (``ensure_ascii``).
 json_string = json.encoder.encode_basestring_ascii
+
+
+def _sha256_constructor() -> Callable[[bytes], Any]:
+    """The SHA-256 constructor :func:`token_digest` uses (CPython's own, ``_sha2`` from
+    3.12, ``_sha256`` before, else hashlib's), for :func:`fired_jsons` to digest each
+    token without the function's frame: the same digests."""
+    for name in ("_sha2", "_sha256"):
+        try:
+            constructor: Callable[[bytes], Any] = importlib.import_module(name).sha256
+        except (ImportError, AttributeError):
+            continue
+        return constructor
+    return hashlib.sha256
+
+
+_sha256 = _sha256_constructor()
 
 
 def fired_json(
@@ -83,37 +102,57 @@ def fired_jsons(
 
     A worker builds one for every callback, where building the record and ``json.dumps``
     would cost about 5 µs. The keys are in :class:`FiredRecord`'s order. A tick's or a
-    release round's callbacks share their partition, fire time and topic in long runs,
-    so the text between the token and the due second (partition, worker) and after it
-    (fire time, topic) is formatted once a run: counted by callgrind (4,000 audits of
-    one round), 16,888 instructions an audit built one call each, 12,089 so (with
-    :func:`token_digest`'s faster SHA-256 constructor). A generated test pins the bytes to the
-    record's over runs that change. A trigger's or a backfill's fire adds its ``extra``,
-    found by :func:`extra_json` where the callback's headers are built and carried in
-    the place of ``coalesced`` (which such a fire never has): any test here would cost
-    every fire (a timer attribute read, ~180 instructions counted; a local, ~80).
+    release round's callbacks share their partition, due second, fire time and topic in
+    long runs, so the text after the token (partition, worker, due second) and after
+    that (fire time, topic, and the closing brace of a fire with no more fields) is
+    formatted once a run, and the token's digest is :func:`token_digest`'s computed
+    inline (the same constructor, no call of the function): counted by callgrind (4,000
+    audits of one round), 16,888 instructions an audit built one call each, 9,878 so. A
+    generated test pins the bytes to the record's over runs that change. A trigger's
+    or a backfill's fire adds its ``extra``, found by :func:`extra_json` where the
+    callback's headers are built and carried in the place of ``coalesced`` (which such
+    a fire never has): any test here would cost every fire (a timer attribute read,
+    ~180 instructions counted; a local, ~80).
     ``request_offsets`` gives each partition's ``request_offset`` (the newest request
     applied there when it fired), formatted once a run with the fire time and topic.
     """
     out: list[bytes] = []
     append = out.append
     offsets = request_offsets or {}
+    sha256 = _sha256
     last_partition, last_fired_at, last_topic = -1, -1, None
-    middle = tail = offset = ""
+    last_due: int | None = None
+    middle = head = tail = closed = offset = ""
     for timer, partition, fired_at_ms, coalesced in audits:
         if partition != last_partition:
             middle = f'", "partition": {partition}, "worker": {worker_json}, "due": '
             applied = offsets.get(partition)
             offset = "" if applied is None else f', "request_offset": {applied}'
-            last_partition, last_fired_at = partition, -1
+            last_partition, last_due, last_fired_at = partition, None, -1
+        due = timer.due
+        if due != last_due:
+            head = f"{middle}{due}"
+            last_due = due
         topic = timer.topic
         if fired_at_ms != last_fired_at or topic != last_topic:
             tail = f', "fired_at_ms": {fired_at_ms}, "topic": {json_string(topic)}{offset}'
+            closed = tail + "}"
             last_fired_at, last_topic = fired_at_ms, topic
-        digest = token_digest(timer.token)
+        # token_digest inline: its prefix, then the first 24 hex digits of the SHA-256.
+        token = timer.token
+        if token:
+            prefix, digest = TOKEN_DIGEST_PREFIX, sha256(token.encode()).hexdigest()[:24]
+        else:
+            prefix = digest = ""
+        if not (timer.seq or coalesced) and timer.schema_id is None:  # nearly every fire
+            append(
+                f'{{"event": "fired", "id": {json_string(timer.id)}, '
+                f'"token": "{prefix}{digest}{head}{closed}'.encode()
+            )
+            continue
         text = (
             f'{{"event": "fired", "id": {json_string(timer.id)}, '
-            f'"token": "{digest}{middle}{timer.due}{tail}'
+            f'"token": "{prefix}{digest}{head}{tail}'
         )
         if timer.seq:
             text += f', "seq": {timer.seq}'

@@ -228,26 +228,28 @@ def _judge(occurrence: Timer, now_ms: float, policy: LatePolicy, coalesced: int 
     return Step(StepKind.SKIP_LATE if late else StepKind.DELIVER, occurrence, coalesced)
 
 
+#: A Timer without its __init__ (frozen: its fields go into the instance's dict).
+_new_timer = object.__new__
+
+
 def _at(timer: Timer, seq: int, due: int, fired_before: int) -> Timer:
-    """Occurrence ``seq`` of ``timer``'s series (the constructor, not dataclasses.replace:
-    this runs once per fired occurrence, and is 5x faster)."""
+    """Occurrence ``seq`` of ``timer``'s series: ``timer``'s fields with another due
+    second, sequence number and count fired before, and no debounce (as ``Timer(...)``
+    with the thirteen other fields builds it). Copied into a new instance's dict, as
+    :func:`app.core.stored.unpack_timer` builds one: this runs once per fired
+    occurrence, and the constructor's call with thirteen arguments costs twice as much
+    (10,200 against 5,400 instructions, callgrind)."""
     if seq == timer.seq and due == timer.due and fired_before == timer.fired_before:
         return timer
-    return Timer(
-        timer.id,
-        due,
-        timer.topic,
-        timer.key,
-        timer.value,
-        timer.token,
-        timer.headers,
-        timer.recurrence,
-        seq,
-        fired_before,
-        timer.late,
-        timer.spread,
-        timer.schema_id,
-    )
+    occurrence: Timer = _new_timer(Timer)
+    fields = occurrence.__dict__
+    fields.update(timer.__dict__)
+    fields["due"] = due
+    fields["seq"] = seq
+    fields["fired_before"] = fired_before
+    if "debounce" in fields:  # a window is the debounced request's, never a series'
+        del fields["debounce"]
+    return occurrence
 
 
 def next_occurrence(delivered: Timer, due: int) -> Timer:

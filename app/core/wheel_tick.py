@@ -34,9 +34,8 @@ from app.core.keys import (
     WATERMARK,
     bucket_floor,
     fired_index_entry,
-    index_key,
     parse_timer_key,
-    pending_index_entry,
+    pending_index_prefix,
     timer_key_prefix,
     timer_key_second,
 )
@@ -415,28 +414,35 @@ class TickJob(WheelStore):
         while it forgot a limited burst (py-spy, 300,000 timers)."""
         kv = self._kv
         forecast = self.forecast
+        # Each id is encoded once for its keys (index_key's among them). The ids that end
+        # here are remembered in expiry batches, written after the loop
+        # (app.core.expiry_batch).
+        ids = [timer.id.encode() for timer in fired]
         # Every fired timer's index entry in one multi-get (each id is fired once in a
         # round, and the loop writes only the index entries of ids it has read already).
         if settled:
             entries: Iterable[bytes | None] = repeat(None, len(fired))
         else:
-            entries = kv.get_many([index_key(timer.id) for timer in fired]) if fired else []
-        # Each id is encoded once for its keys. The ids that end here are remembered in
-        # expiry batches, written after the loop (app.core.expiry_batch).
-        ids = [timer.id.encode() for timer in fired]
+            entries = kv.get_many([INDEX + id_bytes for id_bytes in ids]) if fired else []
         ended_entries: list[expiry_batch.Entry] = []
         paused, put, delete = self._paused, kv.put, kv.delete
         quotas = self.quotas
-        last_slot, slot_prefix = None, b""
+        # A round's timers share one second, or a few: the keys' and the index entries'
+        # formatted seconds are kept from one timer to the next (pending_index_entry and
+        # fired_index_entry are those prefixes and the token's bytes).
+        last_slot, slot_prefix, pending_prefix = None, b"", b""
+        last_version, fired_prefix = None, b""
         for timer, id_bytes, indexed in zip(fired, ids, entries, strict=True):
             due = timer.due
             slot = slots.get((timer.id, due), due) if slots else due
-            if slot != last_slot:  # a round's timers share one second, or a few
+            if slot != last_slot:
                 last_slot, slot_prefix = slot, timer_key_prefix(slot)
+                pending_prefix = pending_index_prefix(slot)
             key = slot_prefix + id_bytes
+            token = timer.token.encode()
             # Still the entry this occurrence was stored with, compared as bytes (the
             # entry is always written by pending_index_entry): no decode per fired timer.
-            current = settled or indexed == pending_index_entry(slot, timer.token)
+            current = settled or indexed == pending_prefix + token
             # else a reschedule or cancel while it was being delivered already removed it
             successor = successors.get(timer.id) if current and successors else None
             if forecast is not None:  # its key goes now (unless a cancel took it already)
@@ -447,10 +453,10 @@ class TickJob(WheelStore):
             if successor is not None:
                 # A series goes on: its next occurrence replaces this one, the index entry
                 # stays pending (and is never remembered or expired while the series lives).
+                # Timer.fire_at, a property call, only for a spread series.
+                fire_at = successor.fire_at if successor.spread else successor.due
                 self._store_occurrence(
-                    successor,
-                    max(successor.fire_at, second + 1),
-                    self._series_stored.get(timer.id),
+                    successor, max(fire_at, second + 1), self._series_stored.get(timer.id)
                 )
                 delete(key)  # after its successor is written: never neither
                 continue
@@ -464,7 +470,15 @@ class TickJob(WheelStore):
                 # (its key counts are added up after the loop).
                 if paused and timer.id in paused:  # a paused timer's key goes with it
                     self._unpause(timer.id)
-                encoded = fired_index_entry(timer.version_due, timer.token)
+                # A one-shot timer's version is its due second (Timer.version_due, a
+                # property call, only for a series and for what was left behind).
+                if isinstance(timer, Timer) and timer.recurrence is None:
+                    version = due
+                else:
+                    version = timer.version_due
+                if version != last_version:
+                    last_version, fired_prefix = version, fired_index_entry(version, "")
+                encoded = fired_prefix + token
                 put(INDEX + id_bytes, encoded)
                 ended_entries.append((id_bytes, encoded))
         if ended_entries:

@@ -45,6 +45,8 @@ class ServiceProcess:
 
     #: The settings it was started with (its ports, data directory, id), where known.
     settings: Settings | None = None
+    #: Whether SIGTERM was sent (:meth:`terminate`): a second one is never sent.
+    _terminated = False
 
     def __init__(
         self,
@@ -75,10 +77,17 @@ class ServiceProcess:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    def terminate(self) -> None:
+        """Ask for a graceful stop (SIGTERM) without waiting for it: :meth:`stop` then
+        waits. Several processes asked first stop together rather than one by one."""
+        if self.alive and not self._terminated:
+            self.process.send_signal(signal.SIGTERM)
+            self._terminated = True
+
     def stop(self, timeout: float = 20.0) -> int:
         """Graceful stop (SIGTERM): finish in-flight work and leave the group; kill if stuck."""
         if self.alive:
-            self.process.send_signal(signal.SIGTERM)
+            self.terminate()
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:

@@ -178,11 +178,12 @@ class FiringJob(ServiceState):
         return fired
 
     def _fire_into(self, fired: Fired, partition: int, second: int, timers: list[Timer]) -> None:
-        """:meth:`_fire` each of ``timers`` into ``fired``; a one-shot timer with no late
-        policy of its own, to a topic that passed the rules already, with a value within
-        the limit (a burst's timers, nearly always), is one callback, produced here
-        without the four calls through :meth:`_fire` and :meth:`_refused_at_fire` that
-        decide as much."""
+        """:meth:`_fire` each of ``timers`` into ``fired``; a timer with no late policy
+        of its own, to a topic that passed the rules already, with a value within the
+        limit (a burst's timers, nearly always), is produced here without the four calls
+        through :meth:`_fire` and :meth:`_refused_at_fire` that decide as much: a
+        one-shot timer is one callback, and so is a series with one occurrence due
+        (its successor noted), as :meth:`_fire`'s own hot path has them."""
         now_ms = self._now_ms()
         part = self._partitions.get(partition)
         if part is not None and part.applied_offset >= 0:  # the audits name it
@@ -197,14 +198,22 @@ class FiringJob(ServiceState):
             if (
                 plain
                 and timer.late is None
-                and timer.recurrence is None
                 and timer.topic in passed
                 and not (absent and timer.topic in absent)
                 and (timer.value is None or len(timer.value) <= max_bytes)
             ):
-                callback(timer, partition=partition, fired_at_ms=now_ms)
-                delivered.append(timer)
-                continue
+                rec = timer.recurrence
+                if rec is None:
+                    callback(timer, partition=partition, fired_at_ms=now_ms)
+                    delivered.append(timer)
+                    continue
+                nxt = rec.after(timer.due, timer.seq)
+                if nxt is None or nxt > second:  # one occurrence due: nothing to catch up
+                    callback(timer, partition=partition, fired_at_ms=now_ms)
+                    delivered.append(timer)
+                    if nxt is not None:
+                        successors[timer.id] = next_occurrence(timer, nxt)
+                    continue
             sent, successor = self._fire(timer, second, partition, now_ms)
             delivered.extend(sent)
             if successor is not None:
@@ -212,21 +221,37 @@ class FiringJob(ServiceState):
 
     def _account_fired(self, timers: Sequence[Timer]) -> None:
         failures = self._output.take_failures()
-        refused = {t.id for t, _ in failures}
+        if failures:
+            refused = {t.id for t, _ in failures}
+            timers = [timer for timer in timers if timer.id not in refused]
         now = self._clock()
         # Counted per callback topic and per due second (timers of one second share their
         # lateness), then added once each: a label lookup and an observe per timer cost
-        # ~2.5 µs of a fire's ~40.
+        # ~2.5 µs of a fire's ~40. A round's timers come in runs of one topic and one
+        # second: a run is counted, then added to its dict once (two dict look-ups and
+        # stores a timer were half of this loop's instructions).
         by_topic: dict[str, int] = {}
         by_due: dict[int, int] = {}
+        last_topic, last_due, topic_run, due_run = "", -1, 0, 0
         for timer in timers:
-            if refused and timer.id in refused:
-                continue
-            by_topic[timer.topic] = by_topic.get(timer.topic, 0) + 1
+            topic = timer.topic
+            if topic != last_topic:
+                if topic_run:
+                    by_topic[last_topic] = by_topic.get(last_topic, 0) + topic_run
+                last_topic, topic_run = topic, 0
+            topic_run += 1
             # A spread timer is late from the second it fires at (Timer.fire_at, a
             # property call, only for those).
             fire_at = timer.fire_at if timer.spread else timer.due
-            by_due[fire_at] = by_due.get(fire_at, 0) + 1
+            if fire_at != last_due:
+                if due_run:
+                    by_due[last_due] = by_due.get(last_due, 0) + due_run
+                last_due, due_run = fire_at, 0
+            due_run += 1
+        if topic_run:
+            by_topic[last_topic] = by_topic.get(last_topic, 0) + topic_run
+        if due_run:
+            by_due[last_due] = by_due.get(last_due, 0) + due_run
         for topic, n in by_topic.items():
             self._metrics.fired.labels(callback_topic=self._topic_label(topic)).inc(n)
         for due, n in by_due.items():

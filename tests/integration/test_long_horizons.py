@@ -39,7 +39,7 @@ from tests.support.waiting import wait_until
 DAY = 86_400
 #: Moved clocks are set so that a horizon's timers come due this long after the plan:
 #: the budget for restarting the workers one by one (measured: 14-21 s here).
-LEAD_SECONDS = 50
+LEAD_SECONDS = 40
 #: "At its second": one tick's trip through the broker and Faust's fetch, with room for
 #: a busy 2-core machine. Early is never allowed.
 MAX_LATENESS_MS = 5000

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from app.core.debounce import Debounce
 from app.core.firing import MISFIRE_MS, StepKind, next_occurrence, plan
 from app.core.timer import Timer
 from kafka_timers_client.errors import RejectedRequest, RejectReason
@@ -153,3 +154,33 @@ def test_catch_up_is_bounded_per_tick_and_goes_on_from_where_it_stopped() -> Non
 def test_the_workers_shortcut_for_one_due_occurrence_is_the_plans_successor() -> None:
     timer = series()
     assert plan(timer, T0, T0 * 1000, FIRE_COALESCE).successor == next_occurrence(timer, T0 + 2)
+
+
+@pytest.mark.parametrize("debounced", [False, True])
+def test_the_next_occurrence_is_the_timer_built_with_its_fields(debounced: bool) -> None:
+    """``next_occurrence`` copies the delivered occurrence's fields into a new Timer:
+    the same timer, field for field (its instance dict too), as ``Timer(...)`` with them
+    builds, a debounce window left behind."""
+    fired = series()
+    if debounced:
+        fired.__dict__["debounce"] = Debounce(5, None, 1_000)
+    nxt = next_occurrence(fired, T0 + 2)
+    expected = Timer(
+        fired.id,
+        T0 + 2,
+        fired.topic,
+        fired.key,
+        fired.value,
+        fired.token,
+        fired.headers,
+        fired.recurrence,
+        fired.seq + 1,
+        fired.fired_before + 1,
+        fired.late,
+        fired.spread,
+        fired.schema_id,
+    )
+    assert nxt == expected
+    assert vars(nxt) == vars(expected)
+    assert nxt.debounce is None
+    assert fired.due == T0 and fired.seq == 1  # the delivered one is left as it was
