@@ -168,9 +168,29 @@ BOOKKEEPING = (WATERMARK, REQUEST_OFFSET, APPLYING, FAUST_OFFSET, CAUGHT_UP)
 _SECOND_DIGITS = 12
 
 
+#: How many seconds' formatted key prefixes each cache below keeps (then it starts over).
+_SECONDS_CACHED = 4096
+#: :func:`timer_key_prefix` and :func:`pending_index_prefix` of recent seconds: a
+#: second's ``%012d`` costs four times a dict look-up, and a batch of requests stores
+#: many timers under few seconds.
+_timer_prefixes: dict[int, bytes] = {}
+_pending_prefixes: dict[int, bytes] = {}
+
+
+def _remember(cache: dict[int, bytes], second: int, prefix: bytes) -> bytes:
+    """``prefix``, kept in ``cache`` under ``second`` (emptied first when full)."""
+    if len(cache) >= _SECONDS_CACHED:
+        cache.clear()
+    cache[second] = prefix
+    return prefix
+
+
 def timer_key(due: int, timer_id: str) -> bytes:
     """Key of a pending timer: sorts by due second, then id."""
-    return b"T%012d\x00" % due + timer_id.encode()
+    prefix = _timer_prefixes.get(due)
+    if prefix is None:
+        prefix = _remember(_timer_prefixes, due, b"T%012d\x00" % due)
+    return prefix + timer_id.encode()
 
 
 def timer_key_prefix(due: int) -> bytes:
@@ -234,7 +254,10 @@ def pending_index_prefix(slot: int) -> bytes:
 def pending_index_entry(slot: int, token: str) -> bytes:
     """``IndexEntry(INDEX_PENDING, slot, token).encode()`` without building the dataclass:
     the hot paths write and compare these bytes once a timer."""
-    return b"P%012d" % slot + token.encode()
+    prefix = _pending_prefixes.get(slot)
+    if prefix is None:
+        prefix = _remember(_pending_prefixes, slot, b"P%012d" % slot)
+    return prefix + token.encode()
 
 
 def fired_index_entry(version_due: int, token: str) -> bytes:

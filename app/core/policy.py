@@ -188,13 +188,19 @@ class RequestPolicy:
 
     def check(self, timer: Timer, now: float) -> None:
         """Raise :class:`RejectedRequest` unless ``timer`` may be scheduled at time ``now``."""
-        self.check_topic(timer.topic)
-        if timer.due < 0 or timer.due > min(now + self.horizon_seconds, LAST_KEY_SECOND):
+        # Every request passes here: check_topic's cached pass and check_payload's length
+        # inline, each called only where it may refuse (a third of what this cost).
+        topic = timer.topic
+        if topic not in self._allowed:
+            self.check_topic(topic)
+        due = timer.due
+        if due < 0 or due > now + self.horizon_seconds or due > LAST_KEY_SECOND:
             raise RejectedRequest(
                 RejectReason.DUE_OUT_OF_RANGE,
                 f"due {timer.due} is before 1970 or more than {self.horizon_seconds}s ahead",
             )
-        self.check_payload(timer)
+        if len(timer.value or b"") > self.max_payload_bytes:
+            self.check_payload(timer)
 
     def check_payload(self, timer: Timer) -> None:
         """Raise :class:`RejectedRequest` if ``timer``'s callback value is over the limit."""

@@ -46,22 +46,35 @@ class RawRecord:
         defect: str | None = None,
         origin: tuple[int, int] | None = None,
     ) -> None:
-        # Straight into the instance's dict: frozen stops assignment, not construction.
-        self.__dict__.update(
-            topic=topic,
-            partition=partition,
-            offset=offset,
-            timestamp_ms=timestamp_ms,
-            key=key,
-            value=value,
-            headers=headers,
-            defect=defect,
-            origin=origin,
-        )
+        # A copy of the defaults' dict, the fields given set in it, made the instance's
+        # dict (frozen stops assignment, not construction): cheaper than the keywords of
+        # a ``__dict__.update``, as for Timer. Every field is in it, in the same order.
+        fields = _copy_defaults()
+        fields["topic"] = topic
+        fields["partition"] = partition
+        fields["offset"] = offset
+        fields["timestamp_ms"] = timestamp_ms
+        fields["key"] = key
+        fields["value"] = value
+        if headers:
+            fields["headers"] = headers
+        if defect is not None:
+            fields["defect"] = defect
+        if origin is not None:
+            fields["origin"] = origin
+        _set_dict(self, "__dict__", fields)
 
     def header(self, name: str) -> bytes | None:
         """The first header called ``name``."""
         return next((v for k, v in self.headers if k == name), None)
+
+
+#: A record's instance dict at its fields' defaults, copied by ``RawRecord.__init__``.
+_copy_defaults = {
+    name: getattr(RawRecord, name, None) for name in RawRecord.__dataclass_fields__
+}.copy
+#: Sets an instance's dict past the frozen dataclass's ``__setattr__``.
+_set_dict = object.__setattr__
 
 
 def derived_id(record: RawRecord) -> str:

@@ -32,6 +32,7 @@ may also carry its own late-fire policy (:mod:`kafka_timers_client.late`), and a
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
 
 from app.core.raw_record import RawRecord
@@ -50,6 +51,11 @@ from kafka_timers_client.bounds import (
 from kafka_timers_client.errors import RejectedRequest, RejectReason
 
 __all__ = ["parse_request"]
+
+#: ``value.lstrip()[:1] == b"{"`` without copying the value: every protobuf request
+#: starts with a whitespace byte (field 1's tag, ``\n``), and its callback's bytes
+#: were copied for each (a tenth of a millisecond for 100 KB).
+_json_after_space = re.compile(rb"[ \t\n\r\x0b\x0c]*\{").match
 
 
 def parse_request(record: RawRecord, now: float | None = None) -> Timer | Cancel:
@@ -97,17 +103,19 @@ def _bounded(request: Timer | Cancel) -> Timer | Cancel:
 def _parse(record: RawRecord, now: float | None) -> Timer | Cancel:
     if record.defect is not None:
         raise RejectedRequest(RejectReason.MALFORMED, record.defect)
-    headers = dict(record.headers)
-    if record.value is None:
-        return etf1_tombstone(record)
-    if ETF1_EPOCH in headers:
-        return etf1_schedule(record, headers)
     value = record.value
-    if value[:1] == b"{":
+    if value is None:
+        return etf1_tombstone(record)
+    if record.headers:  # most requests have none: no dict for them
+        headers = dict(record.headers)
+        if ETF1_EPOCH in headers:
+            return etf1_schedule(record, headers)
+    first = value[:1]
+    if first == b"{":
         return from_json(record, now)
-    if value[:1] == b"\x00":  # Schema Registry's magic byte (sr_framing.is_framed, inline)
+    if first == b"\x00":  # Schema Registry's magic byte (sr_framing.is_framed, inline)
         return _from_framed(record, now)
-    if value.lstrip()[:1] == b"{":
+    if first.isspace() and _json_after_space(value):
         # JSON after leading whitespace, or protobuf whose first tag is a whitespace byte:
         # field 1 (the callback topic) is tag "\n", and a 123-byte topic's length is "{".
         try:

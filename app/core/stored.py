@@ -81,6 +81,10 @@ _HEAD = struct.Struct(">Bq")
 _LEN = struct.Struct(">i")
 #: The length of an absent key or value.
 _NONE = _LEN.pack(-1)
+#: Lengths below this are packed from :data:`_SHORT_LENGTHS` (ids, tokens, topics, keys
+#: and most values), longer ones with :data:`_LEN`.
+_SHORT = 1024
+_SHORT_LENGTHS = tuple(_LEN.pack(n) for n in range(_SHORT))
 #: seq and fired_before: the part of the series fields that changes from occurrence to
 #: occurrence (:func:`pack_next_occurrence`).
 _OCCURRENCE = struct.Struct(">qq")
@@ -157,30 +161,50 @@ def _put(parts: list[bytes], data: bytes | None) -> None:
 def pack_timer(timer: Timer) -> bytes:
     """Serialize ``timer`` for storage (version 1 unless it needs version 2; a spread
     timer with the spread extension after it)."""
-    plain = timer.recurrence is None and timer.seq == 0 and timer.late is None
+    recurrence = timer.recurrence
+    plain = recurrence is None and timer.seq == 0 and timer.late is None
     version = _V1 if plain else _V2
-    if timer.recurrence is not None and timer.recurrence.calendar is not None:
+    if recurrence is not None and recurrence.calendar is not None:
         version = _V3
     spread = timer.spread
     fire_at = timer.fire_at if spread else timer.due
-    # The five leading fields inline, not through _put (every request stored packs one).
-    pack_len = _LEN.pack
+    # The five leading fields inline, not through _put (every request stored packs one),
+    # their lengths from a table while they are short (a struct call each was a fifth
+    # of a plain timer's packing).
     timer_id, token, topic = timer.id.encode(), timer.token.encode(), timer.topic.encode()
     key, value = timer.key, timer.value
-    parts = [
-        _HEAD.pack(version, fire_at),
-        pack_len(len(timer_id)),
-        timer_id,
-        pack_len(len(token)),
-        token,
-        pack_len(len(topic)),
-        topic,
-        _NONE if key is None else pack_len(len(key)),
-        key or b"",
-        _NONE if value is None else pack_len(len(value)),
-        value or b"",
-        pack_len(len(timer.headers)),
-    ]
+    try:
+        lengths = _SHORT_LENGTHS
+        parts = [
+            _HEAD.pack(version, fire_at),
+            lengths[len(timer_id)],
+            timer_id,
+            lengths[len(token)],
+            token,
+            lengths[len(topic)],
+            topic,
+            _NONE if key is None else lengths[len(key)],
+            key or b"",
+            _NONE if value is None else lengths[len(value)],
+            value or b"",
+            lengths[len(timer.headers)],
+        ]
+    except IndexError:  # a field of _SHORT bytes or more
+        pack_len = _LEN.pack
+        parts = [
+            _HEAD.pack(version, fire_at),
+            pack_len(len(timer_id)),
+            timer_id,
+            pack_len(len(token)),
+            token,
+            pack_len(len(topic)),
+            topic,
+            _NONE if key is None else pack_len(len(key)),
+            key or b"",
+            _NONE if value is None else pack_len(len(value)),
+            value or b"",
+            pack_len(len(timer.headers)),
+        ]
     for name, header in timer.headers:
         _put(parts, name.encode())
         _put(parts, header)

@@ -239,7 +239,7 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
                     self._replaced_in_flight(timer.id, keep_firing=keep_firing)
                 self._drop_pending(timer.id, index.due)
                 replaced = True
-        fire_at = timer.fire_at
+        fire_at = timer.fire_at if timer.spread else timer.due  # the property's shortcut
         if reread:
             fire_at = self._slot_for(fire_at)
         elif self.ticked_through is not None and fire_at <= self.ticked_through:
@@ -248,8 +248,13 @@ class PartitionWheel(TickJob, HeldJob, BehindJob, PauseJob, ExtraJob):
                 self.counts.pending -= 1
             self._fired_at_once.add(timer.id)
             return FIRE_NOW_REPLACED if replaced else FIRE_NOW_NEW
-        self._store_occurrence(timer, fire_at)
-        self._count_stored(was=index)
+        self._store_occurrence(timer, fire_at, None, ikey)
+        if index is None:  # a new id, most requests: _count_stored's first case, inline
+            counts = self.counts
+            counts.timers += 1
+            counts.pending += 2
+            return STORED_NEW
+        self._count_stored(index)
         return STORED_REPLACED if replaced else STORED_NEW
 
     def _debounced(self, request: Timer, slot: int) -> Timer | None:

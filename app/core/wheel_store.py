@@ -256,19 +256,25 @@ class WheelStore:
         return None if raw is None else IndexEntry.decode(raw)
 
     def _store_occurrence(
-        self, occurrence: Timer, slot: int, previous: bytes | None = None
+        self,
+        occurrence: Timer,
+        slot: int,
+        previous: bytes | None = None,
+        index_at: bytes | None = None,
     ) -> None:
         # The new key before the index that points at it: a crash in between leaves an
         # occurrence that fires, never an index entry that points nowhere. (Key counts
         # are the caller's: in finish_tick one timer key replaces another.) ``previous``:
-        # the stored bytes of the occurrence before it, if at hand (a series' fire).
+        # the stored bytes of the occurrence before it, if at hand (a series' fire);
+        # ``index_at``: the id's index key, if the caller has it already (a request).
         packed = (
             pack_timer(occurrence)
             if previous is None
             else pack_next_occurrence(previous, occurrence)
         )
-        self._kv.put(timer_key(slot, occurrence.id), packed)
-        self._kv.put(index_key(occurrence.id), pending_index_entry(slot, occurrence.token))
+        kv = self._kv
+        kv.put(timer_key(slot, occurrence.id), packed)
+        kv.put(index_at or index_key(occurrence.id), pending_index_entry(slot, occurrence.token))
         if self.forecast is not None:
             self.forecast.add(slot, occurrence.id, occurrence.topic)
         if self.quotas is not None:

@@ -146,7 +146,8 @@ class ChangeloggedKV:
             if self._marking:
                 batch.put(UNCONFIRMED, b"1")
                 self._unconfirmed = True
-            for key, value in deferred.items():
+            for key in sorted(deferred):
+                value = deferred[key]
                 if value is None:
                     batch.delete(key)
                 else:

@@ -1,6 +1,10 @@
-import pytest
+import dataclasses
 
-from app.core.policy import RequestPolicy
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.core.policy import LAST_KEY_SECOND, RequestPolicy
 from app.core.stored import pack_timer, unpack_timer
 from app.core.timer import Timer
 from kafka_timers_client.errors import RejectedRequest, RejectReason
@@ -88,6 +92,47 @@ def test_due_range_and_payload_size() -> None:
     with pytest.raises(RejectedRequest) as info:
         p.check(timer(value=b"x" * 101), NOW)
     assert info.value.reason is RejectReason.PAYLOAD_TOO_LARGE
+
+
+def _refusal(p: RequestPolicy, t: Timer, now: float) -> tuple[RejectReason, str] | None:
+    try:
+        p.check(t, now)
+    except RejectedRequest as exc:
+        return exc.reason, str(exc)
+    return None
+
+
+def _meant(p: RequestPolicy, t: Timer, now: float) -> tuple[RejectReason, str] | None:
+    """The rules as check spelled them out before it inlined them."""
+    try:
+        p.check_topic(t.topic)
+        if t.due < 0 or t.due > min(now + p.horizon_seconds, LAST_KEY_SECOND):
+            raise RejectedRequest(
+                RejectReason.DUE_OUT_OF_RANGE,
+                f"due {t.due} is before 1970 or more than {p.horizon_seconds}s ahead",
+            )
+        p.check_payload(t)
+    except RejectedRequest as exc:
+        return exc.reason, str(exc)
+    return None
+
+
+@given(
+    topic=st.sampled_from(["payments", "", "__consumer_offsets", "bad topic", "x-timer-control"]),
+    due=st.one_of(
+        st.integers(-3, 3), st.integers(NOW, NOW + 7200), st.integers(10**12 - 3, 10**13)
+    ),
+    size=st.one_of(st.none(), st.integers(0, 102)),
+    horizon=st.sampled_from([3600, 10**13]),
+    now=st.sampled_from([NOW, NOW + 0.5]),
+)
+def test_check_refuses_what_its_rules_refuse(
+    topic: str, due: int, size: int | None, horizon: int, now: float
+) -> None:
+    p = dataclasses.replace(policy(), horizon_seconds=horizon)
+    t = Timer(id="a", due=due, topic=topic, key=None, value=None if size is None else b"v" * size)
+    for _ in range(2):  # a topic that passed is remembered: the same answers after
+        assert _refusal(p, t, now) == _meant(p, t, now)
 
 
 def test_storage_round_trip_keeps_binary_and_absent_fields() -> None:

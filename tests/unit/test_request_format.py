@@ -1,9 +1,11 @@
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from app.core.raw_record import RawRecord
-from app.core.request_format import parse_request
+from app.core.request_format import _json_after_space, parse_request
 from app.core.timer import Cancel, Timer, TokenAction
 from kafka_timers_client import protowire
 from kafka_timers_client.errors import RejectedRequest, RejectReason
@@ -243,3 +245,16 @@ def test_bad_recurrences_are_refused_with_a_reason(doc: dict, reason: RejectReas
     with pytest.raises(RejectedRequest) as refused:
         parse_request(record(json.dumps(doc).encode(), ts=SENT_MS))
     assert refused.value.reason is reason
+
+
+@given(st.binary(max_size=40), st.sampled_from([b"", b" ", b"\t\n", b"\r\x0b\x0c \n" * 9]))
+def test_json_after_whitespace_is_told_as_lstrip_tells_it(body: bytes, space: bytes) -> None:
+    """_parse looks for ``{`` after leading whitespace without copying the value (a value
+    that starts with ``{`` is JSON before that question)."""
+    for value in (space + body, space + b"{" + body, body):
+        if value[:1] != b"{":
+            told = value[:1].isspace() and _json_after_space(value) is not None
+            assert told == (value.lstrip()[:1] == b"{")
+            assert told == (bytearray(value)[:1].isspace() and bool(_json_after_space(value)))
+    # the regex's class is what lstrip strips
+    assert {b for b in range(256) if bytes([b]).isspace()} == set(b" \t\n\r\x0b\x0c")
