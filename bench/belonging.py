@@ -29,8 +29,8 @@ forwarding), target at most 2% each, timed the same way:
   produce, so the cost is set beside the worker's CPU per *forwarded* request stored in
   this run's hop scenario (:func:`bench.hop.per_forwarded_us`); its share of a request
   on its owner is printed beside it. The floor is two keyed hashes of the copy (one to
-  sign, one to check; keyed BLAKE2b, the standard library's one-pass MAC), about a
-  microsecond here;
+  sign, one to check; keyed BLAKE2b, the standard library's one-pass MAC): about 13,000
+  instructions, 1.3 µs here, of the 25,800 the signed hop costs (callgrind);
 - a timer fired: the control-suffix refusal among the rules checked again.
 
 The ``A`` and ``O`` keys are one write per partition per unit of work (thousands of
