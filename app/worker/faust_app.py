@@ -27,7 +27,7 @@ from app.core import proto
 from app.core.fetch_pacing import TickWatch, tick_fetch_wait_ms
 from app.core.quotas import QuotaBook
 from app.core.raw_record import RawRecord
-from app.kafka.config import confluent_consumer, confluent_producer
+from app.kafka.config import confluent_consumer, worker_output_producer
 from app.kafka.demand import DemandPublisher, DemandTable
 from app.kafka.topic_config import BROKER_DEFAULT_DELETE_RETENTION_MS
 from app.settings import TABLE_NAME, Settings
@@ -237,7 +237,7 @@ def build_worker(
     policy = settings.request_policy()
     tracing = tracing_for(settings)  # None unless OTEL_EXPORTER_OTLP_ENDPOINT is set
     output = OutputProducer(
-        confluent_producer(
+        worker_output_producer(
             settings, **{"client.id": f"kafka-timers-{settings.worker_id}", **LIBRDKAFKA_LOG}
         ),
         worker_id=settings.worker_id,

@@ -39,7 +39,9 @@ Every wait on the broker that could end a worker, and what happens to it :
   (:class:`~app.worker.output.DeliveryFailure`): the worker stops, exit 70, on purpose.
   Its records may be half written, and only a restart that reads again what was not
   acknowledged is sure to leave nothing claimed done that is not; librdkafka itself
-  keeps retrying each record for ``message.timeout.ms`` (30 s) first;
+  keeps retrying each record until then (no local timeout in at-least-once mode:
+  :func:`app.kafka.config.worker_output_producer`; in exactly-once mode 15 s, the
+  transaction's);
 - the read_committed switch in exactly-once mode: not a timeout (a Faust that keeps its
   fetcher elsewhere); it stops the worker, since reading uncommitted ticks is wrong;
 - Faust's own recovery after the catch-up (its offset lookups and seeks, each bounded
