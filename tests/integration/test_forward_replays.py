@@ -1,8 +1,8 @@
 """Forwarding across ``kill -9``: a forwarded request that arrives again never undoes a
 reschedule, on real processes against the broker.
 
-Bursts of 30,000 ids are produced by librdkafka's default partitioner (CRC32 of the id,
-so about seven in eight land off their owner and are forwarded), each id scheduled
+Bursts of 30,000 ids are produced over 6 s by librdkafka's default partitioner (CRC32
+of the id, so about seven in eight land off their owner and are forwarded), each id scheduled
 (``v1``, due ``T1``) and at once rescheduled (``v2``, due ``T1 + 40``, another payload).
 Two workers share the partitions; in each burst one of them is killed while it forwards,
 shortly before ``T1``, and started again on its data after ``T1``. What it had forwarded
@@ -10,7 +10,8 @@ but not made durable is read and forwarded again (by the other worker, which tak
 partitions over after a session timeout, or by itself when it is back), and those
 second copies reach owners that kept ticking past ``T1``, where ``v2`` stands. Applied,
 a second copy of ``v1`` puts ``v1`` back and, its second past, fires it at once: a
-reschedule undone.
+reschedule undone. The test fails if no kill found a copy to forward again (nothing
+tested).
 
 An *undone reschedule* is a callback of ``v1`` produced after the owner had written
 ``v2`` as the id's pending version to the changelog: the store had the newer version,
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 import uuid
 import zlib
@@ -47,6 +49,11 @@ BURSTS = 2
 #: Ids whose v1 requests go out before their v2 requests: an id's two versions are a few
 #: hundred records apart on its partition, so both can be in one unit of work.
 CHUNK = 50
+#: A burst is produced over this long (paced), so that it is still being forwarded when
+#: the kill comes, from ``V1_LEAD - KILL_BEFORE_V1`` after its start: produced all at
+#: once, it was forwarded within about two seconds, and the kill found every copy
+#: acknowledged and nothing to forward again (0 requests forwarded twice, measured).
+PRODUCE_SECONDS = 6.0
 #: From a burst's start to its v1 second; v2 comes this much later.
 V1_LEAD = 8
 #: The kill comes no sooner than this before T1: the other worker takes the killed one's
@@ -134,6 +141,14 @@ def test_kill_9_while_forwarding_undoes_no_reschedule(stack: Stack) -> None:
         workers[victim].process.kill()
         return victim
 
+    def produce_paced(requests: list[tuple[bytes, bytes]]) -> None:
+        began = time.time()
+        for i, (key, value) in enumerate(requests):
+            if i % 500 == 0:  # pacing the input over PRODUCE_SECONDS, not waiting for a result
+                time.sleep(max(0.0, began + PRODUCE_SECONDS * i / len(requests) - time.time()))
+            producer.produce(settings.topics.requests, value, key)
+            producer.poll(0)
+
     for b in range(BURSTS):
         start = int(time.time())
         tag = uuid.uuid4().hex[:6]
@@ -141,11 +156,13 @@ def test_kill_9_while_forwarding_undoes_no_reschedule(stack: Stack) -> None:
         astray = sum(zlib.crc32(i.encode()) % n != owner_of(i, n) for i in ids)
         burst = Burst(tag, ids, start + V1_LEAD, start + V1_LEAD + V2_AFTER, 2 * astray)
         bursts.append(burst)
-        for key, value in requests_of(burst, topic):
-            producer.produce(settings.topics.requests, value, key)
-            producer.poll(0)
+        sent = threading.Thread(target=produce_paced, args=(requests_of(burst, topic),))
+        sent.start()
+        try:
+            victim = kill_one_while_forwarding(burst)
+        finally:
+            sent.join()
         assert producer.flush(30) == 0
-        victim = kill_one_while_forwarding(burst)
         pause = burst.v1_due + 2 - time.time()
         time.sleep(max(0.0, pause))  # pacing the fault, not waiting for a result
         workers[victim] = start_probed(stack, "worker", victim, log_name=f"{victim}-{b}")
@@ -241,4 +258,6 @@ def test_kill_9_while_forwarding_undoes_no_reschedule(stack: Stack) -> None:
     )
     print(report)
     assert not missing, f"{report}; {len(missing)} ids never fired v2, e.g. {missing[:5]}"
+    # Else nothing was tested: every kill came after its copies were acknowledged.
+    assert twice > 0, f"{report}: no kill came while copies were unacknowledged"
     assert not undone, f"{report}; e.g. {undone[:5]}"
