@@ -63,6 +63,7 @@ trust.
 from __future__ import annotations
 
 from binascii import hexlify
+from collections.abc import Callable
 from functools import lru_cache
 from hashlib import blake2b, sha256
 from hmac import compare_digest
@@ -79,6 +80,7 @@ __all__ = [
     "Origin",
     "check_forwardable",
     "hop_value",
+    "id_placement",
     "is_replayed",
     "owner_of",
     "split_hop",
@@ -132,6 +134,13 @@ def owner_of(timer_id: str, partitions: int) -> int:
     if partitions < 1:
         raise ValueError(f"a topic has at least one partition, not {partitions}")
     return _place(timer_id.encode(), partitions)
+
+
+def id_placement() -> Callable[[bytes, int], int]:
+    """:func:`owner_of` for a caller that places every request it reads (the worker):
+    the placement itself, called with the id encoded (UTF-8) and a partition count
+    already known to be at least 1, without the call of :func:`owner_of` around it."""
+    return _place
 
 
 def hop_value(record: RawRecord, secret: str | None = None) -> bytes:

@@ -21,7 +21,14 @@ from app.core.budget import check_fits
 from app.core.keys import APPLYING, REQUEST_OFFSET, origin_key
 from app.core.raw_record import RawRecord
 from app.core.request_format import parse_request
-from app.core.routing import Origin, check_forwardable, hop_value, is_replayed, owner_of, split_hop
+from app.core.routing import (
+    Origin,
+    check_forwardable,
+    hop_value,
+    id_placement,
+    is_replayed,
+    split_hop,
+)
 from app.core.timer import Cancel, Timer, TokenAction
 from app.core.wheel import CancelOutcome, Scheduled
 from app.worker.isolation import is_systemic, rejection_for
@@ -88,6 +95,7 @@ class RequestJob(ExtraRequestJob):
         check = self._policy.check
         max_record = self._output.max_record_bytes
         routed = self._request_partitions
+        place = id_placement()
         gated = self.gates.gated
         # Pending-timer quotas (app.core.quotas): checked on the id's owner, just before
         # a request is stored; None, none is set and this is all a request pays for them.
@@ -126,14 +134,16 @@ class RequestJob(ExtraRequestJob):
                         break
                     await self._let_the_loop_run(unit)
                     deadline = time.perf_counter() + UNIT_BUDGET_SECONDS
-                part = parts[record.partition]
-                part.applied_offset = record.offset
-                reread_through = part.reread_through
-                if reread_through >= 0 and record.offset >= reread_through:
-                    # The last request applied before the crash: the store is whole
-                    # again after it, and this partition's ticks fire again.
-                    part.reread_through = -1
-                reread = record.offset <= reread_through
+                partition, offset = record.partition, record.offset
+                part = parts[partition]
+                part.applied_offset = offset
+                reread = False
+                if part.reread_through >= 0:  # after a crash: the unit under way then
+                    reread = offset <= part.reread_through
+                    if offset >= part.reread_through:
+                        # The last request applied before the crash: the store is whole
+                        # again after it, and this partition's ticks fire again.
+                        part.reread_through = -1
                 # Everything one record causes happens inside this try: whatever it
                 # raises, the record is dead-lettered and the next one is read, unless
                 # the system itself is failing (app.worker.isolation draws the line).
@@ -149,10 +159,8 @@ class RequestJob(ExtraRequestJob):
                                 continue
                     request = parse_request(record, now)
                     if routed:
-                        owner = owner_of(request.id, routed)
-                        if owner != record.partition and self._forwarded(
-                            part, record, request, owner
-                        ):
+                        owner = place(request.id.encode(), routed)  # owner_of, inline
+                        if owner != partition and self._forwarded(part, record, request, owner):
                             forwarded += 1
                             continue
                     if isinstance(request, Cancel):
@@ -176,7 +184,7 @@ class RequestJob(ExtraRequestJob):
                     if outcome is _STORED:
                         scheduled += 1
                         if not accepted.replaced:
-                            pending_delta[record.partition] += 1
+                            pending_delta[partition] += 1
                     elif outcome is _FIRE_NOW:
                         scheduled += 1
                         if last_seen is None:
