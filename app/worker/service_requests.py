@@ -50,6 +50,7 @@ _DETAIL_BYTES = 1000
 #: The outcomes the loop tells apart, read once: an enum member read off its class cost
 #: about a thousand instructions a request (callgrind).
 _STORED, _FIRE_NOW, _WRONG_TOKEN = Scheduled.STORED, Scheduled.FIRE_NOW, Scheduled.WRONG_TOKEN
+_CANCELLED, _NOT_REMEMBERED = CancelOutcome.CANCELLED, CancelOutcome.NOT_REMEMBERED
 
 
 def _where(record: RawRecord) -> str:
@@ -89,8 +90,12 @@ class RequestJob(ExtraRequestJob):
         # Counted per batch and applied once at the end (the gauge sums every partition).
         scheduled = 0
         # Likewise the requests forwarded (a counter's inc cost ~4,400 instructions), even
-        # if the unit fails: each was handed to the output.
+        # if the unit fails: each was handed to the output. And the cancels, each counted
+        # (and taken off the pending count, per partition) even if the unit fails, as
+        # when each was counted as it was applied.
         forwarded = 0
+        cancelled: dict[int, int] = {}
+        not_remembered = 0
         pending_delta = dict.fromkeys(parts, 0)
         check = self._policy.check
         max_record = self._output.max_record_bytes
@@ -164,7 +169,11 @@ class RequestJob(ExtraRequestJob):
                             forwarded += 1
                             continue
                     if isinstance(request, Cancel):
-                        self._cancel(part, record, request)
+                        answered = self._cancel(part, record, request)
+                        if answered is _CANCELLED:
+                            cancelled[partition] = cancelled.get(partition, 0) + 1
+                        elif answered is _NOT_REMEMBERED:
+                            not_remembered += 1
                         continue
                     if tracing is not None:
                         request = tracing.scheduled(record, request)
@@ -235,6 +244,13 @@ class RequestJob(ExtraRequestJob):
         finally:
             if forwarded:
                 self._metrics.forwarded.inc(forwarded)
+            if cancelled:
+                self._metrics.cancelled.inc(sum(cancelled.values()))
+                for p, count in cancelled.items():
+                    self._pending[p] = self._pending.get(p, 0) - count
+                self._metrics.pending.set(sum(self._pending.values()))
+            if not_remembered:
+                self._metrics.cancels_not_remembered.inc(not_remembered)
             unit.apply_local()
             for part, timer, since in held_for_batch:
                 part.wheel.queue_held(timer, since)
@@ -371,26 +387,28 @@ class RequestJob(ExtraRequestJob):
             f"pending, its quota is {self.quotas.policy.limit(key):,}",
         )
 
-    def _cancel(self, part: LoadedPartition, record: RawRecord, cancel: Cancel) -> None:
+    def _cancel(
+        self, part: LoadedPartition, record: RawRecord, cancel: Cancel
+    ) -> CancelOutcome | None:
+        """Apply a token request (a cancel, or a pause, resume, trigger or backfill) and
+        answer it; a cancel's outcome, for the caller to count in
+        ``kafka_timers_cancelled`` (taking the timer off the pending count) or
+        ``kafka_timers_cancels_not_remembered`` once per unit, None for the others."""
         if cancel.action in EXTRA_ACTIONS:  # a trigger or a backfill: app.worker.service_extra
             self._extra_fire(part, record, cancel)
-            return
+            return None
         if cancel.action is not TokenAction.CANCEL:
             self._pause_or_resume(part, record, cancel)
-            return
+            return None
         outcome = part.wheel.cancel(cancel)
         self._output.cancel_outcome(
             cancel.id, cancel.token, outcome.value, record.partition, record.offset
         )
-        if outcome is CancelOutcome.CANCELLED:
-            self._metrics.cancelled.inc()
-            self._adjust_pending(record.partition, -1)
-        elif outcome is CancelOutcome.NOT_REMEMBERED:
-            self._metrics.cancels_not_remembered.inc()
-        elif outcome is CancelOutcome.WRONG_TOKEN:
+        if outcome is CancelOutcome.WRONG_TOKEN:
             self._reject(
                 record, RejectReason.WRONG_TOKEN, f"token does not match timer {cancel.id!r}"
             )
+        return outcome
 
     def _pause_or_resume(self, part: LoadedPartition, record: RawRecord, request: Cancel) -> None:
         """Apply a timer owner's pause or resume and answer it on the fired topic (as a
