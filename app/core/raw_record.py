@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from app.core.timer import Header
 
-__all__ = ["RawRecord", "derived_id"]
+__all__ = ["RawRecord", "derived_id", "with_headers"]
 
 
 @dataclass(frozen=True, init=False)
@@ -75,6 +75,23 @@ _copy_defaults = {
 }.copy
 #: Sets an instance's dict past the frozen dataclass's ``__setattr__``.
 _set_dict = object.__setattr__
+_new_record = object.__new__
+
+
+def with_headers(
+    record: RawRecord, headers: tuple[Header, ...], origin: tuple[int, int] | None
+) -> RawRecord:
+    """``record`` with these ``headers`` and ``origin``, every other field its own: its
+    instance dict copied and the two set (the same dict a ``RawRecord(...)`` of the
+    fields builds, in the same order), for a forwarded copy read (its ``timer-hop``
+    taken off). ``dataclasses.replace`` walks every field, and a call of the class sets
+    nine of them through ``__init__``: each cost several times this."""
+    fields = record.__dict__.copy()
+    fields["headers"] = headers
+    fields["origin"] = origin
+    copy: RawRecord = _new_record(RawRecord)
+    _set_dict(copy, "__dict__", fields)
+    return copy
 
 
 def derived_id(record: RawRecord) -> str:

@@ -107,11 +107,12 @@ def from_protobuf(record: RawRecord, now: float | None) -> Timer | Cancel:
     """The timer or token request (cancel, pause, resume, trigger, backfill) a ``Future``
     message holds;
     ``now`` as for :func:`app.core.request_format.parse_request`."""
-    assert record.value is not None
+    value = record.value
+    assert value is not None
     # A plain one-shot request, the common case, read on fields 1-6 alone (_plain_class);
     # anything else, or anything wrong, is read again by the full reader below.
     try:
-        plain: Any = _parse_plain(record.value)
+        plain: Any = _parse_plain(value)
     except ProtobufDecodeError:
         pass
     else:
@@ -128,7 +129,7 @@ def from_protobuf(record: RawRecord, now: float | None) -> Timer | Cancel:
                 plain.token,
             )
     try:
-        future: Any = _parse_future(record.value)
+        future: Any = _parse_future(value)
     except ProtobufDecodeError as exc:
         raise RejectedRequest(RejectReason.MALFORMED, f"not protobuf or JSON: {exc}") from exc
     if len(UnknownFieldSet(future)):
@@ -156,7 +157,7 @@ def from_protobuf(record: RawRecord, now: float | None) -> Timer | Cancel:
     has = future.HasField
     recurrence = None
     calendar = None
-    skip_dates = future.skip_dates if _SKIP_DATES_LEAD in record.value else ()
+    skip_dates = future.skip_dates if _SKIP_DATES_LEAD in value else ()
     if has("skip_holidays") or skip_dates or has("skip_policy"):
         calendar = Calendar.build(future.skip_holidays, skip_dates, future.skip_policy)
     if (

@@ -63,16 +63,15 @@ trust.
 from __future__ import annotations
 
 from binascii import hexlify
-from dataclasses import replace
+from collections.abc import Callable
 from functools import lru_cache
 from hashlib import blake2b, sha256
 from hmac import compare_digest
 from marshal import dumps as _dumps
 from typing import NamedTuple
 
-from app.core.budget import fits
-from app.core.raw_record import RawRecord
-from app.core.timer import Header
+from app.core.budget import fits, record_bytes
+from app.core.raw_record import RawRecord, with_headers
 from kafka_timers_client.errors import RejectedRequest, RejectReason
 from kafka_timers_client.partitioner import placement_function
 
@@ -81,6 +80,7 @@ __all__ = [
     "Origin",
     "check_forwardable",
     "hop_value",
+    "id_placement",
     "is_replayed",
     "owner_of",
     "split_hop",
@@ -120,6 +120,9 @@ class Origin(NamedTuple):
     offset: int
 
 
+#: Builds an :class:`Origin` of a ``(partition, offset)`` tuple in C.
+_new_tuple = tuple.__new__
+
 #: :func:`~kafka_timers_client.partitioner.partition_for`'s placement, called directly.
 _place = placement_function()
 
@@ -131,6 +134,13 @@ def owner_of(timer_id: str, partitions: int) -> int:
     if partitions < 1:
         raise ValueError(f"a topic has at least one partition, not {partitions}")
     return _place(timer_id.encode(), partitions)
+
+
+def id_placement() -> Callable[[bytes, int], int]:
+    """:func:`owner_of` for a caller that places every request it reads (the worker):
+    the placement itself, called with the id encoded (UTF-8) and a partition count
+    already known to be at least 1, without the call of :func:`owner_of` around it."""
+    return _place
 
 
 def hop_value(record: RawRecord, secret: str | None = None) -> bytes:
@@ -182,7 +192,7 @@ def without_hop(record: RawRecord) -> RawRecord:
     (None if it names none: a producer's header of that name)."""
     headers = record.headers
     if headers and headers[-1][0] == HOP_HEADER:
-        return replace(record, headers=headers[:-1], origin=_hop_origin(headers[-1][1]))
+        return with_headers(record, headers[:-1], _hop_origin(headers[-1][1]))
     return record
 
 
@@ -202,9 +212,12 @@ def split_hop(
     ``partitions`` None (nothing routed), nothing is a copy.
     """
     headers = record.headers
-    if not headers or headers[-1][0] != HOP_HEADER:
+    if not headers:
         return record, None
-    value, headers = headers[-1][1], headers[:-1]
+    hop = headers[-1]
+    if hop[0] != HOP_HEADER:
+        return record, None
+    value, headers = hop[1], headers[:-1]
     signature = b""
     if secret is None:
         fields = value.split(b":")
@@ -220,32 +233,15 @@ def split_hop(
         or origin[0] >= partitions
         or origin[0] == record.partition
     ):
-        return _with(record, headers, None), None
+        return with_headers(record, headers, None), None
     if secret is not None:
         mac = _keyed(secret).copy()  # the signature of hop_value, over this copy
         message = (where, record.topic, record.key, record.value, headers)
         mac.update(_dumps(message, _MESSAGE_FORMAT))
         if not compare_digest(signature, hexlify(mac.digest())):
-            return _with(record, headers, None), None
-    return _with(record, headers, origin), Origin(*origin)
-
-
-def _with(
-    record: RawRecord, headers: tuple[Header, ...], origin: tuple[int, int] | None
-) -> RawRecord:
-    """``record`` with these headers and origin: ``dataclasses.replace`` without its
-    walk over the fields (a few microseconds, on every forwarded copy read)."""
-    return RawRecord(
-        record.topic,
-        record.partition,
-        record.offset,
-        record.timestamp_ms,
-        record.key,
-        record.value,
-        headers,
-        record.defect,
-        origin,
-    )
+            return with_headers(record, headers, None), None
+    # The Origin from the tuple at hand: NamedTuple's own __new__ is a Python call.
+    return with_headers(record, headers, origin), _new_tuple(Origin, origin)
 
 
 def is_replayed(origin: Origin, applied: dict[int, int]) -> bool:
@@ -269,10 +265,22 @@ def _hop_origin(value: bytes) -> tuple[int, int] | None:
     return int(partition), int(offset)
 
 
+#: A ``timer-hop`` at its largest, as :func:`check_forwardable` counts a copy's.
+_LARGEST_HOP = (HOP_HEADER, b"0" * _HOP_MAX)
+#: :func:`~app.core.budget.record_bytes` of a copy with no key, no value and no header
+#: but its ``timer-hop``: the size of a copy of a request without headers, less its key
+#: and value (the count is a sum over the parts).
+_BARE_COPY_BYTES = record_bytes(None, None, (_LARGEST_HOP,))
+
+
 def check_forwardable(record: RawRecord, limit: int) -> None:
     """Refuse (``record_too_large``) a request whose copy with ``timer-hop`` would be
     larger than the largest record the worker can write."""
-    if not fits(limit, record.key, record.value, [*record.headers, (HOP_HEADER, b"0" * _HOP_MAX)]):
+    if not record.headers:  # most requests: the same count, from two lengths
+        key, value = record.key, record.value
+        if len(key or b"") + len(value or b"") + _BARE_COPY_BYTES <= limit:
+            return
+    if not fits(limit, record.key, record.value, [*record.headers, _LARGEST_HOP]):
         raise RejectedRequest(
             RejectReason.RECORD_TOO_LARGE,
             f"read on partition {record.partition}, it belongs on another, and its copy "

@@ -21,7 +21,14 @@ from app.core.budget import check_fits
 from app.core.keys import APPLYING, REQUEST_OFFSET, origin_key
 from app.core.raw_record import RawRecord
 from app.core.request_format import parse_request
-from app.core.routing import Origin, check_forwardable, hop_value, is_replayed, owner_of, split_hop
+from app.core.routing import (
+    Origin,
+    check_forwardable,
+    hop_value,
+    id_placement,
+    is_replayed,
+    split_hop,
+)
 from app.core.timer import Cancel, Timer, TokenAction
 from app.core.wheel import CancelOutcome, Scheduled
 from app.worker.isolation import is_systemic, rejection_for
@@ -43,6 +50,7 @@ _DETAIL_BYTES = 1000
 #: The outcomes the loop tells apart, read once: an enum member read off its class cost
 #: about a thousand instructions a request (callgrind).
 _STORED, _FIRE_NOW, _WRONG_TOKEN = Scheduled.STORED, Scheduled.FIRE_NOW, Scheduled.WRONG_TOKEN
+_CANCELLED, _NOT_REMEMBERED = CancelOutcome.CANCELLED, CancelOutcome.NOT_REMEMBERED
 
 
 def _where(record: RawRecord) -> str:
@@ -82,12 +90,17 @@ class RequestJob(ExtraRequestJob):
         # Counted per batch and applied once at the end (the gauge sums every partition).
         scheduled = 0
         # Likewise the requests forwarded (a counter's inc cost ~4,400 instructions), even
-        # if the unit fails: each was handed to the output.
+        # if the unit fails: each was handed to the output. And the cancels, each counted
+        # (and taken off the pending count, per partition) even if the unit fails, as
+        # when each was counted as it was applied.
         forwarded = 0
+        cancelled: dict[int, int] = {}
+        not_remembered = 0
         pending_delta = dict.fromkeys(parts, 0)
         check = self._policy.check
         max_record = self._output.max_record_bytes
         routed = self._request_partitions
+        place = id_placement()
         gated = self.gates.gated
         # Pending-timer quotas (app.core.quotas): checked on the id's owner, just before
         # a request is stored; None, none is set and this is all a request pays for them.
@@ -104,12 +117,12 @@ class RequestJob(ExtraRequestJob):
         # as single writes were, so what a failed flush leaves locally is unchanged.
         unit = self._commits.begin(part.kv for part in parts.values())
         unit.ahead_of_changelog()
+        # Each partition's last offset in the batch, the partitions in the order they
+        # first appear in it.
+        ends = {record.partition: record.offset for record in records}
         if not self._output.transactional:
             # Before anything the unit changes, in the changelog as in the store: a store
             # holding any of its effects knows the unit was under way (see reread).
-            ends: dict[int, int] = {}
-            for record in records:
-                ends[record.partition] = record.offset
             for p, end in ends.items():
                 parts[p].kv.put(APPLYING, b"%d" % end)
         deadline = time.perf_counter() + UNIT_BUDGET_SECONDS
@@ -126,14 +139,16 @@ class RequestJob(ExtraRequestJob):
                         break
                     await self._let_the_loop_run(unit)
                     deadline = time.perf_counter() + UNIT_BUDGET_SECONDS
-                part = parts[record.partition]
-                part.applied_offset = record.offset
-                reread_through = part.reread_through
-                if reread_through >= 0 and record.offset >= reread_through:
-                    # The last request applied before the crash: the store is whole
-                    # again after it, and this partition's ticks fire again.
-                    part.reread_through = -1
-                reread = record.offset <= reread_through
+                partition, offset = record.partition, record.offset
+                part = parts[partition]
+                part.applied_offset = offset
+                reread = False
+                if part.reread_through >= 0:  # after a crash: the unit under way then
+                    reread = offset <= part.reread_through
+                    if offset >= part.reread_through:
+                        # The last request applied before the crash: the store is whole
+                        # again after it, and this partition's ticks fire again.
+                        part.reread_through = -1
                 # Everything one record causes happens inside this try: whatever it
                 # raises, the record is dead-lettered and the next one is read, unless
                 # the system itself is failing (app.worker.isolation draws the line).
@@ -149,14 +164,16 @@ class RequestJob(ExtraRequestJob):
                                 continue
                     request = parse_request(record, now)
                     if routed:
-                        owner = owner_of(request.id, routed)
-                        if owner != record.partition and self._forwarded(
-                            part, record, request, owner
-                        ):
+                        owner = place(request.id.encode(), routed)  # owner_of, inline
+                        if owner != partition and self._forwarded(part, record, request, owner):
                             forwarded += 1
                             continue
                     if isinstance(request, Cancel):
-                        self._cancel(part, record, request)
+                        answered = self._cancel(part, record, request)
+                        if answered is _CANCELLED:
+                            cancelled[partition] = cancelled.get(partition, 0) + 1
+                        elif answered is _NOT_REMEMBERED:
+                            not_remembered += 1
                         continue
                     if tracing is not None:
                         request = tracing.scheduled(record, request)
@@ -176,7 +193,7 @@ class RequestJob(ExtraRequestJob):
                     if outcome is _STORED:
                         scheduled += 1
                         if not accepted.replaced:
-                            pending_delta[record.partition] += 1
+                            pending_delta[partition] += 1
                     elif outcome is _FIRE_NOW:
                         scheduled += 1
                         if last_seen is None:
@@ -227,6 +244,13 @@ class RequestJob(ExtraRequestJob):
         finally:
             if forwarded:
                 self._metrics.forwarded.inc(forwarded)
+            if cancelled:
+                self._metrics.cancelled.inc(sum(cancelled.values()))
+                for p, count in cancelled.items():
+                    self._pending[p] = self._pending.get(p, 0) - count
+                self._metrics.pending.set(sum(self._pending.values()))
+            if not_remembered:
+                self._metrics.cancels_not_remembered.inc(not_remembered)
             unit.apply_local()
             for part, timer, since in held_for_batch:
                 part.wheel.queue_held(timer, since)
@@ -246,9 +270,14 @@ class RequestJob(ExtraRequestJob):
         # crash before that reads the batch again, which is harmless (second copies are
         # dropped by their owner, a re-read fires nothing at once).
         records, rest = records[:handled], records[handled:]
-        last: dict[int, int] = {}
+        # The highest offset handled of each partition with a record handled (at least
+        # -1), in the order they first appear: ``ends``' partitions, unless the unit
+        # ended before the batch did. Compared in place: a max() and a get() per record
+        # cost twice this loop.
+        last = dict.fromkeys(ends if not rest else {r.partition: 0 for r in records}, -1)
         for record in records:
-            last[record.partition] = max(record.offset, last.get(record.partition, -1))
+            if record.offset > last[record.partition]:
+                last[record.partition] = record.offset
         for p, offset in last.items():
             unit.put_resume_offset(parts[p].kv, b"%d" % offset)
         # Likewise the highest origin offsets of the forwarded copies applied: were they
@@ -358,26 +387,28 @@ class RequestJob(ExtraRequestJob):
             f"pending, its quota is {self.quotas.policy.limit(key):,}",
         )
 
-    def _cancel(self, part: LoadedPartition, record: RawRecord, cancel: Cancel) -> None:
+    def _cancel(
+        self, part: LoadedPartition, record: RawRecord, cancel: Cancel
+    ) -> CancelOutcome | None:
+        """Apply a token request (a cancel, or a pause, resume, trigger or backfill) and
+        answer it; a cancel's outcome, for the caller to count in
+        ``kafka_timers_cancelled`` (taking the timer off the pending count) or
+        ``kafka_timers_cancels_not_remembered`` once per unit, None for the others."""
         if cancel.action in EXTRA_ACTIONS:  # a trigger or a backfill: app.worker.service_extra
             self._extra_fire(part, record, cancel)
-            return
+            return None
         if cancel.action is not TokenAction.CANCEL:
             self._pause_or_resume(part, record, cancel)
-            return
+            return None
         outcome = part.wheel.cancel(cancel)
         self._output.cancel_outcome(
             cancel.id, cancel.token, outcome.value, record.partition, record.offset
         )
-        if outcome is CancelOutcome.CANCELLED:
-            self._metrics.cancelled.inc()
-            self._adjust_pending(record.partition, -1)
-        elif outcome is CancelOutcome.NOT_REMEMBERED:
-            self._metrics.cancels_not_remembered.inc()
-        elif outcome is CancelOutcome.WRONG_TOKEN:
+        if outcome is CancelOutcome.WRONG_TOKEN:
             self._reject(
                 record, RejectReason.WRONG_TOKEN, f"token does not match timer {cancel.id!r}"
             )
+        return outcome
 
     def _pause_or_resume(self, part: LoadedPartition, record: RawRecord, request: Cancel) -> None:
         """Apply a timer owner's pause or resume and answer it on the fired topic (as a

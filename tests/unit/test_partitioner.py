@@ -54,13 +54,24 @@ def test_librdkafkas_murmur2_the_worker_places_requests_with_is_the_same_functio
     native = partitioner._native_placement
     assert native is not None, "librdkafka (confluent-kafka's) not found: see _find_librdkafka"
     rng = random.Random(11)
-    for length in range(0, 200):
+    # Past the table of lengths the native call takes its size_t from, too.
+    for length in (*range(0, 200), *range(250, 270), 1024, 4096):
         for _ in range(10):
             data = rng.randbytes(length)
             n = rng.choice((1, 2, 8, 12, 86_401, 2**31 - 1))
             assert native(data, n) == (murmur2(data) & 0x7FFFFFFF) % n
     for key, expected in JAVA_MURMUR2.items():
         assert native(key, 2**31 - 1) == (expected & 0x7FFFFFFF) % (2**31 - 1)
+
+
+def test_placement_refuses_a_key_that_is_not_bytes() -> None:
+    from kafka_timers_client.partitioner import placement
+
+    # ctypes would pass a str to librdkafka as a wide-character string: another hash.
+    with pytest.raises(TypeError, match="bytes, not str"):
+        placement("21", 8)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="bytes, not str"):
+        partition_for("21", 8)  # type: ignore[arg-type]
 
 
 def test_placement_falls_back_to_python_where_librdkafka_is_missing(

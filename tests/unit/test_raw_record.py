@@ -7,7 +7,7 @@ from __future__ import annotations
 import pickle
 from dataclasses import fields, replace
 
-from app.core.raw_record import RawRecord
+from app.core.raw_record import RawRecord, with_headers
 
 NAMES = [f.name for f in fields(RawRecord)]
 
@@ -45,3 +45,14 @@ def test_defaults_are_in_the_dict_too() -> None:
         "origin": None,
     }
     assert vars(record) is not vars(RawRecord("r", 0, 0, 0, None, b"v"))
+
+
+def test_with_headers_is_the_record_with_those_two_fields_replaced() -> None:
+    record = RawRecord("r", 3, 9, 5, b"k", b"v", (("h", b"v"), ("timer-hop", b"1:2")), "broken")
+    for headers, origin in (((("h", b"v"),), (1, 2)), ((), None)):
+        copy = with_headers(record, headers, origin)
+        expected = replace(record, headers=headers, origin=origin)
+        assert copy == expected and hash(copy) == hash(expected)
+        assert vars(copy) == vars(expected) and list(vars(copy)) == NAMES
+        assert type(copy) is RawRecord and vars(copy) is not vars(record)
+    assert record.headers[-1] == ("timer-hop", b"1:2") and record.origin is None  # untouched

@@ -249,7 +249,7 @@ def test_bad_recurrences_are_refused_with_a_reason(doc: dict, reason: RejectReas
 
 @given(st.binary(max_size=40), st.sampled_from([b"", b" ", b"\t\n", b"\r\x0b\x0c \n" * 9]))
 def test_json_after_whitespace_is_told_as_lstrip_tells_it(body: bytes, space: bytes) -> None:
-    """_parse looks for ``{`` after leading whitespace without copying the value (a value
+    """parse_request looks for ``{`` after leading whitespace without copying the value (a value
     that starts with ``{`` is JSON before that question)."""
     for value in (space + body, space + b"{" + body, body):
         if value[:1] != b"{":

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from app.core.budget import record_bytes
 from app.core.keys import origin_key
 from app.core.raw_record import RawRecord
 from app.core.routing import (
@@ -151,6 +152,23 @@ def test_a_request_whose_copy_would_not_fit_is_refused() -> None:
     check_forwardable(record, 2000)
     with pytest.raises(RejectedRequest, match="record_too_large"):
         check_forwardable(record, 1050)
+
+
+@pytest.mark.parametrize("key", [None, b"", b"k" * 7])
+@pytest.mark.parametrize("value", [None, b"", b"x" * 1000])
+@pytest.mark.parametrize("headers", [(), (("h", b"v" * 20),)])
+def test_a_copy_is_refused_exactly_where_it_would_not_fit(
+    key: bytes | None, value: bytes | None, headers: tuple[tuple[str, bytes], ...]
+) -> None:
+    # The count of a copy without headers comes from two lengths: the same as budget's.
+    record = RawRecord("requests", 0, 0, NOW * 1000, key, value, headers)
+    size = record_bytes(key, value, [*headers, (HOP_HEADER, b"0" * 80)])
+    for limit in (size - 1, size, size + 1):
+        if limit >= size:
+            check_forwardable(record, limit)
+        else:
+            with pytest.raises(RejectedRequest, match="record_too_large"):
+                check_forwardable(record, limit)
 
 
 def copies_on(h: Harness, owner: int) -> list[RawRecord]:

@@ -302,6 +302,35 @@ def test_cancel_removes_a_pending_timer_and_a_wrong_token_is_dead_lettered() -> 
     assert h.pending() == 0
 
 
+def test_a_units_cancels_are_counted_and_taken_off_the_pending_count_per_partition() -> None:
+    h = Harness()
+    h.requests(*(h.schedule(f"t{i}", NOW + 5, partition=i % 2) for i in range(5)))
+    assert h.pending() == 5
+    # Three cancelled (two on partition 0) and one wrong token in one unit: counted for
+    # the unit, taken off each partition's pending count.
+    h.requests(
+        h.cancel("t0", partition=0),
+        h.cancel("t1", partition=1),
+        h.cancel("t2", partition=0),
+        h.cancel("t3", token="wrong", partition=1),
+    )
+    assert float(h.metrics.cancelled._value.get()) == 3
+    assert h.pending() == 2
+    assert h.service._pending == {0: 1, 1: 1}
+    outcomes = [o for _, _, o, _ in h.output.durable.cancels]
+    assert outcomes == ["cancelled", "cancelled", "cancelled", "wrong_token"]
+    assert float(h.metrics.cancels_not_remembered._value.get()) == 0
+
+
+def test_a_units_cancels_in_advance_past_the_cap_are_counted_not_remembered() -> None:
+    h = Harness(max_cancels_in_advance=1)
+    h.requests(*(h.cancel(f"never{i}") for i in range(3)))
+    outcomes = [o for _, _, o, _ in h.output.durable.cancels]
+    assert outcomes == ["cancelled_in_advance", "not_remembered", "not_remembered"]
+    assert float(h.metrics.cancels_not_remembered._value.get()) == 2
+    assert float(h.metrics.cancelled._value.get()) == 0 and h.pending() == 0
+
+
 def test_each_cancel_answer_names_the_request_it_answers() -> None:
     # A client matches its answer on (partition, offset): two cancels of one id get
     # two answers, each with its own request's position.

@@ -9,8 +9,8 @@ import struct
 
 import pytest
 
-from app.core.stored import _SHORT, pack_timer, unpack_timer
-from app.core.timer import Timer
+from app.core.stored import _SHORT, _pack_any, pack_timer, unpack_timer
+from app.core.timer import Timer, one_shot
 
 SIZES = (0, 1, _SHORT - 1, _SHORT, _SHORT + 1, 70_000)
 
@@ -46,4 +46,19 @@ def test_absent_keys_and_values_and_headers(size: int) -> None:
     assert pack_timer(timer) == layout_1(timer)
     timer = Timer("a", 5, "cb", None, b"z" * size, headers=tuple(("h", b"") for _ in range(3)))
     assert pack_timer(timer) == layout_1(timer)
+    assert unpack_timer(pack_timer(timer)) == timer
+
+
+@pytest.mark.parametrize(
+    "timer",
+    [
+        Timer("a", 1_767_225_600, "cb", b"k", b"v", "t"),
+        Timer("a", 0, "", None, None),
+        Timer("é" * 3, -(2**63), "cb", b"", b"", "tok"),
+        one_shot("probe-1", 2**63 - 1, "callbacks", None, b"x" * 100, ""),
+    ],
+)
+def test_a_plain_timer_packs_as_the_general_case_does(timer: Timer) -> None:
+    # pack_timer's own path for a one-shot timer with nothing but its six fields.
+    assert pack_timer(timer) == _pack_any(timer) == layout_1(timer)
     assert unpack_timer(pack_timer(timer)) == timer

@@ -24,6 +24,9 @@ __all__ = ["murmur2", "partition_for", "placement", "placement_function"]
 _SEED = 0x9747B28C
 _M = 0x5BD1E995
 _MASK = 0xFFFFFFFF
+#: Key lengths whose ``size_t`` the native placement takes from a table (ids are
+#: bounded at 1,024 characters: most are far shorter).
+_SIZED = 256
 
 
 def murmur2(data: bytes) -> int:
@@ -51,6 +54,10 @@ def murmur2(data: bytes) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+def _pure_placement(data: bytes, n: int) -> int:
+    return (murmur2(data) & 0x7FFFFFFF) % n
+
+
 def _librdkafka_placement() -> Callable[[bytes, int], int] | None:
     """``(toPositive(murmur2(data)) % n)`` from librdkafka's own murmur2 partitioner
     (``rd_kafka_msg_partitioner_murmur2``), or None where librdkafka cannot be found.
@@ -62,6 +69,18 @@ def _librdkafka_placement() -> Callable[[bytes, int], int] | None:
     for another thread's switch interval (208 µs a call beside one busy thread, against
     3.7 µs here): in a worker with a consumer thread and an HTTP thread that cost the
     request path more than the hash itself.
+
+    The function is declared without ``argtypes``: each declared type is a Python-level
+    ``from_param`` call per argument per call, half of a call's ~7,000 instructions
+    (callgrind). Its arguments are those ctypes converts by itself to the C types of
+    ``rd_kafka_msg_partitioner_murmur2(const rd_kafka_topic_t *, const void *key,
+    size_t keylen, int32_t partition_cnt, void *, void *)``: None a null pointer, the
+    ``bytes`` a pointer to its buffer, the count an ``int`` (a C ``int``, 32 bits
+    wherever librdkafka runs), and the length a ``c_size_t``, from a table built once for
+    lengths under :data:`_SIZED` (an ``int`` there would go as a C ``int`` where a
+    ``size_t`` is read). ``data`` must be ``bytes``: ctypes would pass a ``str`` as a
+    wide-character string, so :func:`placement` refuses anything else; the worker's own
+    callers (:func:`placement_function`) hand it encoded ids.
     """
     try:
         path = _find_librdkafka()
@@ -70,23 +89,25 @@ def _librdkafka_placement() -> Callable[[bytes, int], int] | None:
         fn = ctypes.PyDLL(path).rd_kafka_msg_partitioner_murmur2
     except (OSError, AttributeError):
         return None
-    fn.argtypes = [
-        ctypes.c_void_p,  # the topic: not read by this partitioner
-        ctypes.c_char_p,
-        ctypes.c_size_t,
-        ctypes.c_int32,
-        ctypes.c_void_p,
-        ctypes.c_void_p,
-    ]
     fn.restype = ctypes.c_int32
+    size = ctypes.c_size_t
+    sizes = tuple(size(n) for n in range(_SIZED))
 
     def placement(data: bytes, n: int) -> int:
-        result: int = fn(None, data, len(data), n, None, None)  # c_int32: an int already
+        try:
+            length = sizes[len(data)]
+        except IndexError:
+            length = size(len(data))
+        result: int = fn(None, data, length, n, None, None)  # c_int32: an int already
         return result
 
     # Kafka's own vector (Java's Utils.murmur2("21") = -973932308): refuse a library
-    # that disagrees rather than place a single record elsewhere than Kafka would.
+    # that disagrees rather than place a single record elsewhere than Kafka would. And a
+    # key longer than the table, to check the length the other way it is passed.
     if placement(b"21", 2**31 - 1) != 1173551340 % (2**31 - 1):
+        return None
+    long_key = b"k" * (_SIZED + 3)
+    if placement(long_key, 2**31 - 1) != _pure_placement(long_key, 2**31 - 1):
         return None
     return placement
 
@@ -115,12 +136,10 @@ _native_placement = _librdkafka_placement()
 def placement(data: bytes, n: int) -> int:
     """``toPositive(murmur2(data)) % n``: the partition a record keyed ``data`` lands on
     among ``n``, and any other stable choice among ``n`` made the same way."""
+    if not isinstance(data, bytes):
+        raise TypeError(f"a key is bytes, not {type(data).__name__}")
     if _native_placement is not None:
         return _native_placement(data, n)
-    return (murmur2(data) & 0x7FFFFFFF) % n
-
-
-def _pure_placement(data: bytes, n: int) -> int:
     return (murmur2(data) & 0x7FFFFFFF) % n
 
 
