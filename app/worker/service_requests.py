@@ -400,7 +400,9 @@ class RequestJob(ExtraRequestJob):
         if cancel.action is not TokenAction.CANCEL:
             self._pause_or_resume(part, record, cancel)
             return None
-        outcome = part.wheel.cancel(cancel)
+        wheel = part.wheel
+        pending = wheel.counts.pending
+        outcome = wheel.cancel(cancel)
         self._output.cancel_outcome(
             cancel.id, cancel.token, outcome.value, record.partition, record.offset
         )
@@ -408,6 +410,10 @@ class RequestJob(ExtraRequestJob):
             self._reject(
                 record, RejectReason.WRONG_TOKEN, f"token does not match timer {cancel.id!r}"
             )
+        elif outcome is _CANCELLED and wheel.counts.pending == pending:
+            # The same cancel again (a retry, a redelivery): answered as the first one
+            # was, but it removed nothing, so it is not counted or taken off again.
+            return None
         return outcome
 
     def _pause_or_resume(self, part: LoadedPartition, record: RawRecord, request: Cancel) -> None:

@@ -322,6 +322,18 @@ def test_a_units_cancels_are_counted_and_taken_off_the_pending_count_per_partiti
     assert float(h.metrics.cancels_not_remembered._value.get()) == 0
 
 
+def test_the_same_cancel_again_is_answered_alike_and_counted_once() -> None:
+    h = Harness()
+    h.requests(h.schedule("a", NOW + 5), h.schedule("b", NOW + 5))
+    h.requests(h.cancel("a"), h.cancel("a"))  # a retry in the same unit
+    h.requests(h.cancel("a"))  # and in a later one
+    outcomes = [o for _, _, o, _ in h.output.durable.cancels]
+    assert outcomes == ["cancelled"] * 3
+    assert float(h.metrics.cancelled._value.get()) == 1
+    assert h.pending() == 1  # b is still pending
+    assert h.service._pending == {0: 1}
+
+
 def test_a_units_cancels_in_advance_past_the_cap_are_counted_not_remembered() -> None:
     h = Harness(max_cancels_in_advance=1)
     h.requests(*(h.cancel(f"never{i}") for i in range(3)))
