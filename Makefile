@@ -43,7 +43,8 @@ run: install
 # PYTEST_ARGS: e.g. --refuse-skips (CI), -m 'not fault', -x. Two parts (--part, see
 # tests/conftest.py): first the tests that may run beside another, TEST_PROCESSES at a
 # time (pytest-xdist; --dist loadfile keeps a module in one process, so the stacks its
-# tests share stay shared), then those marked `serial` alone: they gate on a time the
+# tests share stay shared; modules go out in the conftest's order, the fault modules
+# first), then those marked `serial` alone: they gate on a time the
 # machine measures. A test process that dies ends the parallel part at once, naming the
 # test it was running (--max-worker-restart=0: with --dist loadfile, pytest-xdist can wait
 # for ever on the process that replaces a dead one). Both parts always run; pytest's 5 (nothing selected, as when
