@@ -49,7 +49,11 @@ run: install
 # test it was running (--max-worker-restart=0: with --dist loadfile, pytest-xdist can wait
 # for ever on the process that replaces a dead one). Both parts always run; pytest's 5 (nothing selected, as when
 # PYTEST_ARGS picks tests of one part only) counts as passed unless both say it.
-TEST_PROCESSES ?= 2
+# 3 on 2 cores: the parallel part waits (for seconds to come due, for groups to settle)
+# far more than it computes; 18 of its slowest tests (test_long_horizons, test_debounce,
+# test_recurring, test_calendars, test_restart, ...) ran 3 at a time as long as alone,
+# each, using a third of a core between them. TEST_PROCESSES=2 for the old pace.
+TEST_PROCESSES ?= 3
 test: install test-tools
 	parallel=0; serial=0; \
 	$(BIN)/pytest --part parallel -n $(TEST_PROCESSES) --dist loadfile --max-worker-restart=0 $(PYTEST_ARGS) || parallel=$$?; \
