@@ -43,12 +43,17 @@ run: install
 # PYTEST_ARGS: e.g. --refuse-skips (CI), -m 'not fault', -x. Two parts (--part, see
 # tests/conftest.py): first the tests that may run beside another, TEST_PROCESSES at a
 # time (pytest-xdist; --dist loadfile keeps a module in one process, so the stacks its
-# tests share stay shared), then those marked `serial` alone: they gate on a time the
+# tests share stay shared; modules go out in the conftest's order, the fault modules
+# first), then those marked `serial` alone: they gate on a time the
 # machine measures. A test process that dies ends the parallel part at once, naming the
 # test it was running (--max-worker-restart=0: with --dist loadfile, pytest-xdist can wait
 # for ever on the process that replaces a dead one). Both parts always run; pytest's 5 (nothing selected, as when
 # PYTEST_ARGS picks tests of one part only) counts as passed unless both say it.
-TEST_PROCESSES ?= 2
+# 3 on 2 cores: the parallel part waits (for seconds to come due, for groups to settle)
+# far more than it computes; 18 of its slowest tests (test_long_horizons, test_debounce,
+# test_recurring, test_calendars, test_restart, ...) ran 3 at a time as long as alone,
+# each, using a third of a core between them. TEST_PROCESSES=2 for the old pace.
+TEST_PROCESSES ?= 3
 test: install test-tools
 	parallel=0; serial=0; \
 	$(BIN)/pytest --part parallel -n $(TEST_PROCESSES) --dist loadfile --max-worker-restart=0 $(PYTEST_ARGS) || parallel=$$?; \

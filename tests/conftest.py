@@ -44,6 +44,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest-xdist (3.5 on) hands out a ``--dist loadfile`` run's modules by their number
+    # of tests, most first, unless told not to (3.8 on): the order set below (the fault
+    # modules first) then never held, and the last modules handed out were one-test
+    # modules of 70-90 s each (test_request_lag, test_stale_writer, test_export_import),
+    # one process running them while the other had nothing left.
+    if getattr(config.option, "loadscopereorder", None) is not None:
+        config.option.loadscopereorder = False
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     return f"broker: {planned()}; tests marked own_broker start the dev broker"
 

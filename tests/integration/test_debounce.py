@@ -167,8 +167,9 @@ def test_a_kill_9_between_requests_keeps_the_count_and_the_first_request_time(
     wait_until_firing(settings, client, probes)
     timer_id = f"crash-{uuid.uuid4().hex[:8]}"
     # Debounce and max-wait: longer than the three requests, a worker's restart on a busy
-    # machine and the three more (checked below: the last must come before it ends).
-    window = 60
+    # machine and the three more (checked below: the last must come 5 s before it ends).
+    # Measured: the last came 25 s after the first (the restart serving in 12-14 s).
+    window = 40
     sent_ms: list[int] = []
 
     def send(n: int) -> None:

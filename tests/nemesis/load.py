@@ -30,6 +30,7 @@ from confluent_kafka import KafkaError, Message, Producer
 
 from app.core.routing import owner_of
 from app.kafka.config import confluent_producer
+from app.kafka.records import Record
 from app.settings import Settings
 from kafka_timers_client import protowire
 from kafka_timers_client.client import TimerClient
@@ -43,7 +44,6 @@ from tests.nemesis.history import (
     version_payload,
     write_line,
 )
-from tests.nemesis.reading import Reader
 from tests.nemesis.stack import LIMITED_TOPIC, PARTITIONS, PLAIN_TOPIC, SPREAD_TOPIC
 
 __all__ = ["Load"]
@@ -86,8 +86,15 @@ class Load:
     """Sends the mix from a thread until :meth:`stop`; writes the history to ``out``."""
 
     def __init__(
-        self, settings: Settings, out: IO[str], rng: random.Random, write_lock: threading.Lock
+        self,
+        settings: Settings,
+        out: IO[str],
+        rng: random.Random,
+        write_lock: threading.Lock,
+        requests: list[Record],
     ) -> None:
+        """``requests``: the request topic's records as they are read (a
+        :class:`~tests.nemesis.tailing.Tail`'s, growing), for the arrivals at owners."""
         self.settings = settings
         self.rng = rng
         self._out = out
@@ -103,7 +110,9 @@ class Load:
             threading.Thread(target=self._cancel_loop, name="nemesis-cancels", daemon=True),
         ]
         self._n = 0
-        self._arrivals: Reader | None = None
+        self._requests = requests
+        #: How many of ``requests`` were looked at.
+        self._requests_seen = 0
         self._series_expected: set[tuple[tuple[str, int], frozenset[str]]] = set()
         #: Payloads of the versions that reached their owner partition.
         self._arrived: set[str] = set()
@@ -195,9 +204,9 @@ class Load:
     def _follow_arrivals(self) -> None:
         """Note which versions have reached their id's owner partition (sent there, or a
         worker's forwarded copy)."""
-        if self._arrivals is None:
-            self._arrivals = Reader(self.settings, self.settings.topics.requests, from_end=True)
-        for record in self._arrivals.poll(0):
+        fresh = self._requests[self._requests_seen :]
+        self._requests_seen += len(fresh)
+        for record in fresh:
             try:
                 future = protowire.decode(record.value or b"")
             except ValueError:

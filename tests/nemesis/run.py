@@ -44,7 +44,6 @@ from tests.nemesis.history import (
     write_line,
 )
 from tests.nemesis.load import Load
-from tests.nemesis.reading import Reader
 from tests.nemesis.stack import (
     LIMITED_TOPIC,
     PARTITIONS,
@@ -52,6 +51,7 @@ from tests.nemesis.stack import (
     SPREAD_TOPIC,
     NemesisStack,
 )
+from tests.nemesis.tailing import Tail
 
 __all__ = ["main", "observe"]
 
@@ -59,6 +59,7 @@ __all__ = ["main", "observe"]
 QUIET = 20.0
 #: The longest the drain after the heal may take: what has not come by then is lost.
 DRAIN_LIMIT = 600.0
+CALLBACK_TOPICS = (PLAIN_TOPIC, SPREAD_TOPIC, LIMITED_TOPIC)
 
 
 def _header(record: Record, name: str) -> bytes | None:
@@ -68,29 +69,15 @@ def _header(record: Record, name: str) -> bytes | None:
     return None
 
 
-def _read(settings: Settings, topic: str, timeout: float = 600.0) -> list[Record]:
-    """``topic`` from its start to the end of every partition."""
-    reader = Reader(settings, topic)
-    try:
-        records: list[Record] = []
-        deadline = time.monotonic() + timeout
-        while reader.at_end != reader.partitions:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{topic} not read to its end within {timeout:g} s")
-            records += reader.poll(1.0)
-        return records
-    finally:
-        reader.close()
-
-
-def observe(settings: Settings) -> Observed:
-    """Everything the checker needs, read from the topics: the callbacks, the ``fired``
-    records and every request as it reached its id's owner partition."""
+def observe(settings: Settings, records: dict[str, list[Record]]) -> Observed:
+    """Everything the checker needs, from the topics' ``records`` (all of them, from
+    :meth:`Tail.read_to_end <tests.nemesis.tailing.Tail.read_to_end>`): the callbacks,
+    the ``fired`` records and every request as it reached its id's owner partition."""
     requests_topic, fired_topic = settings.topics.requests, settings.topics.fired
     dlq_topic = settings.topics.dlq
     observed = Observed()
-    for topic in (PLAIN_TOPIC, SPREAD_TOPIC, LIMITED_TOPIC):
-        for r in _read(settings, topic):
+    for topic in CALLBACK_TOPICS:
+        for r in records[topic]:
             seq = _header(r, "timer-seq")
             observed.callbacks.append(
                 Callback(
@@ -103,7 +90,7 @@ def observe(settings: Settings) -> Observed:
                     r.offset,
                 )
             )
-    for r in _read(settings, fired_topic):
+    for r in records[fired_topic]:
         try:
             fired = FiredRecord.from_json(r.value or b"{}")
         except ValueError:
@@ -114,7 +101,7 @@ def observe(settings: Settings) -> Observed:
             observed.fires.append(
                 Fire(fired.id, fired.seq, fired.fired_at_ms, fired.worker, fired.request_offset)
             )
-    for r in _read(settings, requests_topic):
+    for r in records[requests_topic]:
         try:
             future = protowire.decode(r.value or b"")
         except ValueError:
@@ -128,7 +115,7 @@ def observe(settings: Settings) -> Observed:
         )
         copy = any(k == HOP_HEADER for k, _ in r.headers)
         observed.arrivals.append(Arrival(future.id, payload, r.offset, copy))
-    for r in _read(settings, dlq_topic):
+    for r in records[dlq_topic]:
         timer_id = _header(r, "timer-id")
         if timer_id:
             observed.dead.append(
@@ -141,37 +128,38 @@ def observe(settings: Settings) -> Observed:
     return observed
 
 
-def _drain(settings: Settings, expected: dict[tuple[str, int], frozenset[str]]) -> int:
-    """Read the callback topics until every callback in ``expected`` has come (by
-    ``(id, seq)``: one of its payloads), then :data:`QUIET` s more (a duplicate on its
-    way); give up after :data:`DRAIN_LIMIT` s. Returns how many never came (the checker
-    then says which, and why)."""
-    topics = (PLAIN_TOPIC, SPREAD_TOPIC, LIMITED_TOPIC)
-    readers = [Reader(settings, t) for t in topics]
+def _drain(
+    callbacks: dict[str, list[Record]], expected: dict[tuple[str, int], frozenset[str]]
+) -> int:
+    """Watch the callback topics' records (``callbacks``, growing as the run's
+    :class:`~tests.nemesis.tailing.Tail` reads them) until every callback in ``expected``
+    has come (by ``(id, seq)``: one of its payloads), then :data:`QUIET` s more (a
+    duplicate on its way); give up after :data:`DRAIN_LIMIT` s. Returns how many never
+    came (the checker then says which, and why)."""
     missing = dict(expected)
-    try:
-        deadline = time.monotonic() + DRAIN_LIMIT
-        report = time.monotonic() + 30
-        done_at: float | None = None
-        while time.monotonic() < deadline:
-            for reader in readers:
-                for r in reader.poll(0.3):
-                    seq = _header(r, "timer-seq")
-                    timer_id = (_header(r, "timer-id") or b"").decode()
-                    key = (timer_id, int(seq or 0))
-                    if (r.value or b"").decode() in missing.get(key, ()):
-                        del missing[key]
-            if not missing and done_at is None:
-                done_at = time.monotonic()
-            if done_at is not None and time.monotonic() - done_at > QUIET:
-                return 0
-            if time.monotonic() > report:
-                report += 30
-                print(f"nemesis: draining, {len(missing)} callbacks still to come", flush=True)
-        return len(missing)
-    finally:
-        for reader in readers:
-            reader.close()
+    seen = dict.fromkeys(CALLBACK_TOPICS, 0)
+    deadline = time.monotonic() + DRAIN_LIMIT
+    report = time.monotonic() + 30
+    done_at: float | None = None
+    while time.monotonic() < deadline:
+        for topic in CALLBACK_TOPICS:
+            fresh = callbacks[topic][seen[topic] :]
+            seen[topic] += len(fresh)
+            for r in fresh:
+                seq = _header(r, "timer-seq")
+                timer_id = (_header(r, "timer-id") or b"").decode()
+                key = (timer_id, int(seq or 0))
+                if (r.value or b"").decode() in missing.get(key, ()):
+                    del missing[key]
+        if not missing and done_at is None:
+            done_at = time.monotonic()
+        if done_at is not None and time.monotonic() - done_at > QUIET:
+            return 0
+        if time.monotonic() > report:
+            report += 30
+            print(f"nemesis: draining, {len(missing)} callbacks still to come", flush=True)
+        time.sleep(0.3)  # a poll interval: the tail's thread reads the topics
+    return len(missing)
 
 
 def summary(minutes: float, faults: list[tuple[str, int]], verdict: Verdict) -> str:
@@ -253,8 +241,14 @@ def main() -> int:
         with TimerClient(settings) as probe:
             wait_until_firing(settings, probe, "nm-probe", timeout=180)
         print("nemesis: the stack fires; load and faults start", flush=True)
+        # The request topic followed from the load's start (the load follows the arrivals
+        # at the owners in it); the others from the heal, read meanwhile from their start
+        # while the drain waits (not during the faults: each fetch on the s3:// engine
+        # lists every batch object of each partition it asks for).
+        arrivals = Tail(settings, (settings.topics.requests,)).start()
         with history_path.open("w") as out:
-            load = Load(settings, out, random.Random(rng.getrandbits(32)), lock)
+            requests = arrivals.records[settings.topics.requests]
+            load = Load(settings, out, random.Random(rng.getrandbits(32)), lock, requests)
             nemesis = Nemesis(stack, out, random.Random(rng.getrandbits(32)), lock)
             load.start()
             time.sleep(10)  # the load alone first: the run's opening, not a wait for a result
@@ -267,13 +261,16 @@ def main() -> int:
                     flush=True,
                 )
             print("nemesis: healing", flush=True)
+            topics = settings.topics
+            outcomes = Tail(settings, (*CALLBACK_TOPICS, topics.fired, topics.dlq)).start()
             nemesis.heal()
             unanswered = load.stop()
             print(f"nemesis: healed; {unanswered} requests never acknowledged", flush=True)
-            missing = _drain(settings, load.expected())
+            missing = _drain(outcomes.records, load.expected())
             print(f"nemesis: drained; {missing} expected callbacks never came", flush=True)
             nemesis.stop()
-        observed = observe(settings)
+        observed = observe(settings, {**arrivals.read_to_end(), **outcomes.read_to_end()})
+        print("nemesis: read the topics to their end", flush=True)
         with (base / "observed.jsonl").open("w") as seen:
             for entry in (
                 *observed.callbacks,

@@ -181,6 +181,9 @@ class NemesisStack:
         return self.processes[name].alive
 
     def close(self) -> None:
+        for process in self.processes.values():  # all asked at once, then each waited for
+            with contextlib.suppress(Exception):
+                process.terminate()
         for process in self.processes.values():
             with contextlib.suppress(Exception):
                 process.stop(timeout=15)

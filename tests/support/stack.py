@@ -93,6 +93,11 @@ class Stack:
         return "\n".join(f"===== {s.name} =====\n{s.log_text()[-4000:]}" for s in self.services)
 
     def close(self) -> None:
+        """Stop every service still running, all asked at once (SIGTERM), then each
+        waited for: one by one, each worker that left handed its partitions to those
+        still running, which recovered them only to be stopped in turn (seconds a test)."""
+        for service in self.services:
+            service.terminate()
         for service in self.services:
             service.stop()
 

@@ -20,7 +20,7 @@ from tests.nemesis.stack import PLAIN_TOPIC
 
 def _load() -> Load:
     settings = replace(Settings(), bootstrap_servers="127.0.0.1:1")  # never reached
-    return Load(settings, io.StringIO(), random.Random(1), threading.Lock())
+    return Load(settings, io.StringIO(), random.Random(1), threading.Lock(), [])
 
 
 def _timer(timer_id: str, version: int, acked: int, cancel: str = "") -> _Timer:
