@@ -85,20 +85,15 @@ class GateJob(FiringJob):
             budget = self.gates.budget(partition, topic)
             if budget == 0:
                 continue
-            taken = wheel.take_held(topic, budget)
+            taken, runs = wheel.take_held_runs(topic, budget)
             if not taken:
                 continue
             if budget is not None:
                 self.gates.spend(partition, topic, len(taken), waiting=wheel.held_count(topic))
             delay = self._metrics.rate_limit_delay.labels(callback_topic=self._topic_label(topic))
-            since, run = taken[0][1], 0
-            for timer, held_since in taken:  # held together, delayed alike: one observation
-                if held_since != since:  # per run
-                    observe_many(delay, max(0.0, now - since), run)
-                    since, run = held_since, 0
-                run += 1
-                free.append(timer)
-            observe_many(delay, max(0.0, now - since), run)
+            for since, run in runs:  # held together, delayed alike: one observation per run
+                observe_many(delay, max(0.0, now - since), run)
+            free.extend(taken)
         return free
 
     async def release_gated(self) -> int:
