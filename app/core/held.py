@@ -84,7 +84,7 @@ class HeldQueue:
         if not self._out_of_order:
             popleft = in_order.popleft
             return [popleft() for _ in range(min(n, len(in_order)))]
-        taken = []
+        taken: list[HeldEntry] = []
         while len(taken) < n and self:
             taken.append(self.pop())
         return taken

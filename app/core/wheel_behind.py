@@ -18,6 +18,7 @@ entry names, so forgetting it reads no index entry.
 from __future__ import annotations
 
 import struct
+import sys
 from collections import Counter, deque
 from collections.abc import Iterator
 from operator import attrgetter, itemgetter
@@ -49,18 +50,23 @@ _due = attrgetter("due")
 
 #: Most delivered held timers one partition leaves to forget later
 #: (:meth:`BehindJob.forget_behind`); past it a round forgets its own at once.
-#: Each is its id, token, topic and seconds, never its payload: about 0.4 KB (measured
-#: with tracemalloc: 143 B of tuple, dict and deque, the rest the strings it keeps), so
-#: 150,000 are about 60 MB. They are recorded in the store as delivered (``L`` keys,
-#: :meth:`BehindJob._record_behind`), so a restart, a rebalance or the next owner
-#: forgets them rather than delivering them again: the cap bounds memory only.
+#: Each is its id, token, topic and seconds, never its payload: about 0.33 KB (measured
+#: with tracemalloc, its id's and token's strings included; its topic's is one string
+#: for all, 0.40 KB when each kept its own), where the same timer held cost about
+#: 0.22 KB (its entry in a :class:`~app.core.held.HeldQueue`, freed as it is taken). They are
+#: recorded in the store as delivered (``L`` keys, :meth:`BehindJob._record_behind`), so
+#: a restart, a rebalance or the next owner forgets them rather than delivering them
+#: again: the cap bounds memory only.
 #:
-#: Why 150,000: the same burst with no limit is one round whose timers (payloads
-#: included, about 1 KB each) are all in memory until delivered; a limited burst of up
-#: to 150,000 a partition costs less, and a smaller cap made a million-timer burst to a
-#: limited topic forget inside its delivery, at about three quarters of the rate
-#: (docs/performance.md, "Room to forget a million later").
-BEHIND_MAX = 150_000
+#: Why a million: a burst to a limited topic is held first, so leaving its timers
+#: behind as they are delivered adds about half of what holding them cost at the start
+#: (a million in one partition: about 220 MB held at the start, 330 MB behind at the end);
+#: the same burst with no limit is one round whose timers (payloads included, about
+#: 1 KB each) are all in memory until delivered. A smaller cap made a burst to a limited
+#: topic forget inside its delivery once past it: at 150,000, a million in one partition
+#: forgot 85% of its timers between its callbacks, two store writes and their changelog
+#: records each, on the one worker that delivers them all (docs/performance.md).
+BEHIND_MAX = 1_000_000
 
 
 class BehindJob(WheelStore):
@@ -135,10 +141,10 @@ class BehindJob(WheelStore):
                 timer_id = timer.id
                 if timer_id in behind:
                     continue
-                entry = behind[timer_id] = Behind(
-                    timer_id, timer.due, timer.token, timer.topic, timer.due, slot, key
+                left = behind[timer_id] = Behind(
+                    timer_id, timer.due, timer.token, sys.intern(timer.topic), timer.due, slot, key
                 )
-                order.append(entry)
+                order.append(left)
                 slot_counts[slot] = slot_counts.get(slot, 0) + 1
                 live += 1
             if live:
@@ -187,6 +193,8 @@ class BehindJob(WheelStore):
         behind, order = self._behind, self._behind_order
         slot_counts, slots = self._behind_slots, self._slots
         new = tuple.__new__  # a Behind without its Python-level constructor: one a timer
+        # A decoded timer's topic is a string of its own: one kept for all of theirs.
+        intern = sys.intern
         put, batch_left = self._kv.put, self._batch_left
         # Each one's key second, once: a one-shot timer's due is its version_due.
         if slots:
@@ -208,7 +216,7 @@ class BehindJob(WheelStore):
             batch_left[key] = len(chunk)
             end = at + len(chunk)
             made = [
-                new(Behind, (t.id, t.due, t.token, t.topic, t.due, slot, key))
+                new(Behind, (t.id, t.due, t.token, intern(t.topic), t.due, slot, key))
                 for t, slot in zip(leaving[at:end], keyed[at:end], strict=True)
             ]
             behind.update(zip(map(_id, made), made, strict=True))
