@@ -26,8 +26,16 @@ with both: the memory stores' own costs (a sorted list's ``remove`` per delete) 
 what a series costs more, which RocksDB does not. ``--held`` limits the timers' own
 topic to :data:`HELD_RATE` a second (on the probe's clock): the fire is then the tick
 that holds them and the release rounds, every 50 ms of that clock, that deliver them
-(at-least-once mode: their forgetting is left behind, as in a worker), the work of a
-burst to a limited topic.
+(at-least-once mode: their forgetting is left behind, as in a worker), then the
+forgetting of what they left behind (:meth:`TimerService.forget_behind`, as the release
+loop's spare time does it): the whole work of a burst to a limited topic. ``--hot`` puts
+every timer in one partition (a hot business key), whose share of the limit is all of it
+(as the demand exchange sets it for a partition that alone holds a backlog): the
+rate-limit bench's one-partition burst, where one worker delivers and forgets it all.
+``--settle`` settles the heap before the fire as a serving worker does
+(:mod:`app.worker.heap`: startup's objects frozen, the collector's thresholds raised):
+without it the collector's full passes over the probe's young heap (every timer held,
+taken and left behind is tracked) were a large and erratic part of a held timer's count.
 
 Imports only ``app`` and ``tests.support`` (from the tree under test), never ``bench``.
 """
@@ -68,7 +76,7 @@ class _RocksDBStores:
 
 
 def _service(
-    limited: str | None, rocksdb: str | None = None, held: bool = False
+    limited: str | None, rocksdb: str | None = None, held: bool = False, hot: bool = False
 ) -> tuple[Any, Any]:
     from app.core.policy import RequestPolicy
     from app.worker.metrics import WorkerMetrics
@@ -86,9 +94,10 @@ def _service(
     if held:
         from app.worker.topic_gates import TopicGates
 
-        options["gates"] = TopicGates(
-            {"callbacks": HELD_RATE}, partitions=PARTITIONS, clock=lambda: clock[0]
-        )
+        gates = TopicGates({"callbacks": HELD_RATE}, partitions=PARTITIONS, clock=lambda: clock[0])
+        if hot:  # partition 0 alone holds a backlog: its share is the limit
+            gates.share("callbacks", {0: HELD_RATE})
+        options["gates"] = gates
     service = TimerService(
         policy=RequestPolicy.build(
             allow_patterns=(".*",),
@@ -106,6 +115,16 @@ def _service(
     return service, clock
 
 
+def _collect(settle: bool) -> None:
+    """Collect garbage before a fire; ``settle``: then freeze the heap and raise the
+    thresholds as :func:`app.worker.heap.settle_heap` does (inline: an older tree under
+    test may not have it)."""
+    gc.collect()
+    if settle:
+        gc.freeze()
+        gc.set_threshold(50_000, 20, 100)
+
+
 def _pass(
     timers: int,
     limited: str | None,
@@ -114,6 +133,8 @@ def _pass(
     series: bool = False,
     rocksdb: str | None = None,
     held: bool = False,
+    hot: bool = False,
+    settle: bool = False,
 ) -> float:
     try:
         from app.core.raw_record import RawRecord
@@ -121,13 +142,13 @@ def _pass(
         from app.core.request_format import RawRecord  # type: ignore[attr-defined,no-redef]
     from kafka_timers_client import protowire
 
-    service, clock = _service(limited, rocksdb, held)
+    service, clock = _service(limited, rocksdb, held, hot)
     records = []
     # A series (every day from DUE, 2 occurrences) is requested before its first occurrence.
     when: dict[str, int] = {"every": 86400, "start": DUE, "count": 2} if series else {"due": DUE}
     sent_ms = (DUE - 5 if series else DUE) * 1000
     for i in range(timers):
-        p = i % PARTITIONS
+        p = 0 if hot else i % PARTITIONS
         future = protowire.Future(
             callback_topic="callbacks",
             callback_key=f"t{i:09d}",
@@ -137,7 +158,14 @@ def _pass(
             **when,
         )
         records.append(
-            RawRecord("requests", p, i // PARTITIONS, sent_ms, None, protowire.encode(future))
+            RawRecord(
+                "requests",
+                p,
+                i if hot else i // PARTITIONS,
+                sent_ms,
+                None,
+                protowire.encode(future),
+            )
         )
 
     async def deliver() -> int:
@@ -148,13 +176,15 @@ def _pass(
         while held and any(w.holding for w in service.wheels().values()):
             clock[0] += HELD_ROUND_SECONDS
             fired += await service.release_gated()
+        while held and any(w.behind for w in service.wheels().values()):
+            await service.forget_behind(3600.0)  # all of it: no deadline in a count
         return fired
 
     async def fire() -> float:
         for start in range(0, len(records), 2000):
             await service.handle_requests(records[start : start + 2000])
         clock[0] = DUE + 0.01
-        gc.collect()
+        _collect(settle)
         began = time.process_time()
         fired = await deliver()
         spent = time.process_time() - began
@@ -168,7 +198,7 @@ def _pass(
         for start in range(0, len(records), 2000):
             loop.run_until_complete(service.handle_requests(records[start : start + 2000]))
         clock[0] = DUE + 0.01
-        gc.collect()
+        _collect(settle)
         fired = sys.call_tracing(loop.run_until_complete, (deliver(),))  # counted: this alone
         assert fired == timers, (fired, timers)
     finally:
@@ -195,6 +225,8 @@ def main(argv: list[str]) -> int:
                 series=series,
                 rocksdb=root,
                 held="--held" in flags,
+                hot="--hot" in flags,
+                settle="--settle" in flags,
             )
 
         if passes == 0:

@@ -18,8 +18,10 @@ entry names, so forgetting it reads no index entry.
 from __future__ import annotations
 
 import struct
+import sys
 from collections import Counter, deque
 from collections.abc import Iterator
+from operator import attrgetter, itemgetter
 
 from app.core import expiry_batch
 from app.core.keys import (
@@ -40,20 +42,31 @@ from app.core.wheel_store import Behind, WheelStore
 
 __all__ = ["BEHIND_MAX", "BehindJob"]
 
+# A Behind's fields by position, read in C over a batch (map): id, slot, its L batch.
+_id = itemgetter(0)
+_slot = itemgetter(5)
+_batch = itemgetter(6)
+_due = attrgetter("due")
+
 #: Most delivered held timers one partition leaves to forget later
 #: (:meth:`BehindJob.forget_behind`); past it a round forgets its own at once.
-#: Each is its id, token, topic and seconds, never its payload: about 0.4 KB (measured
-#: with tracemalloc: 143 B of tuple, dict and deque, the rest the strings it keeps), so
-#: 150,000 are about 60 MB. They are recorded in the store as delivered (``L`` keys,
-#: :meth:`BehindJob._record_behind`), so a restart, a rebalance or the next owner
-#: forgets them rather than delivering them again: the cap bounds memory only.
+#: Each is its id, token, topic and seconds, never its payload: about 0.33 KB (measured
+#: with tracemalloc, its id's and token's strings included; its topic's is one string
+#: for all, 0.40 KB when each kept its own), where the same timer held cost about
+#: 0.22 KB (its entry in a :class:`~app.core.held.HeldQueue`, freed as it is taken). They are
+#: recorded in the store as delivered (``L`` keys, :meth:`BehindJob._record_behind`), so
+#: a restart, a rebalance or the next owner forgets them rather than delivering them
+#: again: the cap bounds memory only.
 #:
-#: Why 150,000: the same burst with no limit is one round whose timers (payloads
-#: included, about 1 KB each) are all in memory until delivered; a limited burst of up
-#: to 150,000 a partition costs less, and a smaller cap made a million-timer burst to a
-#: limited topic forget inside its delivery, at about three quarters of the rate
-#: (docs/performance.md, "Room to forget a million later").
-BEHIND_MAX = 150_000
+#: Why a million: a burst to a limited topic is held first, so leaving its timers
+#: behind as they are delivered adds about half of what holding them cost at the start
+#: (a million in one partition: about 220 MB held at the start, 330 MB behind at the end);
+#: the same burst with no limit is one round whose timers (payloads included, about
+#: 1 KB each) are all in memory until delivered. A smaller cap made a burst to a limited
+#: topic forget inside its delivery once past it: at 150,000, a million in one partition
+#: forgot 85% of its timers between its callbacks, two store writes and their changelog
+#: records each, on the one worker that delivers them all (docs/performance.md).
+BEHIND_MAX = 1_000_000
 
 
 class BehindJob(WheelStore):
@@ -61,7 +74,8 @@ class BehindJob(WheelStore):
 
     def _init_behind(self) -> None:
         #: Delivered held timers not yet forgotten, by id (oldest first in
-        #: :attr:`_behind_order`, as ``(id, batch key)``): still pending in the store,
+        #: :attr:`_behind_order`, where an entry no longer in here is skipped): still
+        #: pending in the store,
         #: the watermark below them, forgotten by :meth:`forget_behind`, or at once when
         #: anything touches their id.
         self._behind = {}
@@ -127,10 +141,10 @@ class BehindJob(WheelStore):
                 timer_id = timer.id
                 if timer_id in behind:
                     continue
-                behind[timer_id] = Behind(
-                    timer_id, timer.due, timer.token, timer.topic, timer.due, slot, key
+                left = behind[timer_id] = Behind(
+                    timer_id, timer.due, timer.token, sys.intern(timer.topic), timer.due, slot, key
                 )
-                order.append((timer_id, key))
+                order.append(left)
                 slot_counts[slot] = slot_counts.get(slot, 0) + 1
                 live += 1
             if live:
@@ -141,50 +155,52 @@ class BehindJob(WheelStore):
 
     def _leave_behind(self, fired: list[Timer]) -> list[Timer]:
         """Of a round's ``fired``, move the one-shot timers taken from the held ones to
-        :attr:`_behind` while there is room; return the ones to forget now.
+        :attr:`_behind` while there is room; return the ones to forget now with an
+        index read.
 
-        With :data:`BEHIND_MAX` reached, room is made first by forgetting the oldest left
-        behind (:meth:`_forget_oldest_behind`), as many as this round would leave: the same
-        forgetting as this round's own, but without reading index entries (a random
-        read each). A limited backlog of a million timers reached the cap after 17 s
-        and then forgot each round's own, with those reads, inside the delivery.
+        Past :data:`BEHIND_MAX`, this round's own are forgotten at once, *settled*
+        (:meth:`_forget`'s ``settled``: no index read): each was read from the store by
+        :meth:`take_held_runs` as its pending version, and a request that replaced it
+        since took it out of ``_taken_ids``, exactly what makes a timer left behind
+        safe to forget unread. Making room instead (forgetting as many of the oldest
+        left behind, then recording this round's in ``L`` batches) did the same
+        forgetting and the recording on top: a backlog of a million past the cap paid
+        an ``L`` record for every timer for nothing.
         """
-        taken, behind = self._taken_ids, self._behind
-        room = BEHIND_MAX - len(behind)
-        if room < len(fired) and behind:
-            wanted = sum(1 for t in fired if t.id in taken and t.recurrence is None)
-            if wanted > room:
-                self._forget_oldest_behind(wanted - room)
-                room = BEHIND_MAX - len(behind)
-        if room <= 0:
-            return fired
+        taken = self._taken_ids
         leaving = [t for t in fired if t.id in taken and t.recurrence is None]
-        if len(leaving) == len(fired) and room >= len(fired):
-            # A limited round: every one taken from the held ones, with room for all.
-            self._record_behind(leaving)
-            return []
+        if not leaving:
+            return fired
+        room = max(0, BEHIND_MAX - len(self._behind))
+        if room:
+            self._record_behind(leaving[:room])
         if len(leaving) > room:
-            leaving = leaving[:room]  # the oldest go behind, as a round delivered them
+            self._forget(leaving[room:], self._slots, None, self._now(), settled=True)
+        if len(leaving) == len(fired):  # a limited round: every one taken from the held
+            return []
         chosen = {id(t) for t in leaving}
-        if leaving:
-            self._record_behind(leaving)
         return [t for t in fired if id(t) not in chosen]
 
     def _record_behind(self, leaving: list[Timer]) -> None:
         """Leave ``leaving`` (one-shot timers just delivered) to be forgotten later, and
         record them in the store, in batches of up to 256 (``L`` keys, in write order):
         a reload finds them there (:meth:`_load_behind`), so neither a stop nor a crash
-        after this round's unit delivers them again. About a microsecond a timer, where
-        forgetting one costs 15-25."""
+        after this round's unit delivers them again.
+
+        Per timer: its record's entry and its :class:`Behind`; the rest (the dict of
+        ids, the order, the counts per slot) is added a batch at a time in C
+        (``map``, ``Counter``)."""
         behind, order = self._behind, self._behind_order
         slot_counts, slots = self._behind_slots, self._slots
         new = tuple.__new__  # a Behind without its Python-level constructor: one a timer
+        # A decoded timer's topic is a string of its own: one kept for all of theirs.
+        intern = sys.intern
         put, batch_left = self._kv.put, self._batch_left
         # Each one's key second, once: a one-shot timer's due is its version_due.
         if slots:
             keyed = [slots.get((t.id, t.due), t.due) for t in leaving]
         else:
-            keyed = [t.due for t in leaving]
+            keyed = list(map(_due, leaving))
         # Each one's pending index entry (keys.pending_index_entry), its prefix formatted
         # once a slot: a round's timers share one second, or a few.
         prefixes = {slot: pending_index_prefix(slot) for slot in set(keyed)}
@@ -199,13 +215,13 @@ class BehindJob(WheelStore):
             put(key, expiry_batch.pack(chunk))
             batch_left[key] = len(chunk)
             end = at + len(chunk)
-            for timer, slot in zip(leaving[at:end], keyed[at:end], strict=True):
-                timer_id, due = timer.id, timer.due
-                behind[timer_id] = new(
-                    Behind, (timer_id, due, timer.token, timer.topic, due, slot, key)
-                )
+            made = [
+                new(Behind, (t.id, t.due, t.token, intern(t.topic), t.due, slot, key))
+                for t, slot in zip(leaving[at:end], keyed[at:end], strict=True)
+            ]
+            behind.update(zip(map(_id, made), made, strict=True))
+            order.extend(made)
             at = end
-        order.extend([(timer.id, behind[timer.id].batch) for timer in leaving])
         for slot, n in Counter(keyed).items():
             slot_counts[slot] = slot_counts.get(slot, 0) + n
 
@@ -243,36 +259,40 @@ class BehindJob(WheelStore):
         timers it leaves behind in their place)."""
         behind, order = self._behind, self._behind_order
         batch: list[Behind] = []
+        popleft = order.popleft
         while order and len(batch) < n:
-            timer_id, recorded_in = order.popleft()
-            entry = behind.get(timer_id)
-            # Else forgotten already, when its id was touched; or this place in the order
-            # is an earlier delivery of the id, forgotten so, and the entry a later one's.
-            if entry is not None and entry.batch == recorded_in:
+            popped = [popleft() for _ in range(min(n - len(batch), len(order)))]
+            # Each is still behind unless forgotten already, when its id was touched, or
+            # an earlier delivery of its id whose entry a later one's replaced.
+            live = [entry for entry in popped if behind.get(entry[0]) is entry]
+            for timer_id in map(_id, live):
                 del behind[timer_id]
-                batch.append(entry)
+            batch += live
         self._forget_entries(batch)
         return len(batch)
 
     def _forget_entries(self, batch: list[Behind]) -> None:
+        """Forget ``batch``, taken out of :attr:`_behind`: their counts per slot and per
+        ``L`` batch go down a batch at a time (a record's key goes with the last of its
+        timers, in the same unit)."""
         if not batch:
             return
         slot_counts, batch_left = self._behind_slots, self._batch_left
-        slots: dict[tuple[str, int], int] = {}
-        for entry in batch:
-            left = slot_counts[entry.slot] - 1
+        for slot, n in Counter(map(_slot, batch)).items():
+            left = slot_counts[slot] - n
             if left:
-                slot_counts[entry.slot] = left
+                slot_counts[slot] = left
             else:
-                del slot_counts[entry.slot]
-            if entry.slot != entry.due:
-                slots[(entry.id, entry.due)] = entry.slot
-            left = batch_left[entry.batch] - 1
+                del slot_counts[slot]
+        for key, n in Counter(map(_batch, batch)).items():
+            left = batch_left[key] - n
             if left:
-                batch_left[entry.batch] = left
-            else:  # the last of its batch: the record goes with it, in the same unit
-                del batch_left[entry.batch]
-                self._kv.delete(entry.batch)
+                batch_left[key] = left
+            else:
+                del batch_left[key]
+                self._kv.delete(key)
+        # Keyed under another second than their due (a catch-up's slot): rare.
+        slots = {(e.id, e.due): e.slot for e in batch if e.slot != e.due}
         self._forget(batch, slots, None, self._now(), settled=True)
 
     def _settle(self, timer_id: str) -> None:

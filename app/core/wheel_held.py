@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from itertools import count, islice
 
 from app.core.held import HeldEntry, HeldQueue
-from app.core.keys import WATERMARK, timer_key
+from app.core.keys import WATERMARK, timer_key_prefix
 from app.core.stored import unpack_timer
 from app.core.timer import Timer
 from app.core.wheel_store import WheelStore
@@ -81,8 +81,20 @@ class HeldJob(WheelStore):
         return queue
 
     def take_held(self, topic: str, n: int | None) -> list[HeldTimer]:
+        """Up to ``n`` (``None``: all) held timers of ``topic``, oldest key first, each
+        with when it was first held: :meth:`take_held_runs` as pairs."""
+        timers, runs = self.take_held_runs(topic, n)
+        sinces = (since for since, run in runs for _ in range(run))
+        return list(zip(timers, sinces, strict=True))
+
+    def take_held_runs(
+        self, topic: str, n: int | None
+    ) -> tuple[list[Timer], list[tuple[float, int]]]:
         """Up to ``n`` (``None``: all) held timers of ``topic``, oldest key first, to
-        deliver in this round (then :meth:`finish_tick` forgets them like fired ones).
+        deliver in this round (then :meth:`finish_tick` forgets them like fired ones),
+        and when they were first held, as runs ``(since, how many)`` in their order:
+        the delay the gate added is the delivery time minus that, and a round's timers
+        were held together (a tick's burst), so a run is observed once.
 
         Read back from the store: one a cancel or a reschedule removed meanwhile is
         dropped here (every path that points an id's index entry elsewhere deletes the
@@ -94,19 +106,23 @@ class HeldJob(WheelStore):
         """
         queue = self._held.get(topic)
         if not queue:
-            return []
-        taken: list[HeldTimer] = []
+            return [], []
+        timers: list[Timer] = []
+        runs: list[tuple[float, int]] = []
+        last_since, run = 0.0, 0
         in_flight, paused, taken_ids = self._in_flight, self._paused, self._taken_ids
-        behind = self._behind
-        while queue and (n is None or len(taken) < n):
+        behind, series, slots = self._behind, self._in_flight_series, self._slots
+        while queue and (n is None or len(timers) < n):
             # A batch of candidates, read with one scan: as many as are still wanted
             # (each may turn out cancelled), at most TAKE_BATCH at once.
-            want = TAKE_BATCH if n is None else min(TAKE_BATCH, n - len(taken))
+            want = TAKE_BATCH if n is None else min(TAKE_BATCH, n - len(timers))
+            popped = queue.pop_many(want)
             batch: list[HeldEntry] = []
+            keys: list[bytes] = []
             chosen: set[str] = set()
-            while queue and len(batch) < want:
-                entry = queue.pop()
-                timer_id = entry[2]
+            last_slot, prefix = -1, b""
+            for entry in popped:
+                slot, _, timer_id, since = entry
                 if timer_id in in_flight:
                     continue  # held twice: it goes out once
                 if behind and timer_id in behind:
@@ -115,33 +131,41 @@ class HeldJob(WheelStore):
                     # delivery's (a request for the id would have forgotten it first).
                     continue
                 if timer_id in chosen:  # decided once the batch's read tells which is live
-                    queue.put_back(entry)
+                    queue.put_back_many(popped[popped.index(entry) :])
                     break
                 if paused and timer_id in paused:  # paused while held: waits for its resume
-                    self._park(timer_id, entry[0], topic, entry[3])
+                    self._park(timer_id, slot, topic, since)
                     continue
+                if slot != last_slot:  # timer_key, its prefix made once a second
+                    last_slot, prefix = slot, timer_key_prefix(slot)
                 batch.append(entry)
+                keys.append(prefix + timer_id.encode())
                 chosen.add(timer_id)
-            raws = self._read_clustered(
-                [timer_key(slot, timer_id) for slot, _, timer_id, _ in batch]
-            )
-            for (slot, _, _, since), raw in zip(batch, raws, strict=True):
+            raws = self._read_clustered(keys)
+            for (slot, _, timer_id, since), raw in zip(batch, raws, strict=True):
                 if raw is None:
                     continue  # cancelled or rescheduled while held
                 timer = unpack_timer(raw)
-                taken.append((timer, since))
-                in_flight.add(timer.id)
+                timers.append(timer)
+                if since != last_since:
+                    if run:
+                        runs.append((last_since, run))
+                    last_since, run = since, 0
+                run += 1
+                in_flight.add(timer_id)
                 if timer.recurrence is not None:
-                    self._in_flight_series.add(timer.id)
+                    series.add(timer_id)
                 else:
-                    taken_ids.add(timer.id)
+                    taken_ids.add(timer_id)
                 if slot != timer.due:
-                    self._slots[(timer.id, timer.due)] = slot
+                    slots[(timer_id, timer.due)] = slot
+        if run:
+            runs.append((last_since, run))
         if not queue:
             del self._held[topic]
-        if taken:
+        if timers:
             self._taken = True
-        return taken
+        return timers, runs
 
     def _read_clustered(self, keys: list[bytes]) -> list[bytes | None]:
         """The values of ``keys`` (``None`` where absent), keys that sit together in the

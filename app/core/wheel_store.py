@@ -152,7 +152,7 @@ class WheelStore:
     _held_order: count[int]
     # -- behind: delivered, forgotten later (app.core.wheel_behind) --------------------
     _behind: dict[str, Behind]
-    _behind_order: deque[tuple[str, bytes]]
+    _behind_order: deque[Behind]
     _behind_slots: dict[int, int]
     _batch_left: dict[bytes, int]
     _next_delivered: int

@@ -1,7 +1,7 @@
 """The in-process fire probe (``bench/fire_path_probe.py``) fires every timer it stored, in
 each of its modes: ``make bench`` counts instructions in it, and a mode that fired nothing
 would count nothing and compare as cheap. ``--held`` (a limited topic: held by the tick,
-delivered by release rounds) too."""
+delivered by release rounds, then forgotten) too, in one partition (``--hot``)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
         ["--rocksdb", "--series"],
         ["--held"],
         ["--held", "--rocksdb"],
+        ["--held", "--rocksdb", "--hot", "--settle"],
     ],
 )
 def test_the_probe_fires_every_timer_in_each_mode(flags: list[str]) -> None:

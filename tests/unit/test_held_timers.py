@@ -131,15 +131,10 @@ def run(steps: list[tuple[object, ...]], scan_holds: bool = False, behind: bool 
         wheel.finish_tick(second, delivered, forget_taken_later=behind)
         if behind:
             # One-shot timers taken from the held ones are left behind, up to BEHIND_MAX:
-            # past it the oldest left behind are forgotten to make room, and what still
-            # finds none is forgotten with its round.
+            # past it the rest is forgotten with its round.
             taken_ids = {t.id for t in taken}
             leaving = [t for t in delivered if t.id in taken_ids]
             room = wheel_module.BEHIND_MAX - len(model.behind)
-            if model.behind and len(leaving) > room:
-                for timer_id in list(model.behind)[: len(leaving) - room]:
-                    del model.behind[timer_id]
-                room = wheel_module.BEHIND_MAX - len(model.behind)
             for t in leaving[: max(room, 0)]:
                 model.behind[t.id] = (t.token, t.due, serials[t.id])
         assert wheel.behind == len(model.behind)
@@ -380,7 +375,8 @@ def test_a_round_over_behind_max_forgets_the_rest_at_once(monkeypatch: pytest.Mo
     wheel.finish_tick(START + 1, taken, forget_taken_later=True)
     assert wheel.behind == 2
     assert wheel.count_pending() == 2  # the other three forgotten with their round
-    # The next round makes room: the two left behind before are forgotten, its own stay.
+    # The next round finds no room: its own are forgotten with it, the two left behind
+    # before stay (to be forgotten in the rounds' spare time).
     for i in range(5, 7):
         wheel.schedule(
             Timer(id=f"h{i}", due=START + 2, topic=GATED, key=b"k", value=b"v", token="t1")
@@ -388,8 +384,10 @@ def test_a_round_over_behind_max_forgets_the_rest_at_once(monkeypatch: pytest.Mo
     wheel.begin_tick(START + 2, hold=frozenset({GATED}))
     taken = [t for t, _ in wheel.take_held(GATED, None)]
     wheel.finish_tick(START + 2, taken, forget_taken_later=True)
-    assert sorted(wheel._behind) == ["h5", "h6"]
+    assert sorted(wheel._behind) == ["h0", "h1"]
     assert wheel.count_pending() == 2
+    assert [wheel.lookup(f"h{i}") for i in (5, 6)] == [("fired", START + 2, "t1")] * 2
+    assert int(kv.get(WATERMARK) or b"0") < START + 1  # below the two left behind
     assert wheel.forget_behind(10) == 2
     assert wheel.count_pending() == 0
     assert int(kv.get(WATERMARK) or b"0") == START + 2
