@@ -102,7 +102,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--readme",
         action="store_true",
-        help="publish the run: bench/published.json and the table in docs/performance.md",
+        help="publish the run: bench/published.json and the table in docs/performance.md "
+        "(with --only, its scenarios' rows in place of the published run's)",
     )
     return parser.parse_args(argv)
 
@@ -152,7 +153,13 @@ def main(argv: list[str] | None = None) -> int:
     (args.results_dir / "latest.md").write_text(render_markdown(figures) + "\n")
     print(f"results: {path}")
     if args.readme:
-        for changed in readme.publish(path):
+        try:
+            publish = readme.refresh if args.only else readme.publish
+            changed_files = publish(path)
+        except ValueError as exc:
+            print(f"not published: {exc}", file=sys.stderr)
+            return 2
+        for changed in changed_files:
             print(f"updated {changed}")
     return 0
 

