@@ -11,10 +11,10 @@ topic without a limit (what these workers deliver on this machine now: a limit c
 be met below that); the **busiest second** (callbacks by record
 timestamp) beside the limit's bound (the limit plus the buckets' tenth of a second).
 Sizes: ``rate_limit_timers`` at ``rate_limit_per_second``: a million at
-50,000/s in a full run (about 16 minutes on this 2-core machine: each million takes
-about four minutes to store, and the burst is sent three times, unlimited, limited, and
-within capacity; 300,000 until 2026-12-02, when a million was first delivered within
-the 10%).
+50,000/s in a full run (about 25 minutes on this 2-core machine: each million takes
+about four minutes to store, and the burst is sent four times: unlimited, limited and
+within capacity on one stack, then from one partition on a stack of its own; 300,000
+until 2026-12-02, when a million was first delivered within the 10%).
 
 Also, **what the gates cost a fire path with no limit set**: the service firing timers
 due in one second on in-memory stores (``bench/fire_path_probe.py``), on the tree as

@@ -230,9 +230,12 @@ def refreshed(document: Mapping[str, Any], newer: Mapping[str, Any]) -> dict[str
     the scenarios before it in the same run (raw produce, ingest), which a refresh of it
     alone does not replace.
 
+    A broker ``newer`` did not measure keeps its rows (the header names the brokers
+    measured again).
+
     Raises:
-        ValueError: if ``newer`` is of other sizes (``--quick``, ``--set``), or lacks a
-            broker the published run has.
+        ValueError: if ``newer`` is of other sizes (``--quick``, ``--set``), or measured
+            a broker the published run has no column for.
     """
     if newer["config"] != document["config"]:
         raise ValueError(
@@ -240,11 +243,14 @@ def refreshed(document: Mapping[str, Any], newer: Mapping[str, Any]) -> dict[str
         )
     runs = [document, *(document.get("compared") or [])]
     newer_runs = {_label(run): run for run in [newer, *(newer.get("compared") or [])]}
-    missing = [_label(run) for run in runs if _label(run) not in newer_runs]
-    if missing:
-        raise ValueError(f"this run did not measure {', '.join(missing)} as the published one")
+    unknown = newer_runs.keys() - {_label(run) for run in runs}
+    if unknown:
+        raise ValueError(f"the published run has no column for {', '.join(sorted(unknown))}")
     scenarios = sorted({f["scenario"] for f in newer["figures"]})
-    updated = [_with_rows(run, newer_runs[_label(run)], scenarios) for run in runs]
+    updated = [
+        _with_rows(run, newer_runs[_label(run)], scenarios) if _label(run) in newer_runs else run
+        for run in runs
+    ]
     out = dict(updated[0])
     if len(updated) > 1:
         out["compared"] = updated[1:]

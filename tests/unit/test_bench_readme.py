@@ -175,11 +175,32 @@ def test_a_run_of_some_scenarios_replaces_only_their_rows_and_says_so() -> None:
     ) in header
 
 
-def test_a_refresh_of_other_sizes_or_fewer_brokers_is_refused() -> None:
+def test_a_refresh_of_other_sizes_or_another_broker_is_refused() -> None:
     from bench.readme import refreshed
 
     with pytest.raises(ValueError, match="sizes"):
         refreshed(DOCUMENT, {**DOCUMENT, "config": "quick"})
-    published = {**DOCUMENT, "compared": [{"broker": DEV, "seconds": 1.0, "figures": []}]}
-    with pytest.raises(ValueError, match="did not measure dev broker"):
-        refreshed(published, DOCUMENT)
+    with pytest.raises(ValueError, match="no column for dev broker"):
+        refreshed(DOCUMENT, {**DOCUMENT, "broker": DEV})
+
+
+def test_a_broker_not_measured_again_keeps_its_rows() -> None:
+    from bench.readme import refreshed
+
+    published = {
+        **DOCUMENT,
+        "broker": DEV,
+        "compared": [{"broker": KAFKA, "seconds": 9.0, "figures": DOCUMENT["figures"]}],
+    }
+    newer = {
+        **published,
+        "compared": [],
+        "figures": [Figure("fire", "a | pipe", "2", target="≤ 2", met=True).as_dict()],
+    }
+    document = refreshed(published, newer)
+    assert [f["result"] for f in document["figures"]] == ["30,000/s", "600,000/s", "2"]
+    assert document["compared"][0]["figures"] == DOCUMENT["figures"]
+    assert (
+        "(`--only`; load average 1.50, 1.00, 0.50 at the start; dev broker 580 s)."
+        in (table_block(document).splitlines()[1])
+    )
