@@ -316,10 +316,8 @@ def run(ctx: RunContext) -> ScenarioResult:
         )
     # The same burst from one partition (one worker stores and delivers all of it): the
     # limit is the topic's wherever its timers sit. On a stack of its own, as the first
-    # burst of its workers and broker: after the three bursts above (3 million timers
-    # stored, delivered and forgotten on the same workers, their records on the same
-    # in-memory broker) one worker delivering a million alone measured the leftovers
-    # (0.85x there, 0.97x on its own stack, the same tree, this machine).
+    # burst of its workers and broker, so that it measures that, not also what the three
+    # bursts above left on the same workers and in-memory broker.
     with ctx.stack("rate-limit-hot") as stack:
         workers = stack.serving(WORKERS)
         hot_topic = stack.topic("hot-callbacks")

@@ -90,14 +90,15 @@ def table_block(document: Mapping[str, Any]) -> str:
         f"{machine['python']}, {versions}; load average {load} at the start; measured on "
         f"{broker}. **{met} targets met, {missed} missed.**"
     )
-    header += "".join(_refresh_line(part) for part in document.get("refreshed") or [])
+    refreshes = "".join(_refresh_line(part) for part in document.get("refreshed") or [])
     compared = document.get("compared") or []
     if not compared:
-        return "\n".join([BEGIN, header, "", render_markdown(figures), END])
+        return "\n".join([BEGIN, header + refreshes, "", render_markdown(figures), END])
     brokers = [document["broker"], *(run["broker"] for run in compared)]
     header += " Then, in the same sitting: " + "; ".join(
         f"{broker_line(run['broker'])}, {run['seconds']:.0f} s" for run in compared
     )
+    header += refreshes
     columns = [figures, *([Figure(**f) for f in run["figures"]] for run in compared)]
     return "\n".join([BEGIN, header, "", side_by_side(brokers, columns), END])
 
