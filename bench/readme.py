@@ -98,7 +98,8 @@ def table_block(document: Mapping[str, Any]) -> str:
     header += " Then, in the same sitting: " + "; ".join(
         f"{broker_line(run['broker'])}, {run['seconds']:.0f} s" for run in compared
     )
-    header += refreshes
+    if refreshes:
+        header += "." + refreshes
     columns = [figures, *([Figure(**f) for f in run["figures"]] for run in compared)]
     return "\n".join([BEGIN, header, "", side_by_side(brokers, columns), END])
 
