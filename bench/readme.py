@@ -153,7 +153,7 @@ def headline(document: Mapping[str, Any]) -> str:
     """The README's few figures per broker (raw produce, ingest, fire, steady lateness):
     where the whole table is, is linked beside it."""
     runs = [document, *(document.get("compared") or [])]
-    labels = [broker_label(run.get("broker") or DEV_BROKER) for run in runs]
+    labels = [_label(run) for run in runs]
     out = [
         HEADLINE_BEGIN,
         "| figure | " + " | ".join(labels) + " |",
@@ -216,7 +216,13 @@ def publish(results: Path) -> list[Path]:
     """Make ``results`` (a run's JSON) the published run: copy it to :data:`PUBLISHED`
     and regenerate the table from it; the files changed."""
     document = json.loads(results.read_text())
-    if results.resolve() != PUBLISHED.resolve():
+    return _published(document, write=results.resolve() != PUBLISHED.resolve())
+
+
+def _published(document: Mapping[str, Any], *, write: bool = True) -> list[Path]:
+    """Make ``document`` :data:`PUBLISHED` (unless it is already there) and regenerate
+    the table and the README's headline from it; the files changed."""
+    if write:
         PUBLISHED.write_text(json.dumps(document, indent=1, ensure_ascii=False) + "\n")
     return update_files(document, FILES_PATHS) + update_headline(document)
 
@@ -302,9 +308,7 @@ def refresh(results: Path) -> list[Path]:
     """Publish the rows of the scenarios ``results`` (a run of some of them) measured in
     place of the published run's (:func:`refreshed`); the files changed."""
     document = json.loads(PUBLISHED.read_text())
-    updated = refreshed(document, json.loads(results.read_text()))
-    PUBLISHED.write_text(json.dumps(updated, indent=1, ensure_ascii=False) + "\n")
-    return update_files(updated, FILES_PATHS) + update_headline(updated)
+    return _published(refreshed(document, json.loads(results.read_text())))
 
 
 def main(argv: list[str] | None = None) -> int:
