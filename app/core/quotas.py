@@ -21,18 +21,14 @@ it counts under, about 150 bytes), nothing for the others.
 
 Across partitions. Requests are routed by id, so a topic's timers sit in every
 partition. :class:`QuotaBook` (one per worker) sums the live counts of the partitions
-this worker holds and the last known counts of the others, which every worker shares
-through the demand exchange four times a second (:mod:`app.worker.demand`): a
-partition may store a timer under a key while the sum is below the quota. Within one
-partition the count is exact, so with one partition (or all on one worker) the
-request past the quota is always refused; across workers it is exact when the others'
-counts are current, and requests accepted on other workers' partitions within one
-exchange interval (a quarter second, more if the exchange lags) can overshoot the quota
-by what they accepted in that interval: at worst a quota per other worker, for a burst
-that fills it at once (two workers, a quota of 100, 300 requests at once: 200 stored).
-Splitting the headroom among the workers between exchanges would bound that, at the
-price of refusing requests while the quota still has room: not done. When this
-worker's view of the exchange is stale, the last counts it read stand.
+this worker holds and the newest counts the others reported on the demand topic
+(:mod:`app.worker.demand`, four times a second): a request is refused when that sum fills
+the quota. Below it, a partition stores a timer only within its **share** of the quota,
+claimed on the demand topic and valid in its order (:mod:`app.core.quota_leases`): the
+shares in use never add up to more than the quota, so a quota of 1,000 refuses the
+1,001st request across any number of workers. A request whose partition has no share to
+spare waits for one (a quarter second or so), and is refused after
+:data:`~app.core.quota_leases.WAIT_MOST_SECONDS` without one.
 
 Where the check is: on the id's owner partition, just before the request is stored
 (:mod:`app.worker.service_requests`), never before forwarding. Cancels, triggers,
@@ -48,6 +44,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from hashlib import blake2b
 
+from app.core.quota_leases import WAIT_MOST_SECONDS, QuotaLeases
 from app.core.timer import Timer
 
 __all__ = [
@@ -55,6 +52,8 @@ __all__ = [
     "LONGEST_TENANT_NAME",
     "MAX_QUOTA",
     "MAX_REPORTED",
+    "REFUSE",
+    "WAIT",
     "PartitionQuotas",
     "QuotaBook",
     "QuotaPolicy",
@@ -74,6 +73,9 @@ LONGEST_TENANT_NAME = 64
 #: ``*`` tenant quota with more tenants pending than that) the counts left out are not
 #: seen by the other workers: those tenants' quotas then hold per worker only.
 MAX_REPORTED = 2000
+#: What :meth:`QuotaBook.admit` answers for a request it does not let through: refused
+#: (the quota is full, or no share came in time), or wait for a share.
+REFUSE, WAIT = "refuse", "wait"
 _TOPIC = "topic:"
 _TENANT = "tenant:"
 
@@ -253,6 +255,8 @@ class QuotaBook:
         #: Quota key -> timers pending under it in partitions held elsewhere, as last
         #: reported (:meth:`set_elsewhere`).
         self._elsewhere: dict[str, int] = {}
+        #: This worker's shares of each quota (app.core.quota_leases).
+        self.leases = QuotaLeases(policy.limit)
 
     def attach(self, partition: int, quotas: PartitionQuotas) -> None:
         """``partition`` is held here (loaded, its counts rebuilt)."""
@@ -261,6 +265,12 @@ class QuotaBook:
     def detach(self, partition: int) -> None:
         """``partition`` is no longer held here."""
         self._partitions.pop(partition, None)
+        self.leases.drop(partition)
+
+    @property
+    def held(self) -> set[int]:
+        """The partitions held here."""
+        return set(self._partitions)
 
     def by_partition(self, most: int = MAX_REPORTED) -> dict[int, dict[str, int]]:
         """The counts of each partition held here (what this worker reports), at most
@@ -302,18 +312,35 @@ class QuotaBook:
         here = sum(q.counts.get(key, 0) for q in self._partitions.values())
         return here + self._elsewhere.get(key, 0)
 
-    def refusal(self, partition: int, timer: Timer) -> str | None:
-        """The key whose quota storing ``timer`` on ``partition`` would pass, or None.
+    def admit(self, partition: int, timer: Timer, now: float) -> tuple[str, str] | None:
+        """None if storing ``timer`` on ``partition`` keeps every quota it counts under;
+        else (:data:`REFUSE` or :data:`WAIT`, the key): refused when the pending timers
+        as known here fill the key's quota (or a share was waited for
+        :data:`~app.core.quota_leases.WAIT_MOST_SECONDS`), wait when the partition's
+        share is used up and the quota has room. ``now``: monotonic seconds.
 
         A new version of a timer pending under a key already counts there: it is never
-        refused for that key (a reschedule of a timer at its quota goes through)."""
+        refused or held for that key (a reschedule of a timer at its quota goes through)."""
         keys = self.policy.keys_of(timer)
         if not keys:
             return None
         quotas = self._partitions.get(partition)
         counted = () if quotas is None else quotas.keys_of_id(timer.id)
+        counts = {} if quotas is None else quotas.counts
+        leases = self.leases
         limit = self.policy.limit
         for key in keys:
-            if key not in counted and self.pending(key) >= limit(key):
-                return key
+            if key in counted:
+                continue
+            if self.pending(key) >= limit(key):
+                leases.gave_up(partition, key)
+                return REFUSE, key
+            if not leases.room(partition, key, counts.get(key, 0)):
+                if now - leases.wait(partition, key, now) >= WAIT_MOST_SECONDS:
+                    leases.gave_up(partition, key)
+                    return REFUSE, key
+                return WAIT, key
+        for key in keys:
+            if key not in counted:
+                leases.used(partition, key)
         return None

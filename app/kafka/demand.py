@@ -17,13 +17,19 @@ The value, JSON: ``{"worker": "w1", "at": 1767225600.25, "held": {"3": {"billing
 3000}}}`` (partition, as text, to callback topic to timers held). While pending-timer
 quotas are set (:mod:`app.core.quotas`) a report also carries ``"quota": {"3":
 {"topic:reminders": 412}}``: each partition's pending timers per quota key, and reports
-go out whether or not a topic is limited.
+go out whether or not a topic is limited; and this worker's shares of the quotas
+(:mod:`app.core.quota_leases`): ``"run"`` (random, one per worker process), ``"seq"``
+(its reports' count), ``"claim"`` (partition to key to share, where more than the count)
+and ``"want"`` (keys a partition of it waits for a share of). The quota state is read
+from every report in the log's order, however old (:class:`~app.core.quota_leases.QuotaLedger`):
+a partition's newest report stands until another names it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -31,6 +37,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from app.core.quota_leases import LeaseReport, QuotaLedger
 from app.kafka.config import confluent_consumer, confluent_producer
 from app.settings import Settings
 
@@ -86,7 +93,10 @@ class DemandPublisher:
         held: Mapping[int, Mapping[str, int]],
         now: float,
         quota: Mapping[int, Mapping[str, int]] | None = None,
+        lease: tuple[str, LeaseReport] | None = None,
     ) -> None:
+        """Send one report: ``held`` backlogs, ``quota`` counts, and the ``lease`` (this
+        worker's run and its shares' report) where quotas are set."""
         report: dict[str, Any] = {
             "worker": self._worker,
             "at": now,
@@ -94,6 +104,10 @@ class DemandPublisher:
         }
         if quota is not None:
             report["quota"] = {str(p): dict(keys) for p, keys in quota.items()}
+        if lease is not None:
+            run, shares = lease
+            report["run"], report["seq"], report["want"] = run, shares.seq, shares.want
+            report["claim"] = {str(p): keys for p, keys in shares.claims.items()}
         value = json.dumps(report, separators=(",", ":")).encode()
         try:
             self._producer.produce(self._topic, value=value, key=self._worker.encode())
@@ -106,7 +120,7 @@ class DemandPublisher:
 
 
 class _Report:
-    __slots__ = ("at", "held", "quota", "read_at", "worker")
+    __slots__ = ("at", "claim", "held", "quota", "read_at", "run", "seq", "want", "worker")
 
     def __init__(
         self,
@@ -121,6 +135,10 @@ class _Report:
         self.held = held
         self.read_at = read_at
         self.quota = quota or {}
+        self.run: str | None = None
+        self.seq: int | None = None
+        self.claim: dict[int, dict[str, int]] = {}
+        self.want: frozenset[str] = frozenset()
 
 
 def _counts(data: Any) -> dict[int, dict[str, int]]:
@@ -131,8 +149,8 @@ def _counts(data: Any) -> dict[int, dict[str, int]]:
     }
 
 
-def _parse(value: bytes | None, wall: float, read_at: float) -> _Report | None:
-    """A report, or None for anything else (old, or not a report: ignored)."""
+def _parse(value: bytes | None, read_at: float) -> _Report | None:
+    """A report, or None for anything else (not a report: ignored)."""
     if not value or len(value) > 1_000_000:
         return None
     try:
@@ -140,12 +158,14 @@ def _parse(value: bytes | None, wall: float, read_at: float) -> _Report | None:
         worker = data["worker"]
         at = float(data["at"])
         held = _counts(data["held"])
-        quota = _counts(data.get("quota") or {})
+        report = _Report(worker, at, held, read_at, _counts(data.get("quota") or {}))
+        if "seq" in data:
+            report.run, report.seq = str(data["run"]), int(data["seq"])
+            report.claim = _counts(data.get("claim") or {})
+            report.want = frozenset(str(key) for key in data.get("want") or ())
     except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
         return None
-    if not isinstance(worker, str) or not wall - STALE_SECONDS <= at <= wall + STALE_SECONDS:
-        return None
-    return _Report(worker, at, held, read_at, quota)
+    return report if isinstance(worker, str) else None
 
 
 class DemandTable:
@@ -171,6 +191,15 @@ class DemandTable:
         self._wall = wall
         self._lock = threading.Lock()
         self._reports: dict[str, _Report] = {}
+        #: This worker process's mark on its reports (its shares are told from a previous
+        #: run's by it), and the quota state read in the log's order (None: no quotas).
+        self.run = secrets.token_hex(8)
+        policy = settings.quota_policy()
+        self._ledger = (
+            None
+            if policy is None
+            else QuotaLedger(policy.limit, settings.partition_count, self._me, self.run)
+        )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -184,12 +213,49 @@ class DemandTable:
             self._thread.join(5.0)
 
     def apply(self, value: bytes | None) -> None:
-        """Take one record's value (the tail calls this; so do tests)."""
-        report = _parse(value, self._wall(), self._clock())
+        """Take one record's value (the tail calls this; so do tests): into the quota
+        state whatever its age, and as the worker's latest report if it is current."""
+        report = _parse(value, self._clock())
         if report is None:
             return
+        wall = self._wall()
         with self._lock:
-            self._reports[report.worker] = report
+            if self._ledger is not None and report.quota:
+                self._ledger.apply(
+                    report.worker, report.run, report.seq, report.quota, report.claim
+                )
+            if wall - STALE_SECONDS <= report.at <= wall + STALE_SECONDS:
+                self._reports[report.worker] = report
+
+    def take_verdicts(self) -> list[tuple[int, frozenset[str]]]:
+        """This worker's reports read back since the last call: (seq, keys whose claims
+        fitted); none without quotas."""
+        with self._lock:
+            return [] if self._ledger is None else self._ledger.take_verdicts()
+
+    def quota_view(
+        self, mine: set[int]
+    ) -> tuple[dict[str, dict[int, int]], dict[str, int], set[str]]:
+        """What the log says of the quotas: per key each partition's newest count, per key
+        the occupancy of the partitions not in ``mine``, and the keys other workers'
+        current reports want."""
+        now = self._clock()
+        with self._lock:
+            if self._ledger is None:
+                return {}, {}, set()
+            counts, occupied = self._ledger.counts(), self._ledger.occupied()
+            want = {
+                key
+                for report in self._reports.values()
+                if report.worker != self._me and now - report.read_at <= STALE_SECONDS
+                for key in report.want
+            }
+        elsewhere = {
+            key: total
+            for key, by_partition in occupied.items()
+            if (total := sum(n for p, n in by_partition.items() if p not in mine))
+        }
+        return counts, elsewhere, want
 
     def current(self) -> bool:
         """Whether this worker's own report was read back within :data:`STALE_SECONDS`."""

@@ -60,8 +60,10 @@ class DemandExchange:
         """One report and one retuning (on the event loop: the gates are not thread-safe).
 
         With pending-timer quotas set (:mod:`app.core.quotas`), the report carries each
-        partition's counts per quota key too, and the others' counts are taken into the
-        service's quota book; a stale view keeps the counts it read last."""
+        partition's counts per quota key and this worker's claims of shares
+        (:mod:`app.core.quota_leases`); the others' newest counts are taken into the
+        service's quota book, and the shares its reports read back won into its leases
+        (a request waiting for one is told)."""
         gates = self._service.gates
         limits = gates.limits()
         quotas = self._service.quotas
@@ -69,11 +71,17 @@ class DemandExchange:
             return
         held = self._service.held_by_partition(limits) if limits else {}
         current = self._table.current()
-        self._publisher.publish(
-            held, self._wall(), None if quotas is None else quotas.by_partition()
-        )
-        if quotas is not None and current:
-            quotas.set_elsewhere(self._table.quota_counts())
+        if quotas is None:
+            self._publisher.publish(held, self._wall())
+        else:
+            mine = quotas.held
+            if quotas.leases.verdicts(self._table.take_verdicts(), mine):
+                self._service.quota_shares_grew()
+            counts, elsewhere, wanted = self._table.quota_view(mine)
+            quotas.set_elsewhere(counts)
+            reported = quotas.by_partition()
+            lease = quotas.leases.report(reported, elsewhere, wanted)
+            self._publisher.publish(held, self._wall(), reported, (self._table.run, lease))
         if not limits:
             return
         if not current:

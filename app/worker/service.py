@@ -73,6 +73,9 @@ __all__ = [
 
 #: Callback topics with a label of their own in ``kafka_timers_fired_total`` by default.
 DEFAULT_MAX_TOPIC_LABELS = 100
+#: Longest a batch waits for a share of a quota before it looks again, seconds (a share
+#: comes with the demand exchange, every quarter second).
+QUOTA_WAIT_SECONDS = 0.5
 
 
 class TimerService(RequestJob, TickJob, GateJob, PartitionJob):
@@ -109,6 +112,11 @@ class TimerService(RequestJob, TickJob, GateJob, PartitionJob):
         #: Pending-timer quotas per callback topic and tenant (app.core.quotas); None:
         #: none set, and a request pays one check of this attribute for them.
         self.quotas = quotas
+        #: A unit ended at a request waiting for a share of a quota (app.core.quota_leases),
+        #: and the event set when a share grows: the next unit waits for it, at most
+        #: :data:`QUOTA_WAIT_SECONDS`.
+        self._waiting_for_share = False
+        self._share_grew = asyncio.Event()
         #: Signs the ``timer-hop`` of the copies this worker forwards and checks those it
         #: reads (app.core.routing): the deployment's control secret; None: unsigned.
         self._hop_secret = hop_secret
@@ -179,3 +187,13 @@ class TimerService(RequestJob, TickJob, GateJob, PartitionJob):
         while rest:
             async with self._unit_lock:
                 rest = await self._handle_requests(rest)
+            if self._waiting_for_share:
+                # The unit ended at a request waiting for a share of a quota: the rest
+                # follows once a share grows (or after a short while, to look again).
+                self._waiting_for_share = False
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._share_grew.wait(), QUOTA_WAIT_SECONDS)
+
+    def quota_shares_grew(self) -> None:
+        """A share of a quota grew (app.worker.demand): a request waiting for one goes on."""
+        self._share_grew.set()

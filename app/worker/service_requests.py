@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from app.core.budget import check_fits
 from app.core.keys import APPLYING, REQUEST_OFFSET, origin_key
+from app.core.quotas import WAIT
 from app.core.raw_record import RawRecord
 from app.core.request_format import parse_request
 from app.core.routing import (
@@ -141,6 +142,7 @@ class RequestJob(ExtraRequestJob):
                     deadline = time.perf_counter() + UNIT_BUDGET_SECONDS
                 partition, offset = record.partition, record.offset
                 part = parts[partition]
+                was_applied = part.applied_offset  # put back if it waits (quotas)
                 part.applied_offset = offset
                 reread = False
                 if part.reread_through >= 0:  # after a crash: the unit under way then
@@ -159,6 +161,7 @@ class RequestJob(ExtraRequestJob):
                             marks = applied.get(record.partition)
                             if marks is None:
                                 marks = applied[record.partition] = dict(part.origins)
+                            marks_before = marks.get(origin.partition)
                             if is_replayed(origin, marks):
                                 self._replayed(record, origin)
                                 continue
@@ -180,9 +183,26 @@ class RequestJob(ExtraRequestJob):
                     check(request, now)
                     check_fits(request, max_record)
                     if quotas is not None:
-                        over = quotas.refusal(record.partition, request)
-                        if over is not None:
-                            self._over_quota(record, request, over)
+                        ruling = quotas.admit(record.partition, request, time.monotonic())
+                        if ruling is not None:
+                            if ruling[0] is WAIT:
+                                # No share of the quota to spare here yet: the unit ends
+                                # before this record, read again once a share comes, and
+                                # the partition is put back as it was before it.
+                                part.applied_offset = was_applied
+                                if reread and part.reread_through < 0:
+                                    part.reread_through = offset  # it was the last re-read
+                                if record.origin is not None:  # its copy not applied yet
+                                    marks = applied[record.partition]
+                                    if marks_before is None:
+                                        del marks[record.origin[0]]
+                                    else:
+                                        marks[record.origin[0]] = marks_before
+                                self._share_grew.clear()
+                                self._waiting_for_share = True
+                                handled = i
+                                break
+                            self._over_quota(record, request, ruling[1])
                             continue
                     # Read again after a crash, with the store perhaps holding what came
                     # after it: a request whose second passed waits for the next tick

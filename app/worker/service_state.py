@@ -139,6 +139,8 @@ class ServiceState:
     _locks: dict[int, asyncio.Lock]
     _pending: dict[int, int]
     quotas: QuotaBook | None
+    _waiting_for_share: bool
+    _share_grew: asyncio.Event
     _remember: int
     _max_in_advance: int
     _labelled_topics: set[str]

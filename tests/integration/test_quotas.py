@@ -193,6 +193,62 @@ def test_the_counts_of_another_workers_partitions_count(stack: Stack) -> None:
     )
 
 
+def test_two_workers_refuse_the_1001st_of_a_burst_over_every_partition(stack: Stack) -> None:
+    """Two workers, a quota of 1,000, and 1,001 requests sent at once over every partition
+    (so over both workers): exactly 1,000 are stored and fire, and one is refused and
+    answered. Each partition stores only within its share of the quota, claimed on the
+    demand topic (app.core.quota_leases): before shares, 2 workers took up to twice the
+    quota from such a burst."""
+    settings = stack.settings
+    topic = stack.callback_topic("quota-burst")
+    probe = stack.callback_topic("quota-burst-probe")
+    stack.oscillator()
+    workers = ["worker-1", "worker-2"]
+    for name in workers:
+        stack.worker(name, topic_quotas=((topic, 1000),))
+    partitions = settings.partition_count
+
+    def shared(w: FireWatch) -> bool:
+        owned = list(owners(w.fires()).values())
+        return len(owned) == partitions and all(
+            owned.count(name) == partitions // 2 for name in workers
+        )
+
+    client = TimerClient(settings)
+    tag = uuid.uuid4().hex[:8]
+    with FireWatch(settings, probe) as watch:
+        now = int(time.time())
+        schedule_spread(settings, probe, 600, now + 3, now + 90, prefix=f"p{tag}-")
+        watch.wait(shared, TIMEOUT, "both workers to own half the partitions")
+    ids = [f"s{tag}-{i}" for i in range(1001)]
+    assert len({owner_of(i, partitions) for i in ids}) == partitions
+    due = int(time.time()) + 40
+    with (
+        TopicReader(settings, settings.topics.fired) as answers,
+        TopicReader(settings, topic) as callbacks,
+    ):
+        for timer_id in ids:
+            client.schedule(topic, timer_id.encode(), timer_id=timer_id, at=due)
+        client.flush()
+        sent = time.monotonic()
+        answers.wait_for(lambda rs: len(over_quota_answers(rs)) >= 1, TIMEOUT)
+        answered_in = time.monotonic() - sent
+        callbacks.wait_for(
+            lambda rs: len(set(fired_ids(rs))) >= 1000 and time.time() > due + 3, TIMEOUT + 40
+        )
+        fired = set(fired_ids(callbacks.records))
+        answers.poll()
+        (refused,) = over_quota_answers(answers.records)  # and no other, 40 s on
+    client.close()
+    assert refused not in fired
+    assert fired == set(ids) - {refused}, "more or fewer than the 1,000 admitted fired"
+    print(
+        f"\nquota 1,000, two workers, 1,001 requests at once over {partitions} partitions: "
+        f"1,000 stored and fired, {refused} answered over_quota {answered_in:.2f}s after the "
+        "requests were sent"
+    )
+
+
 def test_a_worker_killed_and_started_again_counts_what_is_pending(stack: Stack) -> None:
     """The counts live in memory: a worker killed (-9) with its quota full and started
     again on its data rebuilds them from its pending timers, and refuses the next."""

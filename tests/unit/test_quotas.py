@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
 from app.core.firing import plan
-from app.core.quotas import PartitionQuotas, QuotaBook, QuotaPolicy, parse_quotas
+from app.core.quota_leases import WAIT_MOST_SECONDS
+from app.core.quotas import REFUSE, WAIT, PartitionQuotas, QuotaBook, QuotaPolicy, parse_quotas
 from app.core.timer import Cancel, Timer
 from app.core.wheel import PartitionWheel, Scheduled
 from app.kafka.demand import DemandPublisher, DemandTable
@@ -36,6 +37,16 @@ def timer(timer_id: str, due: int, topic: str = "cb", tenant: str | None = None)
 def wheel_with(policy: QuotaPolicy = POLICY) -> tuple[PartitionWheel, PartitionQuotas]:
     quotas = PartitionQuotas(policy)
     return PartitionWheel(MemoryKV(), quotas=quotas), quotas
+
+
+def refusal(book: QuotaBook, partition: int, request: Timer) -> str | None:
+    """The key the book refuses ``request`` for, None if admitted (never "wait": the
+    partition is given the whole of every quota first, as one worker alone would win)."""
+    for key in book.policy.keys_of(request):
+        book.leases.shares.setdefault((partition, key), book.policy.limit(key))
+    ruling = book.admit(partition, request, 0.0)
+    assert ruling is None or ruling[0] == REFUSE, ruling
+    return None if ruling is None else ruling[1]
 
 
 def fire(wheel: PartitionWheel, second: int) -> list[str]:
@@ -158,13 +169,13 @@ def test_the_request_past_the_quota_is_refused_and_a_replace_is_not() -> None:
     book.attach(0, quotas)
     for i in range(1000):
         request = timer(f"t{i}", 1000 + i)
-        assert book.refusal(0, request) is None
+        assert refusal(book, 0, request) is None
         wheel.schedule(request)
-    assert book.refusal(0, timer("t1000", 5000)) == "topic:cb"  # the 1,001st
-    assert book.refusal(0, timer("t7", 5000)) is None  # a reschedule of a counted one
-    assert book.refusal(0, timer("x", 5000, "other")) is None
+    assert refusal(book, 0, timer("t1000", 5000)) == "topic:cb"  # the 1,001st
+    assert refusal(book, 0, timer("t7", 5000)) is None  # a reschedule of a counted one
+    assert refusal(book, 0, timer("x", 5000, "other")) is None
     wheel.cancel(Cancel("t3", "tok"))
-    assert book.refusal(0, timer("t1000", 5000)) is None
+    assert refusal(book, 0, timer("t1000", 5000)) is None
 
 
 def test_other_partitions_counts_are_taken_into_account() -> None:
@@ -180,9 +191,9 @@ def test_other_partitions_counts_are_taken_into_account() -> None:
     # Partitions 2 and 3 elsewhere; 0's own stale report is left out for its live count.
     book.set_elsewhere({"topic:cb": {0: 9, 2: 3, 3: 1}})
     assert book.pending("topic:cb") == 3 + 3 + 3 + 1
-    assert book.refusal(0, timer("new", 100)) == "topic:cb"
+    assert refusal(book, 0, timer("new", 100)) == "topic:cb"
     book.set_elsewhere({"topic:cb": {2: 3}})
-    assert book.refusal(0, timer("new", 100)) is None
+    assert refusal(book, 0, timer("new", 100)) is None
     book.detach(1)  # given away: its count now comes from the reports
     assert book.pending("topic:cb") == 3 + 3
     assert book.by_partition() == {0: {"topic:cb": 3}}
@@ -206,10 +217,12 @@ def test_the_demand_table_carries_each_partitions_quota_counts() -> None:
 
 def test_the_exchange_reports_the_counts_and_takes_the_others_in() -> None:
     """With quotas and no rate limit, the exchange still runs: it publishes this worker's
-    counts and, its view current, takes the other workers' into the book."""
+    counts, and takes the other workers' newest counts into the book."""
     clock, wall = [10.0], [5000.0]
     table = DemandTable(
-        replace(Settings(), worker_id="w1"), clock=lambda: clock[0], wall=lambda: wall[0]
+        replace(Settings(), worker_id="w1", topic_quotas=(("cb", 10),), partitions=8),
+        clock=lambda: clock[0],
+        wall=lambda: wall[0],
     )
     policy = QuotaPolicy({"cb": 10})
     book = QuotaBook(policy)
@@ -217,39 +230,45 @@ def test_the_exchange_reports_the_counts_and_takes_the_others_in() -> None:
     book.attach(0, quotas)
     wheel.schedule(timer("a", 100))
     sent: list[bytes] = []
+    publisher = DemandPublisher.__new__(DemandPublisher)
+    publisher._worker, publisher._topic = "w1", "unused"
 
-    class Publisher:
-        def publish(self, held: object, now: float, quota: object = None) -> None:
-            sent.append(
-                json.dumps({"worker": "w1", "at": now, "held": held, "quota": quota}).encode()
-            )
+    class Producer:
+        def produce(self, topic: str, value: bytes, key: bytes) -> None:
+            sent.append(value)
+
+        def poll(self, timeout: float) -> None:
+            pass
+
+    publisher._producer = cast(Any, Producer())
 
     class Service:
         gates = TopicGates({}, partitions=8)
         quotas = book
+        grew = 0
 
         def held_by_partition(self, topics: object) -> dict[int, dict[str, int]]:
             raise AssertionError("no topic is limited")
 
+        def quota_shares_grew(self) -> None:
+            self.grew += 1
+
+    service = Service()
     exchange = DemandExchange(
-        cast(TimerService, Service()),
-        cast(DemandPublisher, Publisher()),
-        table,
-        8,
-        wall=lambda: wall[0],
+        cast(TimerService, service), publisher, table, 8, wall=lambda: wall[0]
     )
     exchange.exchange()
     assert json.loads(sent[-1])["quota"] == {"0": {"topic:cb": 1}}
-    table.apply(sent[-1])  # read back: the view is current
+    table.apply(sent[-1])  # read back
     table.apply(
         json.dumps(
             {"worker": "w2", "at": 5000.0, "held": {}, "quota": {"5": {"topic:cb": 9}}}
         ).encode()
     )
-    assert book.refusal(0, timer("b", 100)) is None  # not taken in yet
+    assert book.pending("topic:cb") == 1  # not taken in yet
     exchange.exchange()
     assert book.pending("topic:cb") == 10
-    assert book.refusal(0, timer("b", 100)) == "topic:cb"
+    assert book.admit(0, timer("b", 100), 0.0) == (REFUSE, "topic:cb")
 
 
 def test_a_report_stays_small_whatever_tenants_the_requests_name() -> None:
@@ -271,3 +290,23 @@ def test_a_report_stays_small_whatever_tenants_the_requests_name() -> None:
     report = book.by_partition(most=10)[0]
     assert len(report) == 10 and report["topic:cb"] == 1
     assert len(book.by_partition()[0]) == 51
+
+
+def test_a_request_without_a_share_waits_and_is_refused_after_the_longest_wait() -> None:
+    """Below the quota but with no share of it to spare, a request waits (its partition
+    wanted in the next report); once a share comes it is admitted, and one that waits
+    :data:`WAIT_MOST_SECONDS` for none is refused."""
+    policy = QuotaPolicy({"cb": 10})
+    book = QuotaBook(policy)
+    _, quotas = wheel_with(policy)
+    book.attach(0, quotas)
+    assert book.admit(0, timer("a", 100), 5.0) == (WAIT, "topic:cb")
+    assert book.leases.wanted == {(0, "topic:cb"): 5.0}
+    assert book.admit(0, timer("a", 100), 5.0 + WAIT_MOST_SECONDS - 0.1) == (WAIT, "topic:cb")
+    book.leases.shares[(0, "topic:cb")] = 1
+    assert book.admit(0, timer("a", 100), 6.0) is None
+    assert book.leases.wanted == {}
+    book.leases.shares[(0, "topic:cb")] = 0
+    assert book.admit(0, timer("b", 100), 7.0) == (WAIT, "topic:cb")
+    assert book.admit(0, timer("b", 100), 7.0 + WAIT_MOST_SECONDS) == (REFUSE, "topic:cb")
+    assert book.leases.wanted == {}
