@@ -24,6 +24,10 @@ keeps one worker's side):
   not fit never raises a share; one lower than the share in use lowers it at once). So a
   partition never holds more than the newest report naming it states, and the claims
   that fit add up to no more than the quota.
+- A claimer reads the demand topic from :data:`~app.kafka.demand.LOOKBACK` records
+  before its end when it starts, so it sees each partition's newest report as long as
+  every partition is reported by its holder within that tail (four times a second
+  while it holds it); a partition it has seen no report of makes its claims fail.
 - Nothing expires: a worker that dies leaves its partitions' last occupancy standing
   until their next owner reports them (it reports their counts, rebuilt from the store,
   and nothing more until its own claim fits). A frozen worker keeps its shares and may
