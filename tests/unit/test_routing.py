@@ -3,15 +3,18 @@ its id's owner partition is forwarded there, unchanged but for ``timer-hop``."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import marshal
+import time
 from dataclasses import replace
 
 import pytest
 
 from app.core.budget import record_bytes
 from app.core.keys import origin_key
+from app.core.quotas import QuotaBook, QuotaPolicy
 from app.core.raw_record import RawRecord
 from app.core.routing import (
     HOP_HEADER,
@@ -25,7 +28,7 @@ from app.core.routing import (
 )
 from app.worker.output import DeliveryFailure
 from kafka_timers_client.errors import RejectedRequest
-from tests.unit.test_service import NOW, Harness
+from tests.unit.test_service import NOW, Harness, run
 
 PARTITIONS = 4
 
@@ -359,3 +362,32 @@ def test_a_signature_is_the_same_on_every_worker() -> None:
     message = (b"3:1234", "requests", b"order-7", b'{"id": 7}', (("tp", b"00-ab"),))
     mac = hashlib.blake2b(b"\x03" + marshal.dumps(message, 2), key=key, digest_size=16)
     assert hop_value(signed, SECRET) == b"3:1234:" + mac.hexdigest().encode()
+
+
+def test_a_copy_that_waits_for_a_share_of_a_quota_is_applied_once_it_comes() -> None:
+    """A forwarded copy under a quota, on an owner with no share of it yet: its unit ends
+    before it and it is read again once a share comes. Its origin is not taken as
+    applied meanwhile (read again, it would be dropped as a replay: a lost request)."""
+    book = QuotaBook(QuotaPolicy({"cb": 10}))
+    h = Harness(request_partitions=PARTITIONS, quotas=book)
+    (timer_id,) = ids_owned_by(3, 1)
+    h.requests(h.schedule(timer_id, NOW + 5, partition=0))  # forwarded, not counted there
+    copies = copies_on(h, 3)
+
+    async def share_comes() -> None:
+        applying = asyncio.ensure_future(h.service.handle_requests(copies))
+        for _ in range(1000):  # a few turns of the loop: the unit ends at the copy
+            if book.leases.wanted:
+                break
+            await asyncio.sleep(0)
+        assert book.leases.wanted == {(3, "topic:cb"): pytest.approx(time.monotonic(), abs=5)}
+        assert h.service.wheels()[3].lookup(timer_id) is None
+        book.leases.shares[(3, "topic:cb")] = 1
+        h.service.quota_shares_grew()
+        await asyncio.wait_for(applying, 5)
+
+    run(share_comes())
+    assert h.service.wheels()[3].lookup(timer_id) == ("pending", NOW + 5, "tok")
+    assert h.metrics.forwards_replayed._value.get() == 0
+    assert h.stores.stores[3].get(origin_key(0)) == b"0"
+    assert book.leases.wanted == {}
