@@ -270,13 +270,20 @@ class QuotaLeases:
                 if grants[p] + dealt[p]:
                     claim(p, key, base[p] + grants[p] + dealt[p])
         for (p, key), share in self.shares.items():
-            if p not in counts or key in wanting or key in others:
+            # Kept while the partition holds some of the key's timers and no other
+            # worker wants it: a key with none pending here keeps nothing (the shares
+            # grow with what is pending, not with every tenant ever seen).
+            if p not in counts or key in wanting or key in others or not counts[p].get(key):
                 continue
             claim(p, key, share)
         occupied = occupancy(counts, claims)
         for p, key in list(self.shares):
             if p in occupied:
-                self.shares[(p, key)] = min(self.shares[(p, key)], occupied[p].get(key, 0))
+                share = min(self.shares[(p, key)], occupied[p].get(key, 0))
+                if share > counts[p].get(key, 0):
+                    self.shares[(p, key)] = share
+                else:  # no room left in it: as good as none, and kept small
+                    del self.shares[(p, key)]
         self._sent.append(_Sent(self._seq, claims, occupied))
         del self._sent[:-SENT_KEPT]
         return LeaseReport(self._seq, claims, sorted({key for _, key in self.wanted}))

@@ -19,6 +19,7 @@ from dataclasses import replace
 
 from app.core.budget import check_fits
 from app.core.keys import APPLYING, REQUEST_OFFSET, origin_key
+from app.core.quota_leases import WAIT_MOST_SECONDS
 from app.core.quotas import WAIT
 from app.core.raw_record import RawRecord
 from app.core.request_format import parse_request
@@ -398,14 +399,18 @@ class RequestJob(ExtraRequestJob):
         before the wheel's own rulings: at a full quota, a request the wheel would have
         dropped (a duplicate, one cancelled in advance) is answered ``over_quota`` instead;
         either way nothing is stored."""
-        assert self.quotas is not None
+        quotas = self.quotas
+        assert quotas is not None
+        pending, limit = quotas.pending(key), quotas.policy.limit(key)
         self._output.dropped(timer, RejectReason.OVER_QUOTA.value, record.partition, record.offset)
-        self._reject(
-            record,
-            RejectReason.OVER_QUOTA,
-            f"timer {timer.id[:80]!r}: {key[:200]} has {self.quotas.pending(key):,} timers "
-            f"pending, its quota is {self.quotas.policy.limit(key):,}",
-        )
+        if pending >= limit:
+            detail = f"{key[:200]} has {pending:,} timers pending, its quota is {limit:,}"
+        else:  # waited its longest for a share (app.core.quota_leases)
+            detail = (
+                f"no share of {key[:200]}'s quota came within {WAIT_MOST_SECONDS:.0f} s "
+                f"({pending:,} of {limit:,} pending as known here)"
+            )
+        self._reject(record, RejectReason.OVER_QUOTA, f"timer {timer.id[:80]!r}: {detail}")
 
     def _cancel(
         self, part: LoadedPartition, record: RawRecord, cancel: Cancel

@@ -278,12 +278,19 @@ def test_a_worker_killed_and_started_again_counts_what_is_pending(stack: Stack) 
     start_probed(
         stack, "worker", "quota-worker", data_dir=data_dir, topic_quotas=quota, log_name="again"
     )
-    with TopicReader(settings, settings.topics.fired) as answers:
+    with (
+        TopicReader(settings, settings.topics.fired) as answers,
+        TopicReader(settings, settings.topics.dlq) as dlq,
+    ):
         client.schedule(topic, b"r", timer_id=refused, at=due)
         client.flush()
         sent = time.monotonic()
         answers.wait_for(lambda rs: refused in over_quota_answers(rs), TIMEOUT)
+        (dead,) = dlq.wait_for(lambda rs: len(rs) >= 1, TIMEOUT)
     client.close()
+    # Refused by the count rebuilt from the store, not for want of a share.
+    detail = (dead.header("dlq-detail") or b"").decode()
+    assert f"topic:{topic} has 20 timers pending, its quota is 20" in detail, detail
     print(
         f"\nquota 20, worker killed -9 with 20 pending and started again: the 21st answered "
         f"over_quota {time.monotonic() - sent:.2f}s after it was sent (restart included)"

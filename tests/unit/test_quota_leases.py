@@ -232,3 +232,15 @@ def test_one_hot_partition_gets_the_room_within_a_few_reports() -> None:
             pass
     assert w.counts[0] == 1000
     assert rounds <= 4, rounds
+
+
+def test_shares_are_kept_only_where_timers_are_pending() -> None:
+    """A share of a key the partition holds none of goes back in the next report: the
+    shares a worker keeps grow with what is pending, not with every tenant it has seen."""
+    leases = QuotaLeases(lambda key: 100)
+    for n in range(1000):
+        leases.shares[(0, f"tenant:t{n}")] = 5
+    leases.shares[(0, KEY)] = 5
+    report = leases.report({0: {KEY: 2}}, {}, ())
+    assert report.claims == {0: {KEY: 5}}
+    assert leases.shares == {(0, KEY): 5}
