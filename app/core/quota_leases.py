@@ -61,6 +61,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 __all__ = [
+    "KEEP_EMPTY_REPORTS",
     "MAX_CLAIMS",
     "SENT_KEPT",
     "WAIT_MOST_SECONDS",
@@ -71,11 +72,14 @@ __all__ = [
 ]
 
 #: Longest a request waits for a share before it is refused ``over_quota``, seconds.
-WAIT_MOST_SECONDS = 10.0
+WAIT_MOST_SECONDS = 30.0
 #: Most claims one report carries (topic quotas' first): a report stays small.
 MAX_CLAIMS = 500
 #: Reports sent and not yet read back that a worker remembers (older: never raise a share).
 SENT_KEPT = 64
+#: Reports a share of a key its partition holds none of is kept after it was granted
+#: (about 5 s): long enough for the requests it was dealt for to arrive.
+KEEP_EMPTY_REPORTS = 20
 
 Counts = Mapping[int, Mapping[str, int]]
 
@@ -191,6 +195,12 @@ class QuotaLeases:
     wanted: dict[tuple[int, str], float] = field(default_factory=dict)
     #: (partition, key) -> timers stored under the share since the last report.
     recent: dict[tuple[int, str], int] = field(default_factory=dict)
+    #: (partition, key) -> the report count when its share was last granted.
+    granted: dict[tuple[int, str], int] = field(default_factory=dict)
+    #: (partition, key) whose last request waited its longest for a share and was
+    #: refused: the next ones are refused at once until any of this worker's reports is
+    #: read back (the demand topic unreadable stalls a worker's requests once, not each).
+    starved: set[tuple[int, str]] = field(default_factory=set)
     _sent: list[_Sent] = field(default_factory=list)
     _seq: int = 0
 
@@ -212,11 +222,18 @@ class QuotaLeases:
         """The request waiting was answered (refused): no longer wanted."""
         self.wanted.pop((partition, key), None)
 
+    def starve(self, partition: int, key: str) -> None:
+        """The request waited its longest for a share: refused, and so are the next ones
+        until a report of this worker's is read back."""
+        self.gave_up(partition, key)
+        self.starved.add((partition, key))
+
     def drop(self, partition: int) -> None:
         """``partition`` left this worker: its shares and wants with it."""
-        for table in (self.shares, self.wanted, self.recent):
+        for table in (self.shares, self.wanted, self.recent, self.granted):
             for pk in [pk for pk in table if pk[0] == partition]:
                 del table[pk]
+        self.starved = {pk for pk in self.starved if pk[0] != partition}
 
     def report(
         self,
@@ -270,12 +287,18 @@ class QuotaLeases:
                 if grants[p] + dealt[p]:
                     claim(p, key, base[p] + grants[p] + dealt[p])
         for (p, key), share in self.shares.items():
-            # Kept while the partition holds some of the key's timers and no other
-            # worker wants it: a key with none pending here keeps nothing (the shares
-            # grow with what is pending, not with every tenant ever seen).
-            if p not in counts or key in wanting or key in others or not counts[p].get(key):
+            # Kept while no other worker wants the key, and while the partition holds
+            # some of its timers or was granted it lately: a key with none pending here
+            # keeps nothing for long (the shares grow with what is pending, not with every
+            # tenant ever seen).
+            if p not in counts or key in wanting or key in others:
                 continue
-            claim(p, key, share)
+            if (
+                counts[p].get(key)
+                or self._seq - self.granted.get((p, key), -KEEP_EMPTY_REPORTS - 1)
+                <= KEEP_EMPTY_REPORTS
+            ):
+                claim(p, key, share)
         occupied = occupancy(counts, claims)
         for p, key in list(self.shares):
             if p in occupied:
@@ -284,6 +307,7 @@ class QuotaLeases:
                     self.shares[(p, key)] = share
                 else:  # no room left in it: as good as none, and kept small
                     del self.shares[(p, key)]
+                    self.granted.pop((p, key), None)
         self._sent.append(_Sent(self._seq, claims, occupied))
         del self._sent[:-SENT_KEPT]
         return LeaseReport(self._seq, claims, sorted({key for _, key in self.wanted}))
@@ -294,6 +318,7 @@ class QuotaLeases:
         ``held``: the partitions held now. Whether any share grew."""
         grew = False
         for seq, fitted in verdicts:
+            self.starved.clear()  # the demand topic is read again
             at = next((i for i, s in enumerate(self._sent) if s.seq == seq), None)
             if at is None:
                 continue
@@ -311,4 +336,5 @@ class QuotaLeases:
                     if share > self.shares.get((p, key), 0):
                         grew = True
                     self.shares[(p, key)] = share
+                    self.granted[(p, key)] = self._seq
         return grew

@@ -336,8 +336,10 @@ class QuotaBook:
                 leases.gave_up(partition, key)
                 return REFUSE, key
             if not leases.room(partition, key, counts.get(key, 0)):
+                if (partition, key) in leases.starved:
+                    return REFUSE, key
                 if now - leases.wait(partition, key, now) >= WAIT_MOST_SECONDS:
-                    leases.gave_up(partition, key)
+                    leases.starve(partition, key)
                     return REFUSE, key
                 return WAIT, key
         for key in keys:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.quota_leases import QuotaLeases, QuotaLedger
+from app.core.quota_leases import KEEP_EMPTY_REPORTS, QuotaLeases, QuotaLedger, _Sent
 
 KEY = "topic:cb"
 PARTITIONS = 8
@@ -244,3 +244,10 @@ def test_shares_are_kept_only_where_timers_are_pending() -> None:
     report = leases.report({0: {KEY: 2}}, {}, ())
     assert report.claims == {0: {KEY: 5}}
     assert leases.shares == {(0, KEY): 5}
+    # One just granted, for requests on their way, is kept a few seconds' reports.
+    leases._sent.append(_Sent(99, {1: {"tenant:new": 3}}, {1: {"tenant:new": 3}}))
+    leases.verdicts([(99, frozenset({"tenant:new"}))], {0, 1})
+    kept = 0
+    while leases.report({0: {KEY: 2}, 1: {}}, {}, ()).claims.get(1):
+        kept += 1
+    assert kept == KEEP_EMPTY_REPORTS and (1, "tenant:new") not in leases.shares

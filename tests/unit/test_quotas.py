@@ -310,3 +310,17 @@ def test_a_request_without_a_share_waits_and_is_refused_after_the_longest_wait()
     assert book.admit(0, timer("b", 100), 7.0) == (WAIT, "topic:cb")
     assert book.admit(0, timer("b", 100), 7.0 + WAIT_MOST_SECONDS) == (REFUSE, "topic:cb")
     assert book.leases.wanted == {}
+
+
+def test_after_a_request_waited_its_longest_the_next_are_refused_at_once() -> None:
+    """The demand topic unreadable: one request waits its longest and is refused; the
+    next ones for that quota on that partition are refused at once (a worker's requests
+    are not held 10 s each), until a report of this worker's is read back."""
+    book = QuotaBook(QuotaPolicy({"cb": 10}))
+    _, quotas = wheel_with(book.policy)
+    book.attach(0, quotas)
+    assert book.admit(0, timer("a", 100), 0.0) == (WAIT, "topic:cb")
+    assert book.admit(0, timer("a", 100), WAIT_MOST_SECONDS) == (REFUSE, "topic:cb")
+    assert book.admit(0, timer("b", 100), WAIT_MOST_SECONDS + 0.1) == (REFUSE, "topic:cb")
+    book.leases.verdicts([(1, frozenset())], {0})  # read back, nothing granted
+    assert book.admit(0, timer("b", 100), WAIT_MOST_SECONDS + 0.2) == (WAIT, "topic:cb")
