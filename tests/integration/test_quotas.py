@@ -20,6 +20,7 @@ from app.core.routing import owner_of
 from app.dev.stack import wait_until_firing
 from app.kafka.demand import demand_topic
 from app.kafka.records import Record, TopicReader
+from app.settings import Settings
 from kafka_timers_client.client import TimerClient
 from kafka_timers_client.fired import FiredKind, FiredRecord
 from kafka_timers_client.outcome import CancelOutcome
@@ -121,6 +122,31 @@ def exchanged(demand: TopicReader, partition: int, key: str, count: int) -> None
     demand.wait_for(seen, TIMEOUT)
 
 
+def two_workers(stack: Stack, topic: str, quota: int) -> list[str]:
+    """Start an oscillator and two workers with a ``quota`` on ``topic``."""
+    stack.oscillator()
+    workers = ["worker-1", "worker-2"]
+    for name in workers:
+        stack.worker(name, topic_quotas=((topic, quota),))
+    return workers
+
+
+def settle(settings: Settings, watch: FireWatch, probe: str, workers: list[str], tag: str) -> None:
+    """Wait until each worker last fired on half the partitions (probes on ``probe``,
+    followed by ``watch``): the group has settled."""
+    partitions = settings.partition_count
+
+    def shared(w: FireWatch) -> bool:
+        owned = list(owners(w.fires()).values())
+        return len(owned) == partitions and all(
+            owned.count(name) == partitions // 2 for name in workers
+        )
+
+    now = int(time.time())
+    schedule_spread(settings, probe, 600, now + 3, now + 90, prefix=f"p{tag}-")
+    watch.wait(shared, TIMEOUT, "both workers to own half the partitions")
+
+
 def test_the_counts_of_another_workers_partitions_count(stack: Stack) -> None:
     """Two workers, each owning some partitions: a quota of 5 filled on one worker's
     partition refuses a request on the other's, once the exchange has carried the
@@ -128,25 +154,12 @@ def test_the_counts_of_another_workers_partitions_count(stack: Stack) -> None:
     settings = stack.settings
     topic = stack.callback_topic("quota-shared")
     probe = stack.callback_topic("quota-shared-probe")
-    stack.oscillator()
-    workers = ["worker-1", "worker-2"]
-    for name in workers:
-        stack.worker(name, topic_quotas=((topic, 5),))
+    workers = two_workers(stack, topic, 5)
     partitions = settings.partition_count
-
-    def shared(w: FireWatch) -> bool:
-        """Each worker last fired on half the partitions: the group has settled."""
-        owned = list(owners(w.fires()).values())
-        return len(owned) == partitions and all(
-            owned.count(name) == partitions // 2 for name in workers
-        )
-
     client = TimerClient(settings)
     tag = uuid.uuid4().hex[:8]
     with FireWatch(settings, probe) as watch:
-        now = int(time.time())
-        schedule_spread(settings, probe, 600, now + 3, now + 90, prefix=f"p{tag}-")
-        watch.wait(shared, TIMEOUT, "both workers to own half the partitions")
+        settle(settings, watch, probe, workers, tag)
         owner = owners(watch.fires())
         first = next(p for p in range(partitions) if owner[p] == "worker-1")
         second = next(p for p in range(partitions) if owner[p] == "worker-2")
@@ -202,24 +215,12 @@ def test_two_workers_refuse_the_1001st_of_a_burst_over_every_partition(stack: St
     settings = stack.settings
     topic = stack.callback_topic("quota-burst")
     probe = stack.callback_topic("quota-burst-probe")
-    stack.oscillator()
-    workers = ["worker-1", "worker-2"]
-    for name in workers:
-        stack.worker(name, topic_quotas=((topic, 1000),))
+    workers = two_workers(stack, topic, 1000)
     partitions = settings.partition_count
-
-    def shared(w: FireWatch) -> bool:
-        owned = list(owners(w.fires()).values())
-        return len(owned) == partitions and all(
-            owned.count(name) == partitions // 2 for name in workers
-        )
-
     client = TimerClient(settings)
     tag = uuid.uuid4().hex[:8]
     with FireWatch(settings, probe) as watch:
-        now = int(time.time())
-        schedule_spread(settings, probe, 600, now + 3, now + 90, prefix=f"p{tag}-")
-        watch.wait(shared, TIMEOUT, "both workers to own half the partitions")
+        settle(settings, watch, probe, workers, tag)
     ids = [f"s{tag}-{i}" for i in range(1001)]
     assert len({owner_of(i, partitions) for i in ids}) == partitions
     due = int(time.time()) + 40

@@ -66,6 +66,15 @@ class Worker:
         return False
 
 
+def exchange(log: list[Record], now: float, *workers: Worker) -> None:
+    """One turn of the exchange: every worker reports, then reads the log to its end."""
+    for w in workers:
+        w.report(log, now)
+    for w in workers:
+        while w.read_next(log):
+            pass
+
+
 def split(quota: int) -> tuple[Worker, Worker]:
     return (
         Worker("w1", quota, set(range(0, PARTITIONS, 2))),
@@ -154,11 +163,7 @@ def test_spread_demand_fills_the_quota_exactly() -> None:
             for p in sorted(w.partitions):
                 while waiting[p] and w.store(p, now):
                     waiting[p] -= 1
-        for w in (w1, w2):
-            w.report(log, now)
-        for w in (w1, w2):
-            while w.read_next(log):
-                pass
+        exchange(log, now, w1, w2)
         if stored(w1, w2) == 1000:
             break
     assert stored(w1, w2) == 1000
@@ -174,21 +179,13 @@ def test_a_share_left_unused_goes_to_where_it_is_wanted() -> None:
     for _ in range(3):  # w1 claims while wanting, and stores 4
         now += 0.25
         w1.store(0, now)
-        for w in (w1, w2):
-            w.report(log, now)
-        for w in (w1, w2):
-            while w.read_next(log):
-                pass
+        exchange(log, now, w1, w2)
     while sum(w1.counts.values()) < 4:
         assert any(w1.store(p, now) for p in (0, 2, 4, 6))
     for _ in range(6):
         now += 0.25
         w2.store(1, now)
-        for w in (w1, w2):
-            w.report(log, now)
-        for w in (w1, w2):
-            while w.read_next(log):
-                pass
+        exchange(log, now, w1, w2)
     for p in range(1, PARTITIONS, 2):
         while w2.store(p, now):
             pass
@@ -227,9 +224,7 @@ def test_one_hot_partition_gets_the_room_within_a_few_reports() -> None:
         rounds += 1
         while w.store(0, rounds):
             pass
-        w.report(log, rounds)
-        while w.read_next(log):
-            pass
+        exchange(log, rounds, w)
     assert w.counts[0] == 1000
     assert rounds <= 4, rounds
 
