@@ -268,11 +268,6 @@ class DemandTable:
         newest report naming a partition wins: after a move, its new owner's)."""
         return self._by_name(lambda report: report.held)
 
-    def quota_counts(self) -> dict[str, dict[int, int]]:
-        """Per quota key, the pending timers of each partition, from current reports (the
-        newest report naming a partition wins, as for :meth:`backlogs`)."""
-        return self._by_name(lambda report: report.quota)
-
     def _by_name(
         self, part: Callable[[_Report], dict[int, dict[str, int]]]
     ) -> dict[str, dict[int, int]]:

@@ -200,9 +200,13 @@ def test_other_partitions_counts_are_taken_into_account() -> None:
 
 
 def test_the_demand_table_carries_each_partitions_quota_counts() -> None:
+    """Each partition's counts as the newest report naming it (in the topic's order) gave
+    them; the occupancy of the partitions another worker holds."""
     clock, wall = [10.0], [5000.0]
     table = DemandTable(
-        replace(Settings(), worker_id="w1"), clock=lambda: clock[0], wall=lambda: wall[0]
+        replace(Settings(), worker_id="w1", topic_quotas=(("cb", 10),), partitions=8),
+        clock=lambda: clock[0],
+        wall=lambda: wall[0],
     )
 
     def report(worker: str, at: float, quota: dict[str, dict[str, int]]) -> bytes:
@@ -211,7 +215,9 @@ def test_the_demand_table_carries_each_partitions_quota_counts() -> None:
     table.apply(report("w2", 4999.0, {"3": {"topic:cb": 100}, "4": {"topic:cb": 7}}))
     table.apply(report("w1", 5000.0, {"3": {"topic:cb": 40, "tenant:a": 0}}))  # took 3 over
     table.apply(json.dumps({"worker": "w3", "at": 5000.0, "held": {}}).encode())  # no quotas
-    assert table.quota_counts() == {"topic:cb": {3: 40, 4: 7}}
+    counts, elsewhere, wanted = table.quota_view({3})
+    assert counts == {"topic:cb": {3: 40, 4: 7}}
+    assert (elsewhere, wanted) == ({"topic:cb": 7}, set())
     assert table.backlogs() == {}
 
 
