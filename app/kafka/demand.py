@@ -163,8 +163,8 @@ def _parse(value: bytes | None, read_at: float) -> _Report | None:
             report.run, report.seq = str(data["run"]), int(data["seq"])
             report.claim = _counts(data.get("claim") or {})
             report.want = frozenset(str(key) for key in data.get("want") or ())
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
-        return None
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError, RecursionError):
+        return None  # Infinity as a count (int() overflows) included
     return report if isinstance(worker, str) else None
 
 

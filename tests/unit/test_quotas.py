@@ -330,3 +330,25 @@ def test_after_a_request_waited_its_longest_the_next_are_refused_at_once() -> No
     assert book.admit(0, timer("b", 100), WAIT_MOST_SECONDS + 0.1) == (REFUSE, "topic:cb")
     book.leases.verdicts([(1, frozenset())], {0})  # read back, nothing granted
     assert book.admit(0, timer("b", 100), WAIT_MOST_SECONDS + 0.2) == (WAIT, "topic:cb")
+
+
+def test_a_report_that_is_not_one_is_ignored_and_the_next_read() -> None:
+    """Infinity or NaN as a count, 10,000 digits as a sequence number, a list as a claim:
+    ignored, and the reports after them still count (before, Infinity raised out of
+    the tail thread, which read the same record again for ever)."""
+    table = DemandTable(
+        replace(Settings(), worker_id="w1", topic_quotas=(("cb", 10),), partitions=1)
+    )
+    for bad in (
+        b'{"worker": "w2", "at": 5000, "held": {}, "quota": {"0": {"topic:cb": Infinity}}}',
+        b'{"worker": "w2", "at": 5000, "held": {}, "quota": {"0": {"topic:cb": NaN}}}',
+        b'{"worker": "w2", "at": 5000, "held": {}, "quota": {"0": {}}, "run": "r", "seq": '
+        + b"9" * 10_000
+        + b"}",
+        b'{"worker": "w2", "at": 5000, "held": {}, "quota": {"0": {}}, "run": "r", "seq": 1, '
+        b'"claim": [1]}',
+    ):
+        table.apply(bad)
+    assert table.quota_view(set())[0] == {}
+    table.apply(b'{"worker": "w2", "at": 5000, "held": {}, "quota": {"0": {"topic:cb": 4}}}')
+    assert table.quota_view(set())[0] == {"topic:cb": {0: 4}}
