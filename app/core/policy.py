@@ -25,6 +25,7 @@ from kafka_timers_client.errors import ConfigurationError, RejectedRequest, Reje
 
 __all__ = [
     "CONTROL_SUFFIX",
+    "DEMAND_SUFFIX",
     "LAST_KEY_SECOND",
     "RequestPolicy",
     "TopicPattern",
@@ -43,6 +44,11 @@ INTERNAL_SUFFIXES = ("-changelog", "-repartition")
 #: there would be a pause, a rate limit or a bulk cancel of another deployment, written
 #: with this worker's credentials.
 CONTROL_SUFFIX = "-timer-control"
+#: How every kafka-timers demand topic's name ends (``<app id>-timer-demand``,
+#: :mod:`app.kafka.demand`): refused likewise. A record there is read as a worker's
+#: report: a forged one would skew another deployment's rate-limit shares, or claim
+#: its quotas' room (:mod:`app.core.quota_leases`).
+DEMAND_SUFFIX = "-timer-demand"
 #: Most allowed topics a policy remembers: a flood of distinct names cannot grow it.
 ALLOWED_CACHE_SIZE = 10_000
 #: The last second a store key can hold: keys write seconds as 12 digits
@@ -180,6 +186,11 @@ class RequestPolicy:
             raise RejectedRequest(
                 RejectReason.TOPIC_NOT_ALLOWED,
                 f"{topic[:80]!r} is a kafka-timers control topic (operators only)",
+            )
+        if topic.endswith(DEMAND_SUFFIX):
+            raise RejectedRequest(
+                RejectReason.TOPIC_NOT_ALLOWED,
+                f"{topic[:80]!r} is a kafka-timers demand topic (workers only)",
             )
         if not any(p.fullmatch(topic) for p in self.allowed_topics):
             raise RejectedRequest(

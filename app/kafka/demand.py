@@ -37,6 +37,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 
+from app.core.policy import DEMAND_SUFFIX
 from app.core.quota_leases import LeaseReport, QuotaLedger
 from app.kafka.config import confluent_consumer, confluent_producer
 from app.settings import Settings
@@ -70,8 +71,10 @@ DEMAND_CONFIG = {
 
 
 def demand_topic(settings: Settings) -> str:
-    """``<app id>-timer-demand``: under the app id's prefix, refused as a callback topic."""
-    return f"{settings.app_id}-timer-demand"
+    """``<app id>-timer-demand``: under the app id's prefix, and ending in
+    :data:`~app.core.policy.DEMAND_SUFFIX`, which every deployment refuses as a callback
+    topic."""
+    return f"{settings.app_id}{DEMAND_SUFFIX}"
 
 
 class DemandPublisher:

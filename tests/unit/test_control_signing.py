@@ -118,6 +118,24 @@ def test_every_control_topic_is_refused_as_a_callback_topic(topic: str) -> None:
     policy.check_topic("timer-control-events")  # only the name's end counts
 
 
+@pytest.mark.parametrize("topic", ["kt-b-timer-demand", "other-deployment-timer-demand"])
+def test_every_demand_topic_is_refused_as_a_callback_topic(topic: str) -> None:
+    """Another deployment's demand topic: a callback there would be read as one of its
+    workers' reports (rate-limit backlogs, quota counts and claims)."""
+    policy = RequestPolicy.build(
+        allow_patterns=(".*",),
+        own_topics=("ticks",),
+        app_id="kt-a",
+        max_payload_bytes=100,
+        horizon_seconds=3600,
+    )
+    with pytest.raises(RejectedRequest) as info:
+        policy.check_topic(topic)
+    assert info.value.reason is RejectReason.TOPIC_NOT_ALLOWED
+    assert "demand topic" in info.value.detail
+    policy.check_topic("timer-demand-forecasts")  # only the name's end counts
+
+
 def test_a_timer_stored_to_a_control_topic_before_is_refused_when_due(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
