@@ -161,6 +161,8 @@ class TimerService(RequestJob, TickJob, GateJob, PartitionJob):
         self._max_topic_labels = max_topic_labels
         #: Tick second at which each partition's store was last marked caught up.
         self._marked: dict[int, int] = {}
+        #: Where the next forget_behind starts among the partitions with some behind.
+        self._forget_turn = 0
         self._skew = ClockSkewMonitor(metrics.clock_skew, clock_skew_warn_seconds, clock)
         self._lead = OscillatorLead(metrics.oscillator_ahead, clock_skew_warn_seconds)
         #: Ticks from further ahead than this worker's clock wait here (see tick_gate).

@@ -146,6 +146,7 @@ class ServiceState:
     _labelled_topics: set[str]
     _max_topic_labels: int
     _marked: dict[int, int]
+    _forget_turn: int
     _skew: ClockSkewMonitor
     _lead: OscillatorLead
     _gate: TickGate

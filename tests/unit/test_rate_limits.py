@@ -361,6 +361,40 @@ def test_the_release_loop_delivers_at_the_limit_and_forgets_in_between() -> None
     assert h.metrics.forget_behind._value.get() == 0
 
 
+@pytest.mark.parametrize("overrun", [0.0, 0.3])
+def test_release_rounds_keep_their_cadence_when_sleeps_overrun(overrun: float) -> None:
+    """Rounds are due an interval after the one before was due, not after it ended: a
+    loop whose sleeps overrun by ``overrun`` of what they were asked (a busy event loop)
+    still delivers the limit. Spaced from each round's end, rounds of one interval's
+    tokens each gave 1 / (1 + overrun) of it (77 a second here at 30%)."""
+    h = limited(100.0)
+    h.requests(*(h.schedule(f"t{i:03}", NOW + 1, topic="lim") for i in range(400)))
+    h.tick(NOW + 1)
+    started = h.clock.now
+
+    async def sleep(seconds: float) -> None:
+        h.clock.now += max(seconds * (1 + overrun), 0.001)
+        await asyncio.sleep(0)  # the fake clock's sleep: one turn of the loop
+
+    def done() -> bool:
+        return len(h.output.durable.callbacks) == 400
+
+    async def drive() -> None:
+        loop = asyncio.ensure_future(h.service.run_gated_release(sleep, lambda: h.clock.now))
+        try:
+            await wait_until_async(done, 30, "every timer delivered")
+        finally:
+            loop.cancel()
+
+    run(drive())
+    sent = callbacks(h, "lim")
+    assert len({i for i, _, _ in sent}) == 400 == len(sent)
+    took = max(at for _, _, at in sent) / 1000 - started
+    assert took <= 400 / 100.0 / 0.95  # at 95% of the limit or better
+    per_second = Counter(at // 1000 for _, _, at in sent)
+    assert max(per_second.values()) <= 110  # and never above it by more than its slack
+
+
 def test_a_switch_to_exactly_once_forgets_what_at_least_once_rounds_left_behind() -> None:
     """Records of timers left behind, found by a worker now in exactly-once mode (which
     leaves nothing behind): those timers are forgotten inside its first transaction,
