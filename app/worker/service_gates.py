@@ -24,9 +24,8 @@ from app.worker.topic_gates import RELEASE_INTERVAL
 
 __all__ = ["CATCH_UP_ROUNDS", "FORGET_MARGIN", "FORGET_SECONDS", "FORGET_SLICE", "GateJob"]
 #: Delivered held timers one partition forgets at a time (PartitionWheel.forget_behind):
-#: a millisecond or two of work, so the next release round or tick waits little (a
-#: turn gives every partition with some a slice before it looks at the clock: with 8,
-#: about 20 ms past its time, which the round's buckets, a tenth of a second, absorb).
+#: a millisecond or two of work, so the next release round or tick waits little (the
+#: clock is looked at after every slice).
 #: Each slice is one local write batch and one expiry batch (up to 256 ids): slices of
 #: 64 wrote four times the batches, and their overhead, for the same timers.
 FORGET_SLICE = 256
@@ -222,9 +221,8 @@ class GateJob(FiringJob):
         followed sooner, and a late round's round trip is not added to every interval.
         A round takes at most one interval of its bucket's rate
         (:meth:`app.worker.topic_gates.TokenBucket.round_most`), so rounds spaced a
-        little more than the interval apart gave a limit that much less: two workers
-        releasing a million timers spread over 8 partitions at 50,000/s delivered
-        0.80x of it, spaced after each other's end. Behind the cadence by more than
+        little more than the interval apart would give the limit that much less (a
+        limit spread over 8 partitions lost a tenth to it). Behind the cadence by more than
         :data:`CATCH_UP_ROUNDS` intervals (the worker cannot keep up), the rounds follow
         each other at once and the cadence starts again from now. ``sleep`` and
         ``monotonic`` (the cadence's clock, never the wall's: a clock set back would
