@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -58,6 +59,36 @@ def release_for(
         run(h.service.release_gated())
         if forget:
             run(h.service.forget_behind(1.0))
+
+
+def run_release_loop(
+    h: Harness,
+    done: Callable[[], bool],
+    what: str,
+    *,
+    overrun: float = 0.0,
+    fake_cadence: bool = False,
+) -> None:
+    """TimerService.run_gated_release on the fake clock until ``done``: its sleeps advance
+    the clock by what they were asked, ``overrun`` of it more (and at least 1 ms), in
+    one turn of the loop; ``fake_cadence``: its cadence read from the fake clock too."""
+
+    async def sleep(seconds: float) -> None:
+        h.clock.now += max(seconds * (1 + overrun), 0.001)
+        await asyncio.sleep(0)  # the fake clock's sleep: one turn of the loop, no time
+
+    async def drive() -> None:
+        if fake_cadence:
+            release = h.service.run_gated_release(sleep, lambda: h.clock.now)
+        else:
+            release = h.service.run_gated_release(sleep)
+        loop = asyncio.ensure_future(release)
+        try:
+            await wait_until_async(done, 30, what)
+        finally:
+            loop.cancel()
+
+    run(drive())
 
 
 def callbacks(h: Harness, topic: str) -> list[tuple[str, int, int]]:
@@ -333,10 +364,6 @@ def test_the_release_loop_delivers_at_the_limit_and_forgets_in_between() -> None
 
     h.service.release_gated = release_and_look  # type: ignore[method-assign]
 
-    async def sleep(seconds: float) -> None:
-        h.clock.now += max(seconds, 0.001)
-        await asyncio.sleep(0)  # the fake clock's sleep: one turn of the loop, no time
-
     def done() -> bool:
         return (
             len(h.output.durable.callbacks) == 200
@@ -344,14 +371,7 @@ def test_the_release_loop_delivers_at_the_limit_and_forgets_in_between() -> None
             and h.metrics.forget_behind._value.get() == 0
         )
 
-    async def drive() -> None:
-        loop = asyncio.ensure_future(h.service.run_gated_release(sleep))
-        try:
-            await wait_until_async(done, 30, "every timer delivered and forgotten")
-        finally:
-            loop.cancel()
-
-    run(drive())
+    run_release_loop(h, done, "every timer delivered and forgotten")
     sent = callbacks(h, "lim")
     assert len({i for i, _, _ in sent}) == 200 == len(sent)
     per_second = Counter(at // 1000 for _, _, at in sent)
@@ -372,21 +392,10 @@ def test_release_rounds_keep_their_cadence_when_sleeps_overrun(overrun: float) -
     h.tick(NOW + 1)
     started = h.clock.now
 
-    async def sleep(seconds: float) -> None:
-        h.clock.now += max(seconds * (1 + overrun), 0.001)
-        await asyncio.sleep(0)  # the fake clock's sleep: one turn of the loop
-
     def done() -> bool:
         return len(h.output.durable.callbacks) == 400
 
-    async def drive() -> None:
-        loop = asyncio.ensure_future(h.service.run_gated_release(sleep, lambda: h.clock.now))
-        try:
-            await wait_until_async(done, 30, "every timer delivered")
-        finally:
-            loop.cancel()
-
-    run(drive())
+    run_release_loop(h, done, "every timer delivered", overrun=overrun, fake_cadence=True)
     sent = callbacks(h, "lim")
     assert len({i for i, _, _ in sent}) == 400 == len(sent)
     took = max(at for _, _, at in sent) / 1000 - started
