@@ -182,16 +182,16 @@ class RequestPolicy:
             raise RejectedRequest(
                 RejectReason.TOPIC_NOT_ALLOWED, f"{topic!r} is internal or the service's own"
             )
-        if topic.endswith(CONTROL_SUFFIX):
-            raise RejectedRequest(
-                RejectReason.TOPIC_NOT_ALLOWED,
-                f"{topic[:80]!r} is a kafka-timers control topic (operators only)",
-            )
-        if topic.endswith(DEMAND_SUFFIX):
-            raise RejectedRequest(
-                RejectReason.TOPIC_NOT_ALLOWED,
-                f"{topic[:80]!r} is a kafka-timers demand topic (workers only)",
-            )
+        # Any deployment's (this one's or another's on the cluster) control and demand
+        # topics, by how their names end.
+        for suffix, what in (
+            (CONTROL_SUFFIX, "control topic (operators only)"),
+            (DEMAND_SUFFIX, "demand topic (workers only)"),
+        ):
+            if topic.endswith(suffix):
+                raise RejectedRequest(
+                    RejectReason.TOPIC_NOT_ALLOWED, f"{topic[:80]!r} is a kafka-timers {what}"
+                )
         if not any(p.fullmatch(topic) for p in self.allowed_topics):
             raise RejectedRequest(
                 RejectReason.TOPIC_NOT_ALLOWED, f"{topic!r} is not in the callback allow-list"
